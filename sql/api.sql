@@ -1,0 +1,79 @@
+-- The public SQL surface of pg_eventview (the contract in API.md). Each function is a thin,
+-- SECURITY INVOKER wrapper: it runs with the caller's rights and resolves names through the
+-- caller's search_path, and gives the exact argument names, defaults and result types.
+
+CREATE FUNCTION eventview.create_event_table(
+    name            text,
+    retention       interval DEFAULT NULL,
+    delta_retention interval DEFAULT '7 days'
+) RETURNS regclass
+LANGUAGE sql VOLATILE
+AS $$ SELECT eventview._create_event_table(name, retention, delta_retention)::regclass $$;
+COMMENT ON FUNCTION eventview.create_event_table(text, interval, interval) IS
+'Creates an event table with the pg_eventview envelope and starts capturing its changes';
+
+CREATE FUNCTION eventview.drop_event_table(name text, cascade boolean DEFAULT false) RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ SELECT eventview._drop_event_table(name, coalesce(cascade, false)) $$;
+COMMENT ON FUNCTION eventview.drop_event_table(text, boolean) IS
+'Drops an event table and its changelog; refuses while views read it, unless cascade';
+
+CREATE FUNCTION eventview.create_view(
+    name          text,
+    source        text,
+    group_by      json     DEFAULT '{}',
+    measures      json     DEFAULT '{"events": "count(*)"}',
+    event_types   text[]   DEFAULT NULL,
+    time_bucket   interval DEFAULT NULL,
+    filter        json     DEFAULT NULL,
+    realtime      boolean  DEFAULT false,
+    on_type_error text     DEFAULT 'quarantine'
+) RETURNS regclass
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT eventview._create_view(name, source, coalesce(group_by, '{}')::text,
+                                  coalesce(measures, '{"events": "count(*)"}')::text, event_types,
+                                  time_bucket, filter::text, coalesce(realtime, false),
+                                  coalesce(on_type_error, 'quarantine'))::regclass
+$$;
+COMMENT ON FUNCTION eventview.create_view(text, text, json, json, text[], interval, json, boolean, text) IS
+'Creates an incremental aggregate view over an event table and populates it';
+
+CREATE FUNCTION eventview.refresh(name text) RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$ SELECT eventview._refresh(name) $$;
+COMMENT ON FUNCTION eventview.refresh(text) IS
+'Applies the pending changes of one view exactly once; returns the number of changed event rows consumed';
+
+CREATE FUNCTION eventview.refresh_all() RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$ SELECT eventview._refresh_all() $$;
+COMMENT ON FUNCTION eventview.refresh_all() IS 'Refreshes every view; returns the sum of refresh()';
+
+CREATE FUNCTION eventview.rebuild(
+    name      text,
+    from_time timestamptz DEFAULT NULL,
+    to_time   timestamptz DEFAULT NULL
+) RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$ SELECT eventview._rebuild(name, from_time, to_time) $$;
+COMMENT ON FUNCTION eventview.rebuild(text, timestamptz, timestamptz) IS
+'Recomputes the buckets in [from_time, to_time) (or the whole view) from the raw events; returns groups written';
+
+CREATE FUNCTION eventview.drop_view(name text) RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ SELECT eventview._drop_view(name) $$;
+COMMENT ON FUNCTION eventview.drop_view(text) IS 'Drops an incremental view and its storage';
+
+CREATE FUNCTION eventview.alter_view(
+    name          text,
+    realtime      boolean DEFAULT NULL,
+    on_type_error text    DEFAULT NULL
+) RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ SELECT eventview._alter_view(name, realtime, on_type_error) $$;
+COMMENT ON FUNCTION eventview.alter_view(text, boolean, text) IS
+'Changes a view''s settings in place; NULL leaves a setting as it is';
+
+-- Internal functions are not for direct use.
+REVOKE ALL ON FUNCTION eventview._create_event_table(text, interval, interval) FROM PUBLIC;

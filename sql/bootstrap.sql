@@ -1,0 +1,145 @@
+-- pg_eventview catalog: the extension's own tables, created before any function.
+-- Every table is keyed by our own serial ids and by regclass (which pg_dump writes as a name),
+-- never by raw OIDs, so a dump restored into a new database keeps working.
+
+-- One row per event table.
+CREATE TABLE eventview._sources (
+    source_id       serial PRIMARY KEY,
+    relid           regclass NOT NULL UNIQUE,
+    retention       interval,
+    delta_retention interval NOT NULL DEFAULT '7 days',
+    created_at      timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE eventview._sources IS 'pg_eventview: registered event tables (see eventview.event_tables)';
+
+-- One row per incremental view.
+CREATE TABLE eventview._views (
+    view_id          serial PRIMARY KEY,
+    relid            regclass NOT NULL UNIQUE,
+    source_id        integer NOT NULL REFERENCES eventview._sources,
+    definition       json NOT NULL,
+    time_bucket      interval,
+    realtime         boolean NOT NULL DEFAULT false,
+    on_type_error    text NOT NULL CHECK (on_type_error IN ('quarantine', 'skip', 'fail')),
+    schedule         interval,
+    owner            regrole NOT NULL DEFAULT current_user::regrole,
+    -- Every change whose transaction is visible in this snapshot has been applied, and no other.
+    applied_snapshot pg_snapshot NOT NULL,
+    last_refresh_at  timestamptz,
+    last_refresh_ms  double precision,
+    quarantined      bigint NOT NULL DEFAULT 0,
+    skipped          bigint NOT NULL DEFAULT 0,
+    last_error       text
+);
+COMMENT ON TABLE eventview._views IS 'pg_eventview: incremental views (see eventview.views)';
+
+-- Events a view's type policy (or, later, the ingest gate) refused.
+CREATE TABLE eventview.quarantine (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    source         regclass,
+    view_name      text,
+    event_id       bigint,
+    reason         text NOT NULL,
+    event          jsonb,
+    quarantined_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX ON eventview.quarantine (view_name, event_id);
+COMMENT ON TABLE eventview.quarantine IS 'pg_eventview: events left out of a view because a value had the wrong JSON type';
+
+SELECT pg_catalog.pg_extension_config_dump('eventview._sources', '');
+SELECT pg_catalog.pg_extension_config_dump('eventview._sources_source_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventview._views', '');
+SELECT pg_catalog.pg_extension_config_dump('eventview._views_view_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventview.quarantine', '');
+
+-- The statement's snapshot, extended so that the calling transaction's own changes count as
+-- visible. A refresh reads its own uncommitted writes in the event table, so it must also
+-- consume their changelog records, and record them as applied. Postgres leaves our own xid out
+-- of the snapshot's in-progress list, but an xid at or above xmax would still read as not
+-- visible: in that case xmax moves past our xid and the xids in between stay in progress.
+-- STABLE: it runs under the caller's statement snapshot.
+CREATE FUNCTION eventview._visible_snapshot() RETURNS pg_snapshot
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE
+        WHEN own IS NULL OR own < pg_snapshot_xmax(s) THEN s
+        ELSE (pg_snapshot_xmin(s)::text || ':' || (own::text::numeric + 1)::text || ':' ||
+              array_to_string(ARRAY(
+                  SELECT x FROM (
+                      SELECT pg_snapshot_xip(s)::text::numeric AS x
+                      UNION
+                      SELECT generate_series(pg_snapshot_xmax(s)::text::numeric, own::text::numeric - 1)
+                  ) xs
+                  WHERE x <> own::text::numeric
+                  ORDER BY x), ','))::pg_snapshot
+    END
+    FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS own) cur
+$$;
+
+-- Change records of one source that the view has not applied yet, as (event rows, oldest time).
+-- Counts only what this transaction can see: an uncommitted producer's changes are not pending yet.
+CREATE FUNCTION eventview._pending(p_view_id integer, OUT changes bigint, OUT oldest timestamptz)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_source integer;
+    v_applied pg_snapshot;
+BEGIN
+    SELECT source_id, applied_snapshot INTO v_source, v_applied
+    FROM eventview._views WHERE view_id = p_view_id;
+    IF NOT FOUND OR to_regclass(format('eventview._changes_%s', v_source)) IS NULL THEN
+        changes := 0;
+        RETURN;
+    END IF;
+    EXECUTE format(
+        'SELECT coalesce(sum(CASE WHEN op = ''I'' THEN cardinality(event_ids) ELSE 1 END), 0)::bigint,
+                min(logged_at)
+         FROM eventview._changes_%s
+         WHERE xid >= pg_snapshot_xmin($1) AND NOT pg_visible_in_snapshot(xid, $1)', v_source)
+    INTO changes, oldest USING v_applied;
+END
+$$;
+
+-- Number of groups a view holds now.
+CREATE FUNCTION eventview._group_count(p_view_id integer) RETURNS bigint
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF to_regclass(format('eventview._v%s_data', p_view_id)) IS NULL THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('SELECT count(*) FROM eventview._v%s_data', p_view_id) INTO n;
+    RETURN n;
+END
+$$;
+
+CREATE VIEW eventview.views AS
+SELECT v.relid                                  AS name,
+       s.relid                                  AS source,
+       v.definition,
+       v.realtime,
+       v.schedule,
+       v.last_refresh_at,
+       v.last_refresh_ms,
+       p.changes                                AS pending_changes,
+       CASE WHEN p.oldest IS NULL THEN interval '0'
+            ELSE greatest(now() - p.oldest, interval '0') END AS lag,
+       eventview._group_count(v.view_id)        AS groups,
+       v.quarantined,
+       v.skipped,
+       v.last_error
+FROM eventview._views v
+JOIN eventview._sources s USING (source_id)
+CROSS JOIN LATERAL eventview._pending(v.view_id) p;
+COMMENT ON VIEW eventview.views IS 'pg_eventview: incremental views, their freshness and counters';
+
+CREATE VIEW eventview.event_tables AS
+SELECT s.relid AS name,
+       s.retention,
+       s.delta_retention,
+       coalesce(max(p.changes), 0)::bigint AS pending_changes,
+       min(p.oldest)                       AS oldest_pending
+FROM eventview._sources s
+LEFT JOIN eventview._views v USING (source_id)
+LEFT JOIN LATERAL eventview._pending(v.view_id) p ON true
+GROUP BY s.source_id, s.relid, s.retention, s.delta_retention;
+COMMENT ON VIEW eventview.event_tables IS 'pg_eventview: event tables and the changes their views have not applied yet';

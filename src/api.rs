@@ -1,0 +1,95 @@
+//! Every SQL-callable function. Each one parses its arguments, calls a feature module and maps
+//! the error; nothing else. JSON arguments arrive as the text of the `json` value (the
+//! wrappers cast), which keeps key order and duplicates for the definition parser. The public signatures (names, defaults, regclass results) are
+//! declared in `sql/api.sql`, which wraps these `_`-prefixed functions.
+
+use crate::errors::at_boundary;
+use crate::{envelope, jsonpath_eval, refresh, views};
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+
+#[pg_extern(name = "_create_event_table", volatile, parallel_unsafe)]
+fn create_event_table(
+    name: &str,
+    retention: Option<Interval>,
+    delta_retention: Option<Interval>,
+) -> Result<pg_sys::Oid, ErrorReport> {
+    at_boundary(|| envelope::create_event_table(name, retention, delta_retention))
+}
+
+#[pg_extern(name = "_drop_event_table", volatile, parallel_unsafe)]
+fn drop_event_table(name: &str, cascade: bool) -> Result<(), ErrorReport> {
+    at_boundary(|| envelope::drop_event_table(name, cascade))
+}
+
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(name = "_create_view", volatile, parallel_unsafe)]
+fn create_view(
+    name: &str,
+    source: &str,
+    group_by: &str,
+    measures: &str,
+    event_types: Option<Vec<Option<String>>>,
+    time_bucket: Option<Interval>,
+    filter: Option<&str>,
+    realtime: bool,
+    on_type_error: &str,
+) -> Result<pg_sys::Oid, ErrorReport> {
+    at_boundary(|| {
+        views::create_view(views::CreateViewArgs {
+            name,
+            source,
+            group_by,
+            measures,
+            event_types,
+            time_bucket,
+            filter,
+            realtime,
+            on_type_error,
+        })
+    })
+}
+
+#[pg_extern(name = "_refresh", volatile, parallel_unsafe)]
+fn refresh_view(name: &str) -> Result<i64, ErrorReport> {
+    at_boundary(|| refresh::refresh(name))
+}
+
+#[pg_extern(name = "_refresh_all", volatile, parallel_unsafe)]
+fn refresh_all() -> Result<i64, ErrorReport> {
+    at_boundary(refresh::refresh_all)
+}
+
+#[pg_extern(name = "_rebuild", volatile, parallel_unsafe)]
+fn rebuild(
+    name: &str,
+    from_time: Option<TimestampWithTimeZone>,
+    to_time: Option<TimestampWithTimeZone>,
+) -> Result<i64, ErrorReport> {
+    at_boundary(|| refresh::rebuild(name, from_time, to_time))
+}
+
+#[pg_extern(name = "_drop_view", volatile, parallel_unsafe)]
+fn drop_view(name: &str) -> Result<(), ErrorReport> {
+    at_boundary(|| views::drop_view(name))
+}
+
+#[pg_extern(name = "_alter_view", volatile, parallel_unsafe)]
+fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str>) -> Result<(), ErrorReport> {
+    at_boundary(|| views::alter_view(name, realtime, on_type_error))
+}
+
+/// First match of a JSONPath that native operators cannot evaluate (see `core::jsonpath`).
+#[pg_extern(immutable, strict, parallel_safe)]
+fn jsonpath_first(doc: pgrx::JsonB, path: &str) -> Result<Option<pgrx::JsonB>, ErrorReport> {
+    jsonpath_first_impl(doc, path)
+}
+
+fn jsonpath_first_impl(doc: pgrx::JsonB, path: &str) -> Result<Option<pgrx::JsonB>, ErrorReport> {
+    at_boundary(|| {
+        jsonpath_eval::first_match(&doc.0, path)
+            .map(|v| v.map(pgrx::JsonB))
+            .map_err(|e| crate::errors::EvError::invalid(format!("invalid JSONPath \"{path}\": {e}")))
+    })
+}

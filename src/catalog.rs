@@ -1,0 +1,186 @@
+//! The only code that reads and writes the extension's own tables (`eventview._sources`,
+//! `eventview._views`).
+
+use crate::core::definition::{parse_definition, DefinitionInput, ViewDefinition};
+use crate::errors::{EvError, EvResult};
+use crate::relation;
+use crate::spi_util;
+use pgrx::datum::Interval;
+use pgrx::prelude::*;
+
+/// A registered event table.
+pub struct Source {
+    pub source_id: i32,
+    pub relid: pg_sys::Oid,
+    /// Quoted, schema-qualified name.
+    pub table_sql: String,
+}
+
+pub fn source_by_relid(relid: pg_sys::Oid) -> EvResult<Option<Source>> {
+    let id = spi_util::one::<i32>(
+        "SELECT source_id FROM eventview._sources WHERE relid = $1::regclass",
+        &[relid.into()],
+    )?;
+    match id {
+        None => Ok(None),
+        Some(source_id) => Ok(Some(Source { source_id, relid, table_sql: relation::qualified(relid)? })),
+    }
+}
+
+/// The event table named `name`, or a clear error saying why it is not one.
+pub fn source_by_name(name: &str) -> EvResult<Source> {
+    let relid = relation::resolve(name)?;
+    source_by_relid(relid)?.ok_or_else(|| {
+        EvError::invalid(format!("relation \"{name}\" is not an event table"))
+            .with_hint("Create event tables with eventview.create_event_table().")
+    })
+}
+
+pub fn insert_source(relid: pg_sys::Oid, retention: Option<Interval>, delta_retention: Option<Interval>) -> EvResult<i32> {
+    spi_util::one::<i32>(
+        "INSERT INTO eventview._sources (relid, retention, delta_retention)
+         VALUES ($1::regclass, $2, coalesce($3, interval '7 days')) RETURNING source_id",
+        &[relid.into(), retention.into(), delta_retention.into()],
+    )?
+    .ok_or_else(|| EvError::invalid("could not register the event table"))
+}
+
+pub fn delete_source(source_id: i32) -> EvResult<()> {
+    spi_util::run("DELETE FROM eventview._sources WHERE source_id = $1", &[source_id.into()])
+}
+
+/// A registered view, with its definition parsed.
+pub struct ViewRecord {
+    pub view_id: i32,
+    pub relid: pg_sys::Oid,
+    pub source: Source,
+    pub definition: ViewDefinition,
+    pub time_bucket: Option<Interval>,
+}
+
+/// Loads a view by its user relation; with `lock`, takes the row lock that serializes
+/// refreshes of one view (a second refresh waits here, then sees the first one's result).
+pub fn view_by_relid(relid: pg_sys::Oid, lock: bool) -> EvResult<Option<ViewRecord>> {
+    let sql = format!(
+        "SELECT view_id FROM eventview._views WHERE relid = $1::regclass{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    let Some(view_id) = spi_util::one::<i32>(&sql, &[relid.into()])? else {
+        return Ok(None);
+    };
+    Ok(Some(load_view(view_id)?))
+}
+
+pub fn view_by_name(name: &str, lock: bool) -> EvResult<ViewRecord> {
+    let relid = relation::resolve(name)?;
+    view_by_relid(relid, lock)?.ok_or_else(|| {
+        EvError::invalid(format!("relation \"{name}\" is not an incremental view"))
+            .with_hint("Create incremental views with eventview.create_view().")
+    })
+}
+
+fn load_view(view_id: i32) -> EvResult<ViewRecord> {
+    let row = Spi::connect(|client| {
+        let t = client
+            .select(
+                "SELECT v.relid::oid, v.source_id, s.relid::oid,
+                        (v.definition -> 'group_by')::text, (v.definition -> 'measures')::text,
+                        ARRAY(SELECT json_array_elements_text(v.definition -> 'event_types')),
+                        json_typeof(v.definition -> 'event_types'),
+                        (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
+                        v.on_type_error, v.time_bucket
+                 FROM eventview._views v JOIN eventview._sources s USING (source_id)
+                 WHERE v.view_id = $1",
+                Some(1),
+                &[view_id.into()],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::SpiError>((
+            t.get::<pg_sys::Oid>(1)?,
+            t.get::<i32>(2)?,
+            t.get::<pg_sys::Oid>(3)?,
+            t.get::<String>(4)?,
+            t.get::<String>(5)?,
+            t.get::<Vec<String>>(6)?,
+            t.get::<String>(7)?,
+            t.get::<String>(8)?,
+            t.get::<String>(9)?,
+            t.get::<String>(10)?,
+            t.get::<Interval>(11)?,
+        ))
+    })?;
+    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket) = row;
+    let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
+    let definition = parse_definition(&DefinitionInput {
+        group_by: group_by.as_deref().unwrap_or("{}"),
+        measures: measures.as_deref().unwrap_or("{}"),
+        event_types: if types_kind.as_deref() == Some("array") {
+            Some(types.unwrap_or_default().into_iter().map(Some).collect())
+        } else {
+            None
+        },
+        bucketed: bucket.is_some(),
+        filter: if filter_kind.as_deref() == Some("object") { filter.as_deref() } else { None },
+        on_type_error: policy.as_deref().unwrap_or("quarantine"),
+    })?;
+    let source_relid = source_relid.ok_or_else(missing)?;
+    Ok(ViewRecord {
+        view_id,
+        relid: relid.ok_or_else(missing)?,
+        source: Source {
+            source_id: source_id.ok_or_else(missing)?,
+            relid: source_relid,
+            table_sql: relation::qualified(source_relid)?,
+        },
+        definition,
+        time_bucket: bucket,
+    })
+}
+
+/// Views reading a source, as (view_id, relid), oldest first.
+pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
+    Ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(
+            "SELECT view_id, relid::oid FROM eventview._views WHERE source_id = $1 ORDER BY view_id",
+            None,
+            &[source_id.into()],
+        )? {
+            if let (Some(id), Some(relid)) = (row.get::<i32>(1)?, row.get::<pg_sys::Oid>(2)?) {
+                out.push((id, relid));
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?)
+}
+
+/// Every view, as relid, oldest first.
+pub fn all_views() -> EvResult<Vec<pg_sys::Oid>> {
+    Ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select("SELECT relid::oid FROM eventview._views ORDER BY view_id", None, &[])? {
+            if let Some(relid) = row.get::<pg_sys::Oid>(1)? {
+                out.push(relid);
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?)
+}
+
+pub fn next_view_id() -> EvResult<i32> {
+    spi_util::one::<i64>("SELECT nextval('eventview._views_view_id_seq')", &[])?
+        .map(|v| v as i32)
+        .ok_or_else(|| EvError::invalid("could not allocate a view id"))
+}
+
+pub fn delete_view(view_id: i32) -> EvResult<()> {
+    spi_util::run("DELETE FROM eventview._views WHERE view_id = $1", &[view_id.into()])
+}
+
+pub fn record_refresh(view_id: i32, elapsed_ms: f64) -> EvResult<()> {
+    spi_util::run(
+        "UPDATE eventview._views SET last_refresh_at = clock_timestamp(), last_refresh_ms = $2,
+                last_error = NULL WHERE view_id = $1",
+        &[view_id.into(), elapsed_ms.into()],
+    )
+}

@@ -1,0 +1,497 @@
+//! View definitions: parsed and fully validated once, at `create_view`, so the refresh engine
+//! works from a typed definition it can trust.
+//!
+//! Grammar (see README "Supported definitions"):
+//! - field reference: a JSONPath starting with `$`, or an envelope column
+//!   (`event_type`, `event_version`, `producer`, `occurred_at`);
+//! - aggregate: `count(*)`, `count(ref)`, `sum(ref)`, `avg(ref)`, `min(ref)`, `max(ref)`.
+
+use super::jsonpath::{self, PathPlan};
+use super::ordered_json::{json_kind, object_pairs, ObjectError};
+use serde_json::Value;
+
+/// Longest output column name Postgres keeps (NAMEDATALEN - 1); longer would be truncated.
+pub const MAX_COLUMN_NAME: usize = 63;
+
+/// A definition that cannot work. Always reported as SQLSTATE 22023.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DefinitionError {
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+fn refuse<T>(message: impl Into<String>) -> Result<T, DefinitionError> {
+    Err(DefinitionError { message: message.into(), hint: None })
+}
+
+fn refuse_with_hint<T>(message: impl Into<String>, hint: &str) -> Result<T, DefinitionError> {
+    Err(DefinitionError { message: message.into(), hint: Some(hint.into()) })
+}
+
+/// SQL types a view column can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlType {
+    Text,
+    Integer,
+    Numeric,
+    Timestamptz,
+}
+
+impl SqlType {
+    pub fn name(self) -> &'static str {
+        match self {
+            SqlType::Text => "text",
+            SqlType::Integer => "integer",
+            SqlType::Numeric => "numeric",
+            SqlType::Timestamptz => "timestamptz",
+        }
+    }
+
+    /// A stand-in stored in place of NULL in key columns (a separate flag column says it was NULL),
+    /// so group keys can use plain unique indexes and hashable joins.
+    pub fn placeholder(self) -> &'static str {
+        match self {
+            SqlType::Text => "''::text",
+            SqlType::Integer => "0",
+            SqlType::Numeric => "0::numeric",
+            SqlType::Timestamptz => "'epoch'::timestamptz",
+        }
+    }
+}
+
+/// The envelope columns a view may read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Envelope {
+    EventType,
+    EventVersion,
+    Producer,
+    OccurredAt,
+}
+
+impl Envelope {
+    pub fn from_name(name: &str) -> Option<Envelope> {
+        match name {
+            "event_type" => Some(Envelope::EventType),
+            "event_version" => Some(Envelope::EventVersion),
+            "producer" => Some(Envelope::Producer),
+            "occurred_at" => Some(Envelope::OccurredAt),
+            _ => None,
+        }
+    }
+
+    pub fn column(self) -> &'static str {
+        match self {
+            Envelope::EventType => "event_type",
+            Envelope::EventVersion => "event_version",
+            Envelope::Producer => "producer",
+            Envelope::OccurredAt => "occurred_at",
+        }
+    }
+
+    pub fn sql_type(self) -> SqlType {
+        match self {
+            Envelope::EventType | Envelope::Producer => SqlType::Text,
+            Envelope::EventVersion => SqlType::Integer,
+            Envelope::OccurredAt => SqlType::Timestamptz,
+        }
+    }
+}
+
+/// Where a value comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FieldRef {
+    Envelope(Envelope),
+    Path { text: String, plan: PathPlan },
+}
+
+impl FieldRef {
+    pub fn parse(text: &str) -> Result<FieldRef, DefinitionError> {
+        let trimmed = text.trim();
+        if trimmed.starts_with('$') {
+            return match jsonpath::plan(trimmed) {
+                Ok(plan) => Ok(FieldRef::Path { text: trimmed.to_string(), plan }),
+                Err(e) => refuse(format!("invalid JSONPath \"{trimmed}\": {}", e.0)),
+            };
+        }
+        if let Some(env) = Envelope::from_name(trimmed) {
+            return Ok(FieldRef::Envelope(env));
+        }
+        refuse_with_hint(
+            format!("unknown field reference \"{trimmed}\""),
+            "A field reference is a JSONPath starting with $ (such as $.sku) or an envelope column: event_type, event_version, producer, occurred_at.",
+        )
+    }
+
+    pub fn display(&self) -> &str {
+        match self {
+            FieldRef::Envelope(e) => e.column(),
+            FieldRef::Path { text, .. } => text,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggKind {
+    CountStar,
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+impl AggKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            AggKind::CountStar | AggKind::Count => "count",
+            AggKind::Sum => "sum",
+            AggKind::Avg => "avg",
+            AggKind::Min => "min",
+            AggKind::Max => "max",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupColumn {
+    pub name: String,
+    pub field: FieldRef,
+}
+
+impl GroupColumn {
+    /// Undeclared JSONPath keys are text (what `payload #>> path` gives); envelope keys keep their type.
+    pub fn sql_type(&self) -> SqlType {
+        match &self.field {
+            FieldRef::Envelope(e) => e.sql_type(),
+            FieldRef::Path { .. } => SqlType::Text,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measure {
+    pub name: String,
+    pub kind: AggKind,
+    pub field: Option<FieldRef>,
+    /// As the user wrote it, for messages.
+    pub text: String,
+}
+
+impl Measure {
+    /// Type of the value fed to min/max and stored for it.
+    pub fn value_type(&self) -> SqlType {
+        match &self.field {
+            Some(FieldRef::Envelope(e)) => match self.kind {
+                AggKind::Sum | AggKind::Avg => SqlType::Numeric,
+                _ => e.sql_type(),
+            },
+            _ => SqlType::Numeric,
+        }
+    }
+
+    pub fn needs_number(&self) -> bool {
+        matches!(self.kind, AggKind::Sum | AggKind::Avg | AggKind::Min | AggKind::Max)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilterTerm {
+    pub field: FieldRef,
+    /// Accepted values, compared as jsonb equality.
+    pub values: Vec<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TypePolicy {
+    Quarantine,
+    Skip,
+    Fail,
+}
+
+impl TypePolicy {
+    pub fn parse(text: &str) -> Result<TypePolicy, DefinitionError> {
+        match text {
+            "quarantine" => Ok(TypePolicy::Quarantine),
+            "skip" => Ok(TypePolicy::Skip),
+            "fail" => Ok(TypePolicy::Fail),
+            other => refuse_with_hint(
+                format!("invalid on_type_error \"{other}\""),
+                "Use quarantine, skip or fail.",
+            ),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TypePolicy::Quarantine => "quarantine",
+            TypePolicy::Skip => "skip",
+            TypePolicy::Fail => "fail",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewDefinition {
+    pub group_by: Vec<GroupColumn>,
+    pub measures: Vec<Measure>,
+    pub event_types: Option<Vec<String>>,
+    pub bucketed: bool,
+    pub filter: Vec<FilterTerm>,
+    pub on_type_error: TypePolicy,
+}
+
+/// The raw arguments of `create_view`, as text where they are JSON.
+pub struct DefinitionInput<'a> {
+    pub group_by: &'a str,
+    pub measures: &'a str,
+    pub event_types: Option<Vec<Option<String>>>,
+    pub bucketed: bool,
+    pub filter: Option<&'a str>,
+    pub on_type_error: &'a str,
+}
+
+fn pairs_of(argument: &str, text: &str) -> Result<Vec<(String, Value)>, DefinitionError> {
+    match object_pairs(text) {
+        Ok(p) => Ok(p),
+        Err(ObjectError::Syntax(e)) => refuse(format!("invalid {argument}: {e}")),
+        Err(ObjectError::NotAnObject(kind)) => {
+            refuse(format!("invalid {argument}: expected a JSON object, found {kind}"))
+        }
+    }
+}
+
+fn check_column_name(argument: &str, name: &str) -> Result<(), DefinitionError> {
+    if name.is_empty() {
+        return refuse(format!("invalid {argument}: a column name must not be empty"));
+    }
+    if name.len() > MAX_COLUMN_NAME {
+        return refuse(format!(
+            "invalid {argument}: column name \"{name}\" is longer than {MAX_COLUMN_NAME} bytes"
+        ));
+    }
+    if name.contains('\0') {
+        return refuse(format!("invalid {argument}: column name contains a NUL character"));
+    }
+    Ok(())
+}
+
+fn reference_text<'v>(argument: &str, column: &str, v: &'v Value) -> Result<&'v str, DefinitionError> {
+    match v {
+        Value::String(s) => Ok(s),
+        other => refuse(format!(
+            "invalid {argument} column \"{column}\": expected a string, found {}",
+            json_kind(other)
+        )),
+    }
+}
+
+/// Parses `count(*)`, `sum($.x)`, ... (function names are case-insensitive).
+pub fn parse_aggregate(column: &str, text: &str) -> Result<Measure, DefinitionError> {
+    let trimmed = text.trim();
+    let bad = |why: &str| {
+        refuse_with_hint(
+            format!("invalid measure \"{column}\": {why}"),
+            "Supported aggregates: count(*), count(ref), sum(ref), avg(ref), min(ref), max(ref).",
+        )
+    };
+    let Some(open) = trimmed.find('(') else {
+        return bad(&format!("\"{trimmed}\" is not an aggregate call"));
+    };
+    if !trimmed.ends_with(')') {
+        return bad(&format!("\"{trimmed}\" is not an aggregate call"));
+    }
+    let func = trimmed[..open].trim().to_ascii_lowercase();
+    let arg = trimmed[open + 1..trimmed.len() - 1].trim();
+    let kind = match (func.as_str(), arg) {
+        ("count", "*") => AggKind::CountStar,
+        ("count", _) => AggKind::Count,
+        ("sum", _) => AggKind::Sum,
+        ("avg", _) => AggKind::Avg,
+        ("min", _) => AggKind::Min,
+        ("max", _) => AggKind::Max,
+        _ => return bad(&format!("unknown aggregate \"{}\"", &trimmed[..open].trim())),
+    };
+    let field = if kind == AggKind::CountStar {
+        None
+    } else {
+        if arg.is_empty() || arg == "*" {
+            return bad(&format!("{}() needs a field reference", kind.name()));
+        }
+        let field = FieldRef::parse(arg).map_err(|e| DefinitionError {
+            message: format!("invalid measure \"{column}\": {}", e.message),
+            hint: e.hint,
+        })?;
+        if let FieldRef::Envelope(env) = &field {
+            if matches!(kind, AggKind::Sum | AggKind::Avg) && env.sql_type() != SqlType::Integer {
+                return bad(&format!("{}() needs a number, and {} is {}", kind.name(), env.column(), env.sql_type().name()));
+            }
+        }
+        Some(field)
+    };
+    Ok(Measure { name: column.to_string(), kind, field, text: trimmed.to_string() })
+}
+
+pub fn parse_definition(input: &DefinitionInput) -> Result<ViewDefinition, DefinitionError> {
+    let on_type_error = TypePolicy::parse(input.on_type_error)?;
+    let mut seen: Vec<String> = Vec::new();
+    if input.bucketed {
+        seen.push("bucket".into());
+    }
+    let mut claim = |argument: &str, name: &str| -> Result<(), DefinitionError> {
+        check_column_name(argument, name)?;
+        if seen.iter().any(|s| s == name) {
+            let hint = if name == "bucket" && input.bucketed {
+                "A view with time_bucket has a first column named bucket."
+            } else {
+                "Every group_by and measures key names one output column."
+            };
+            return refuse_with_hint(format!("duplicate column \"{name}\""), hint);
+        }
+        seen.push(name.to_string());
+        Ok(())
+    };
+
+    let mut group_by = Vec::new();
+    for (name, value) in pairs_of("group_by", input.group_by)? {
+        claim("group_by", &name)?;
+        let reference = reference_text("group_by", &name, &value)?;
+        let field = FieldRef::parse(reference).map_err(|e| DefinitionError {
+            message: format!("invalid group_by column \"{name}\": {}", e.message),
+            hint: e.hint,
+        })?;
+        group_by.push(GroupColumn { name, field });
+    }
+
+    let mut measures = Vec::new();
+    for (name, value) in pairs_of("measures", input.measures)? {
+        claim("measures", &name)?;
+        let text = reference_text("measures", &name, &value)?;
+        measures.push(parse_aggregate(&name, text)?);
+    }
+
+    let event_types = match &input.event_types {
+        None => None,
+        Some(list) if list.is_empty() => {
+            return refuse_with_hint(
+                "invalid event_types: the array is empty",
+                "Pass NULL to read every event type.",
+            )
+        }
+        Some(list) => {
+            let mut types = Vec::with_capacity(list.len());
+            for t in list {
+                match t {
+                    Some(t) if !t.is_empty() => types.push(t.clone()),
+                    _ => return refuse("invalid event_types: an element is NULL or empty"),
+                }
+            }
+            Some(types)
+        }
+    };
+
+    let mut filter = Vec::new();
+    if let Some(text) = input.filter {
+        for (reference, value) in pairs_of("filter", text)? {
+            let field = FieldRef::parse(&reference).map_err(|e| DefinitionError {
+                message: format!("invalid filter: {}", e.message),
+                hint: e.hint,
+            })?;
+            let values = match value {
+                Value::Array(items) if items.is_empty() => {
+                    return refuse(format!("invalid filter \"{reference}\": the list of values is empty"))
+                }
+                Value::Array(items) => items,
+                single => vec![single],
+            };
+            filter.push(FilterTerm { field, values });
+        }
+    }
+
+    Ok(ViewDefinition { group_by, measures, event_types, bucketed: input.bucketed, filter, on_type_error })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input<'a>(group_by: &'a str, measures: &'a str) -> DefinitionInput<'a> {
+        DefinitionInput {
+            group_by,
+            measures,
+            event_types: None,
+            bucketed: false,
+            filter: None,
+            on_type_error: "quarantine",
+        }
+    }
+
+    #[test]
+    fn parses_the_issue_example() {
+        let mut i = input(
+            r#"{"sku": "$.sku"}"#,
+            r#"{"adds": "count(*)", "qty": "sum($.qty)", "avg_price": "AVG( $.price )", "top": "max($.price)"}"#,
+        );
+        i.bucketed = true;
+        let d = parse_definition(&i).unwrap();
+        assert_eq!(d.group_by[0].name, "sku");
+        let kinds: Vec<_> = d.measures.iter().map(|m| m.kind).collect();
+        assert_eq!(kinds, [AggKind::CountStar, AggKind::Sum, AggKind::Avg, AggKind::Max]);
+    }
+
+    #[test]
+    fn refuses_what_cannot_work() {
+        let cases = [
+            (r#"{"a": "$.a"}"#, r#"{"a": "count(*)"}"#, "duplicate column \"a\""),
+            ("{}", r#"{"x": "median($.a)"}"#, "unknown aggregate \"median\""),
+            ("{}", r#"{"x": "sum"}"#, "not an aggregate call"),
+            ("{}", r#"{"x": "sum()"}"#, "needs a field reference"),
+            ("{}", r#"{"x": "sum(producer)"}"#, "needs a number"),
+            (r#"{"k": "$.["}"#, "{}", "invalid JSONPath"),
+            (r#"{"k": "nope"}"#, "{}", "unknown field reference \"nope\""),
+            (r#"{"k": 1}"#, "{}", "expected a string, found number"),
+            ("[]", "{}", "expected a JSON object, found array"),
+            (r#"{"": "$.a"}"#, "{}", "must not be empty"),
+        ];
+        for (g, m, want) in cases {
+            let err = parse_definition(&input(g, m)).unwrap_err();
+            assert!(err.message.contains(want), "{g} {m}: {}", err.message);
+        }
+    }
+
+    #[test]
+    fn bucket_is_a_reserved_column_only_with_time_bucket() {
+        let mut i = input(r#"{"bucket": "$.b"}"#, "{}");
+        assert!(parse_definition(&i).is_ok());
+        i.bucketed = true;
+        assert!(parse_definition(&i).unwrap_err().message.contains("duplicate column \"bucket\""));
+    }
+
+    #[test]
+    fn event_types_and_policy_are_checked() {
+        let mut i = input("{}", "{}");
+        i.event_types = Some(vec![]);
+        assert!(parse_definition(&i).unwrap_err().message.contains("empty"));
+        i.event_types = Some(vec![None]);
+        assert!(parse_definition(&i).is_err());
+        i.event_types = None;
+        i.on_type_error = "ignore";
+        assert!(parse_definition(&i).unwrap_err().message.contains("on_type_error"));
+    }
+
+    #[test]
+    fn long_names_are_refused_not_truncated() {
+        let g = format!(r#"{{"{}": "$.a"}}"#, "x".repeat(64));
+        assert!(parse_definition(&input(&g, "{}")).unwrap_err().message.contains("longer than 63"));
+    }
+
+    #[test]
+    fn filter_accepts_scalars_and_lists() {
+        let mut i = input("{}", "{}");
+        i.filter = Some(r#"{"$.country": "DE", "event_version": [1, 2]}"#);
+        let d = parse_definition(&i).unwrap();
+        assert_eq!(d.filter.len(), 2);
+        assert_eq!(d.filter[1].values.len(), 2);
+        i.filter = Some(r#"{"$.a": []}"#);
+        assert!(parse_definition(&i).is_err());
+    }
+}

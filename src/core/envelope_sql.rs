@@ -1,0 +1,146 @@
+//! DDL of an event table (the envelope contract) and of its change capture.
+//!
+//! Algorithm (capture): one statement-level AFTER trigger per operation, using transition
+//! tables, so a batch costs one extra INSERT, not one per row:
+//! - INSERT/COPY: one changelog record holding the array of new `event_id`s (`op = 'I'`). The
+//!   rows themselves are read back from the event table at refresh time.
+//! - UPDATE/DELETE: one record per old row (`op = 'U'`/`'D'`) with the old envelope and payload,
+//!   because the refresh must retract exactly what the old row contributed.
+//! - TRUNCATE: a BEFORE trigger logs every row as deleted, so views empty at their next refresh
+//!   through the ordinary retraction path.
+//! Every record carries the writer's top-level `xid` (for snapshot batching at refresh) and a
+//! per-table `seq` (ordering of the changes to one row within a batch).
+
+use super::names;
+
+/// `CREATE TABLE` for the envelope. `table` is an already quoted (qualified) name.
+pub fn create_event_table(table: &str) -> String {
+    format!(
+        "CREATE TABLE {table} (
+    event_id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_key     text UNIQUE,
+    event_type    text NOT NULL CHECK (event_type <> ''),
+    event_version integer NOT NULL DEFAULT 1 CHECK (event_version >= 1),
+    producer      text NOT NULL DEFAULT current_user,
+    occurred_at   timestamptz NOT NULL DEFAULT now(),
+    ingested_at   timestamptz NOT NULL DEFAULT now(),
+    payload       jsonb NOT NULL CHECK (jsonb_typeof(payload) = 'object')
+)"
+    )
+}
+
+/// The changelog table of one source and its index.
+pub fn create_changelog(source_id: i32) -> Vec<String> {
+    let log = names::changelog(source_id);
+    vec![
+        format!(
+            "CREATE TABLE {log} (
+    seq               bigint GENERATED ALWAYS AS IDENTITY,
+    xid               xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+    logged_at         timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    op                \"char\" NOT NULL,
+    event_ids         bigint[],
+    event_id          bigint,
+    old_event_type    text,
+    old_event_version integer,
+    old_producer      text,
+    old_occurred_at   timestamptz,
+    old_payload       jsonb
+)"
+        ),
+        format!("CREATE INDEX ON {log} (xid)"),
+        format!("REVOKE ALL ON {log} FROM PUBLIC"),
+    ]
+}
+
+const OLD_COLUMNS: &str =
+    "event_id, old_event_type, old_event_version, old_producer, old_occurred_at, old_payload";
+const ROW_COLUMNS: &str = "event_id, event_type, event_version, producer, occurred_at, payload";
+
+fn capture_function(source_id: i32, op: &str, body: &str) -> String {
+    let func = names::capture_function(source_id, op);
+    // SECURITY DEFINER: producers need no privilege on the changelog; search_path is pinned.
+    format!(
+        "CREATE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $capture$
+BEGIN
+{body}
+    RETURN NULL;
+END
+$capture$"
+    )
+}
+
+/// Trigger functions and triggers that capture every change of `table` into its changelog.
+pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
+    let log = names::changelog(source_id);
+    let insert_body = format!(
+        "    INSERT INTO {log} (op, event_ids)
+    SELECT 'I', array_agg(event_id) FROM new_rows HAVING count(*) > 0;"
+    );
+    // An UPDATE may set event_id to DEFAULT, which gives the row a new identity: the old id is
+    // retracted (its 'U' record finds no row any more) and the new id is logged as inserted.
+    let update_body = format!(
+        "    INSERT INTO {log} (op, {OLD_COLUMNS})
+    SELECT 'U', {ROW_COLUMNS} FROM old_rows;
+    INSERT INTO {log} (op, event_ids)
+    SELECT 'I', array_agg(event_id)
+      FROM (SELECT event_id FROM new_rows EXCEPT SELECT event_id FROM old_rows) moved
+    HAVING count(*) > 0;"
+    );
+    let delete_body = format!(
+        "    INSERT INTO {log} (op, {OLD_COLUMNS})
+    SELECT 'D', {ROW_COLUMNS} FROM old_rows;"
+    );
+    // TG_RELID rather than the name at creation time, so a renamed table keeps working.
+    let truncate_body = format!(
+        "    EXECUTE format('INSERT INTO {log} (op, {OLD_COLUMNS}) SELECT ''D'', {ROW_COLUMNS} FROM %s',
+                   TG_RELID::regclass);"
+    );
+    let trigger = |name: &str, when: &str, op: &str| {
+        format!(
+            "CREATE TRIGGER {name} {when} ON {table} {} FOR EACH STATEMENT EXECUTE FUNCTION {}()",
+            match op {
+                "insert" => "REFERENCING NEW TABLE AS new_rows",
+                "update" => "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows",
+                "delete" => "REFERENCING OLD TABLE AS old_rows",
+                _ => "",
+            },
+            names::capture_function(source_id, op)
+        )
+    };
+    vec![
+        capture_function(source_id, "insert", &insert_body),
+        capture_function(source_id, "update", &update_body),
+        capture_function(source_id, "delete", &delete_body),
+        capture_function(source_id, "truncate", &truncate_body),
+        trigger("eventview_capture_insert", "AFTER INSERT", "insert"),
+        trigger("eventview_capture_update", "AFTER UPDATE", "update"),
+        trigger("eventview_capture_delete", "AFTER DELETE", "delete"),
+        trigger("eventview_capture_truncate", "BEFORE TRUNCATE", "truncate"),
+    ]
+}
+
+/// Drops the capture functions (with their triggers) and the changelog.
+pub fn drop_capture(source_id: i32) -> Vec<String> {
+    let mut out: Vec<String> = ["insert", "update", "delete", "truncate"]
+        .iter()
+        .map(|op| format!("DROP FUNCTION IF EXISTS {}() CASCADE", names::capture_function(source_id, op)))
+        .collect();
+    out.push(format!("DROP TABLE IF EXISTS {}", names::changelog(source_id)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_uses_transition_tables_and_the_source_changelog() {
+        let ddl = create_capture(7, "\"shop\".\"events\"").join("\n");
+        assert!(ddl.contains("INSERT INTO eventview._changes_7 (op, event_ids)"));
+        assert!(ddl.contains("AFTER INSERT ON \"shop\".\"events\" REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT"));
+        assert!(ddl.contains("BEFORE TRUNCATE ON \"shop\".\"events\"  FOR EACH STATEMENT"));
+        assert!(ddl.contains("SECURITY DEFINER"));
+    }
+}

@@ -1,0 +1,126 @@
+//! JSONPath references: RFC 9535 syntax parsed by jsonpath-rust, compiled to SQL.
+//!
+//! A path made only of member names and array indexes (`$.a.b`, `$.tags[0]`, `$['odd key'][-1]`)
+//! compiles to a chain of native `->` operators. `->` has exactly the RFC semantics for such
+//! segments: a name on a non-object and an index on a non-array select nothing (SQL NULL), and a
+//! negative index counts from the end. Anything richer (wildcards, slices, filters, descendants,
+//! unions) is evaluated by `eventview.jsonpath_first`, which yields the first match in document
+//! order as `jsonb_path_query_first` would.
+
+use super::quote;
+use jsonpath_rust::parser::model::{JpQuery, Segment, Selector};
+use jsonpath_rust::parser::parse_json_path;
+
+/// One step of a simple path.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Member(String),
+    Index(i64),
+}
+
+/// A validated JSONPath and how it will be evaluated.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PathPlan {
+    /// Native `->` chain.
+    Simple(Vec<Step>),
+    /// Evaluated by `eventview.jsonpath_first(payload, path)`.
+    Rich(String),
+}
+
+/// Why a path was refused.
+#[derive(Debug, PartialEq)]
+pub struct PathError(pub String);
+
+/// Upper bound on the path text we accept: a reference is a column expression, not a program.
+pub const MAX_PATH_LEN: usize = 4096;
+
+/// Parses `text` once; used for validation and for the per-backend evaluation cache.
+pub fn parse(text: &str) -> Result<JpQuery, PathError> {
+    if text.len() > MAX_PATH_LEN {
+        return Err(PathError(format!("path is longer than {MAX_PATH_LEN} bytes")));
+    }
+    if !text.starts_with('$') {
+        return Err(PathError("a JSONPath must start with $".into()));
+    }
+    parse_json_path(text).map_err(|e| PathError(first_line(&e.to_string())))
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// Validates `text` and decides how it is evaluated.
+pub fn plan(text: &str) -> Result<PathPlan, PathError> {
+    let query = parse(text)?;
+    let mut steps = Vec::with_capacity(query.segments.len());
+    for segment in &query.segments {
+        match segment {
+            Segment::Selector(Selector::Name(name)) => steps.push(Step::Member(name.clone())),
+            Segment::Selector(Selector::Index(i)) => steps.push(Step::Index(*i)),
+            _ => return Ok(PathPlan::Rich(text.to_string())),
+        }
+    }
+    Ok(PathPlan::Simple(steps))
+}
+
+impl PathPlan {
+    /// SQL for the selected jsonb value of `doc` (a trusted column expression), NULL when nothing
+    /// is selected.
+    pub fn to_sql(&self, doc: &str) -> String {
+        match self {
+            PathPlan::Simple(steps) => {
+                let mut sql = doc.to_string();
+                for step in steps {
+                    match step {
+                        Step::Member(name) => {
+                            sql.push_str(" -> ");
+                            sql.push_str(&quote::literal(name));
+                        }
+                        Step::Index(i) => sql.push_str(&format!(" -> ({i})::int")),
+                    }
+                }
+                format!("({sql})")
+            }
+            PathPlan::Rich(text) => {
+                format!("eventview.jsonpath_first({doc}, {})", quote::literal(text))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_and_index_paths_compile_to_arrows() {
+        assert_eq!(plan("$.item.sku").unwrap().to_sql("payload"), "(payload -> 'item' -> 'sku')");
+        assert_eq!(plan("$.tags[0]").unwrap().to_sql("p"), "(p -> 'tags' -> (0)::int)");
+        assert_eq!(plan("$['it''s']").unwrap(), PathPlan::Simple(vec![Step::Member("it's".into())]));
+        assert_eq!(plan("$.a[-1]").unwrap(), PathPlan::Simple(vec![Step::Member("a".into()), Step::Index(-1)]));
+    }
+
+    #[test]
+    fn root_alone_is_the_whole_document() {
+        assert_eq!(plan("$").unwrap().to_sql("payload"), "(payload)");
+    }
+
+    #[test]
+    fn rich_paths_go_through_the_evaluator() {
+        for p in ["$.items[*].sku", "$..sku", "$.a[?@.b == 1]", "$.a[1:3]", "$['a','b']"] {
+            assert!(matches!(plan(p).unwrap(), PathPlan::Rich(_)), "{p}");
+        }
+        assert_eq!(
+            plan("$..x").unwrap().to_sql("payload"),
+            "eventview.jsonpath_first(payload, '$..x')"
+        );
+    }
+
+    #[test]
+    fn bad_paths_are_refused() {
+        assert!(plan("sku").is_err());
+        assert!(plan("$.").is_err());
+        assert!(plan("$[").is_err());
+        assert!(plan(&format!("${}", ".a".repeat(3000))).is_err());
+    }
+}

@@ -1,0 +1,23 @@
+//! Names of the hidden objects behind sources and views.
+//!
+//! Derived from our own integer keys (never from user text or OIDs), so they are injection-free,
+//! fit NAMEDATALEN, never collide, and survive dump/restore where OIDs change.
+
+pub const SCHEMA: &str = "eventview";
+
+pub fn changelog(source_id: i32) -> String {
+    format!("{SCHEMA}._changes_{source_id}")
+}
+
+pub fn capture_function(source_id: i32, op: &str) -> String {
+    format!("{SCHEMA}._capture_{source_id}_{op}")
+}
+
+pub fn view_data(view_id: i32) -> String {
+    format!("{SCHEMA}._v{view_id}_data")
+}
+
+/// The value multiset behind min/max measure number `measure` (1-based).
+pub fn view_values(view_id: i32, measure: usize) -> String {
+    format!("{SCHEMA}._v{view_id}_m{measure}")
+}

@@ -1,0 +1,611 @@
+//! SQL generation for one incremental view: its storage, the relation users read, and the
+//! statements of a refresh. Pure text generation, deterministic, so it can be snapshot-tested.
+//!
+//! Storage (`eventview._v<id>_data`), one row per group:
+//!   `__k` (constant true, so a view without keys still has a key), `bucket`, and per group
+//!   column `g<i>` with `g<i>_null`: NULL keys are stored as a placeholder plus a flag, so keys
+//!   are NOT NULL, the unique index is plain and ON CONFLICT and joins on keys are hashable;
+//!   `__count` (events counted), then per measure `m<i>_n` (non-NULL inputs), `m<i>_sum`,
+//!   `m<i>_val` (min/max); `__dirty` marks groups that took a retraction in this refresh.
+//! Value multisets (`eventview._v<id>_m<i>`, one per min/max measure): (keys, v, n), how many
+//!   counted events of the group have value v. A retracted extreme is replaced by an index
+//!   lookup in the group's multiset, never by a scan of the event table.
+//!
+//! Algorithm (apply, one statement so that every part reads the same snapshot):
+//!   snap     the statement's snapshot (plus our own transaction, see `_visible_snapshot`);
+//!   chg      changelog records visible in `snap` but not in the view's applied snapshot;
+//!   ids      one row per changed event row, with the record order `seq`;
+//!   rows     for each changed event id: its state when last applied (the old row of its
+//!            earliest record in the batch, unless that record is an insert) with sign -1,
+//!            and its state now (the row in the event table, if any) with sign +1;
+//!   f, c     field values, filters, type checks (`bad` holds the reason of a type error);
+//!   d        the signed delta per group; `up` adds it into storage; `a<i>` into multisets;
+//!   q, st    quarantine and the new applied snapshot and counters.
+//! Then, only when a group took a retraction, the fix-up statements delete emptied groups and
+//! multiset entries and recompute min/max of those groups from their multisets.
+
+use super::definition::{AggKind, FieldRef, TypePolicy, ViewDefinition};
+use super::{names, quote};
+
+/// Where the rows of an apply come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Changes since the view's applied snapshot (refresh).
+    Delta,
+    /// Every event of the source (create, full rebuild).
+    Full,
+    /// Changes outside the bucket window `[$2, $3)`, and every event inside it (windowed rebuild).
+    Window,
+}
+
+/// Everything generation needs about one view.
+pub struct ViewSql<'a> {
+    pub def: &'a ViewDefinition,
+    pub view_id: i32,
+    pub source_id: i32,
+    /// Quoted, schema-qualified name of the event table.
+    pub source_table: String,
+}
+
+const BUCKET_EXPR: &str = "pg_catalog.date_bin($1::interval, occurred_at, '2000-01-01 00:00:00+00'::timestamptz)";
+
+struct Keys {
+    /// Storage key columns, in order, without `__k`.
+    columns: Vec<String>,
+}
+
+impl<'a> ViewSql<'a> {
+    fn data(&self) -> String {
+        names::view_data(self.view_id)
+    }
+
+    fn keys(&self) -> Keys {
+        let mut columns = Vec::new();
+        if self.def.bucketed {
+            columns.push("bucket".to_string());
+        }
+        for i in 1..=self.def.group_by.len() {
+            columns.push(format!("g{i}"));
+            columns.push(format!("g{i}_null"));
+        }
+        Keys { columns }
+    }
+
+    fn key_list(&self) -> String {
+        let mut all = vec!["__k".to_string()];
+        all.extend(self.keys().columns);
+        all.join(", ")
+    }
+
+    fn minmax_measures(&self) -> impl Iterator<Item = (usize, &crate::core::definition::Measure)> {
+        self.def
+            .measures
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (i + 1, m))
+            .filter(|(_, m)| matches!(m.kind, AggKind::Min | AggKind::Max))
+    }
+
+    /// DDL of the storage table and value multisets.
+    pub fn create_storage(&self) -> Vec<String> {
+        let data = self.data();
+        let mut cols = vec!["__k boolean NOT NULL DEFAULT true".to_string()];
+        if self.def.bucketed {
+            cols.push("bucket timestamptz NOT NULL".into());
+        }
+        for (i, g) in self.def.group_by.iter().enumerate() {
+            cols.push(format!("g{} {} NOT NULL", i + 1, g.sql_type().name()));
+            cols.push(format!("g{}_null boolean NOT NULL", i + 1));
+        }
+        cols.push("__count bigint NOT NULL".into());
+        for (i, m) in self.def.measures.iter().enumerate() {
+            let n = i + 1;
+            match m.kind {
+                AggKind::CountStar => {}
+                AggKind::Count => cols.push(format!("m{n}_n bigint NOT NULL")),
+                AggKind::Sum | AggKind::Avg => {
+                    cols.push(format!("m{n}_n bigint NOT NULL"));
+                    cols.push(format!("m{n}_sum numeric NOT NULL"));
+                }
+                AggKind::Min | AggKind::Max => cols.push(format!("m{n}_val {}", m.value_type().name())),
+            }
+        }
+        cols.push("__dirty boolean NOT NULL DEFAULT false".into());
+        let vid = self.view_id;
+        let mut out = vec![
+            format!("CREATE TABLE {data} (\n    {}\n)", cols.join(",\n    ")),
+            format!("CREATE UNIQUE INDEX _v{vid}_data_key ON {data} ({})", self.key_list()),
+            format!("CREATE INDEX _v{vid}_data_dirty ON {data} (__k) WHERE __dirty"),
+        ];
+        for (n, m) in self.minmax_measures() {
+            let values = names::view_values(self.view_id, n);
+            let mut vcols = vec!["__k boolean NOT NULL".to_string()];
+            if self.def.bucketed {
+                vcols.push("bucket timestamptz NOT NULL".into());
+            }
+            for (i, g) in self.def.group_by.iter().enumerate() {
+                vcols.push(format!("g{} {} NOT NULL", i + 1, g.sql_type().name()));
+                vcols.push(format!("g{}_null boolean NOT NULL", i + 1));
+            }
+            vcols.push(format!("v {} NOT NULL", m.value_type().name()));
+            vcols.push("n bigint NOT NULL".into());
+            out.push(format!("CREATE TABLE {values} (\n    {}\n)", vcols.join(",\n    ")));
+            out.push(format!(
+                "CREATE UNIQUE INDEX _v{vid}_m{n}_key ON {values} ({}, v)",
+                self.key_list()
+            ));
+            out.push(format!("CREATE INDEX _v{vid}_m{n}_empty ON {values} (__k) WHERE n = 0"));
+        }
+        out
+    }
+
+    /// Drops storage and multisets (the user relation is dropped separately).
+    pub fn drop_storage(&self) -> Vec<String> {
+        let mut out = vec![format!("DROP TABLE IF EXISTS {}", self.data())];
+        for (n, _) in self.minmax_measures() {
+            out.push(format!("DROP TABLE IF EXISTS {}", names::view_values(self.view_id, n)));
+        }
+        out
+    }
+
+    /// The relation users SELECT from. `user_view` is the quoted qualified name.
+    pub fn create_user_view(&self, user_view: &str) -> String {
+        let mut cols = Vec::new();
+        if self.def.bucketed {
+            cols.push("bucket".to_string());
+        }
+        for (i, g) in self.def.group_by.iter().enumerate() {
+            let n = i + 1;
+            cols.push(format!("CASE WHEN g{n}_null THEN NULL ELSE g{n} END AS {}", quote::ident(&g.name)));
+        }
+        for (i, m) in self.def.measures.iter().enumerate() {
+            let n = i + 1;
+            let expr = match m.kind {
+                AggKind::CountStar => "__count".to_string(),
+                AggKind::Count => format!("m{n}_n"),
+                AggKind::Sum => format!("CASE WHEN m{n}_n > 0 THEN m{n}_sum END"),
+                AggKind::Avg => format!("CASE WHEN m{n}_n > 0 THEN m{n}_sum / m{n}_n END"),
+                AggKind::Min | AggKind::Max => format!("m{n}_val"),
+            };
+            cols.push(format!("{expr} AS {}", quote::ident(&m.name)));
+        }
+        if cols.is_empty() {
+            // A view with neither keys nor measures still shows whether any event counts.
+            cols.push("__count AS events".into());
+        }
+        format!("CREATE VIEW {user_view} AS\nSELECT {}\nFROM {}", cols.join(",\n       "), self.data())
+    }
+
+    /// Distinct JSONPath references read by the view, in first-use order; `j<i>` is the i-th.
+    fn paths(&self) -> Vec<&FieldRef> {
+        let mut out: Vec<&FieldRef> = Vec::new();
+        let refs = self
+            .def
+            .group_by
+            .iter()
+            .map(|g| &g.field)
+            .chain(self.def.measures.iter().filter_map(|m| m.field.as_ref()))
+            .chain(self.def.filter.iter().map(|f| &f.field));
+        for r in refs {
+            if matches!(r, FieldRef::Path { .. }) && !out.iter().any(|o| o.display() == r.display()) {
+                out.push(r);
+            }
+        }
+        out
+    }
+
+    fn path_column(&self, paths: &[&FieldRef], field: &FieldRef) -> String {
+        let i = paths.iter().position(|p| p.display() == field.display()).expect("path collected");
+        format!("j{}", i + 1)
+    }
+
+    fn rows_delta(&self) -> String {
+        let log = names::changelog(self.source_id);
+        let src = &self.source_table;
+        let vid = self.view_id;
+        format!(
+            "snap AS MATERIALIZED (SELECT eventview._visible_snapshot() AS s),
+applied AS MATERIALIZED (SELECT applied_snapshot AS s FROM eventview._views WHERE view_id = {vid}),
+chg AS MATERIALIZED (
+    SELECT c.seq, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
+           c.old_producer, c.old_occurred_at, c.old_payload
+    FROM {log} c
+    WHERE c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
+      AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap))
+      AND pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
+      AND NOT pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM applied))
+),
+ids AS MATERIALIZED (
+    SELECT seq, op, unnest(event_ids) AS event_id FROM chg WHERE op = 'I'
+    UNION ALL
+    SELECT seq, op, event_id FROM chg WHERE op <> 'I'
+),
+firsts AS (SELECT DISTINCT ON (event_id) event_id, seq, op FROM ids ORDER BY event_id, seq),
+delta_rows AS (
+    SELECT -1 AS sign, true AS from_delta, c.event_id, c.old_event_type AS event_type,
+           c.old_event_version AS event_version, c.old_producer AS producer,
+           c.old_occurred_at AS occurred_at, c.old_payload AS payload
+    FROM firsts f JOIN chg c ON c.seq = f.seq AND c.op <> 'I'
+    WHERE f.op <> 'I'
+    UNION ALL
+    SELECT 1, true, e.event_id, e.event_type, e.event_version, e.producer, e.occurred_at, e.payload
+    FROM (SELECT DISTINCT event_id FROM ids) k JOIN {src} e ON e.event_id = k.event_id
+)"
+        )
+    }
+
+    fn rows_full(&self, window: bool) -> String {
+        let src = &self.source_table;
+        let bounds = if window {
+            // The range on occurred_at is implied by the bucket range and lets an index help.
+            format!(
+                "\n    WHERE e.occurred_at >= $2 AND e.occurred_at < $3 + $1::interval\n      AND {b} >= $2 AND {b} < $3",
+                b = BUCKET_EXPR.replace("occurred_at", "e.occurred_at")
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "full_rows AS (
+    SELECT 1 AS sign, false AS from_delta, e.event_id, e.event_type, e.event_version,
+           e.producer, e.occurred_at, e.payload
+    FROM {src} e{bounds}
+)"
+        )
+    }
+
+    /// The one statement of an apply. Parameters: $1 bucket width (interval, NULL when not
+    /// bucketed), $2 and $3 the window of `Mode::Window` (timestamptz). Returns one row:
+    /// (changes consumed, groups written, groups with a retraction, first type error).
+    pub fn apply(&self, mode: Mode) -> String {
+        let def = self.def;
+        let vid = self.view_id;
+        let paths = self.paths();
+        let mut ctes: Vec<String> = Vec::new();
+        let rows = match mode {
+            Mode::Delta => {
+                ctes.push(self.rows_delta());
+                "delta_rows".to_string()
+            }
+            Mode::Full => {
+                ctes.push(
+                    "snap AS MATERIALIZED (SELECT eventview._visible_snapshot() AS s)".to_string(),
+                );
+                ctes.push(self.rows_full(false));
+                "full_rows".to_string()
+            }
+            Mode::Window => {
+                ctes.push(self.rows_delta());
+                ctes.push(self.rows_full(true));
+                "(SELECT * FROM delta_rows UNION ALL SELECT * FROM full_rows)".to_string()
+            }
+        };
+
+        // f: each JSONPath evaluated once per row (OFFSET 0 keeps the planner from inlining
+        // the expressions into every use).
+        let mut f_cols = vec!["r.sign, r.from_delta, r.event_id, r.event_type, r.event_version, r.producer, r.occurred_at".to_string()];
+        for (i, p) in paths.iter().enumerate() {
+            if let FieldRef::Path { plan, .. } = p {
+                f_cols.push(format!("{} AS j{}", plan.to_sql("r.payload"), i + 1));
+            }
+        }
+        let mut f_where = Vec::new();
+        if let Some(types) = &def.event_types {
+            let list: Vec<String> = types.iter().map(|t| quote::literal(t)).collect();
+            f_where.push(format!("r.event_type = ANY (ARRAY[{}]::text[])", list.join(", ")));
+        }
+        if mode == Mode::Window {
+            let b = BUCKET_EXPR.replace("occurred_at", "r.occurred_at");
+            f_where.push(format!("NOT (r.from_delta AND {b} >= $2 AND {b} < $3)"));
+        }
+        let f_where = if f_where.is_empty() { String::new() } else { format!("\n    WHERE {}", f_where.join("\n      AND ")) };
+        ctes.push(format!(
+            "f AS (\n    SELECT {}\n    FROM {rows} r{f_where}\n    OFFSET 0\n)",
+            f_cols.join(",\n           ")
+        ));
+
+        // c: keys, measure inputs and the type check of each event the filter keeps.
+        let mut c_cols = vec!["sign".to_string(), "event_id".to_string()];
+        let mut checks: Vec<(String, String)> = Vec::new();
+        if def.bucketed {
+            c_cols.push(format!("{BUCKET_EXPR} AS bucket"));
+        }
+        for (i, g) in def.group_by.iter().enumerate() {
+            let expr = match &g.field {
+                FieldRef::Envelope(e) => e.column().to_string(),
+                FieldRef::Path { text, .. } => {
+                    let j = self.path_column(&paths, &g.field);
+                    checks.push((
+                        format!("jsonb_typeof({j}) IN ('object', 'array')"),
+                        format!(
+                            "{} || jsonb_typeof({j}) || ', not a scalar'",
+                            quote::literal(&format!("group column \"{}\": {} is a JSON ", g.name, text))
+                        ),
+                    ));
+                    format!("CASE WHEN jsonb_typeof({j}) IN ('string', 'number', 'boolean') THEN {j} #>> '{{}}' END")
+                }
+            };
+            c_cols.push(format!("{expr} AS g{}", i + 1));
+        }
+        for (i, m) in def.measures.iter().enumerate() {
+            let n = i + 1;
+            let expr = match (&m.kind, &m.field) {
+                (AggKind::CountStar, _) | (_, None) => continue,
+                (AggKind::Count, Some(FieldRef::Envelope(_))) => "true".to_string(),
+                (AggKind::Count, Some(field)) => {
+                    let j = self.path_column(&paths, field);
+                    format!("coalesce(jsonb_typeof({j}) <> 'null', false)")
+                }
+                (_, Some(FieldRef::Envelope(e))) => {
+                    format!("{}::{}", e.column(), m.value_type().name())
+                }
+                (_, Some(field @ FieldRef::Path { text, .. })) => {
+                    let j = self.path_column(&paths, field);
+                    checks.push((
+                        format!("jsonb_typeof({j}) NOT IN ('number', 'null')"),
+                        format!(
+                            "{} || jsonb_typeof({j})",
+                            quote::literal(&format!(
+                                "measure \"{}\": {}({}) needs a JSON number, found ",
+                                m.name,
+                                m.kind.name(),
+                                text
+                            ))
+                        ),
+                    ));
+                    format!("CASE WHEN jsonb_typeof({j}) = 'number' THEN {j}::numeric END")
+                }
+            };
+            c_cols.push(format!("{expr} AS m{n}"));
+        }
+        let bad = if checks.is_empty() {
+            "NULL::text".to_string()
+        } else {
+            let whens: Vec<String> = checks.iter().map(|(cond, reason)| format!("WHEN {cond} THEN {reason}")).collect();
+            format!("CASE {} END", whens.join(" "))
+        };
+        c_cols.push(format!("{bad} AS bad"));
+        let mut c_where = Vec::new();
+        for term in &def.filter {
+            let lhs = match &term.field {
+                FieldRef::Envelope(e) => format!("to_jsonb({})", e.column()),
+                field => self.path_column(&paths, field),
+            };
+            let values: Vec<String> =
+                term.values.iter().map(|v| quote::typed_literal(&v.to_string(), "jsonb")).collect();
+            c_where.push(format!("{lhs} IN ({})", values.join(", ")));
+        }
+        let c_where = if c_where.is_empty() { String::new() } else { format!("\n    WHERE {}", c_where.join("\n      AND ")) };
+        ctes.push(format!("c AS (\n    SELECT {}\n    FROM f{c_where}\n)", c_cols.join(",\n           ")));
+        ctes.push("bad_rows AS (SELECT event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0)".into());
+        ctes.push("good AS (SELECT * FROM c WHERE bad IS NULL)".into());
+
+        // d: the signed delta per group.
+        let mut key_exprs = vec!["true AS __k".to_string()];
+        if def.bucketed {
+            key_exprs.push("bucket".into());
+        }
+        for (i, g) in def.group_by.iter().enumerate() {
+            let n = i + 1;
+            key_exprs.push(format!("coalesce(g{n}, {}) AS g{n}", g.sql_type().placeholder()));
+            key_exprs.push(format!("(g{n} IS NULL) AS g{n}_null"));
+        }
+        let group_positions: Vec<String> = (1..=key_exprs.len()).map(|p| p.to_string()).collect();
+        let mut d_cols = key_exprs.clone();
+        d_cols.push("sum(sign)::bigint AS __count".into());
+        let mut insert_cols: Vec<String> = vec!["__k".into()];
+        insert_cols.extend(self.keys().columns);
+        let key_insert_cols = insert_cols.clone();
+        insert_cols.push("__count".into());
+        let mut sets = vec!["__count = t.__count + EXCLUDED.__count".to_string()];
+        for (i, m) in def.measures.iter().enumerate() {
+            let n = i + 1;
+            match m.kind {
+                AggKind::CountStar => {}
+                AggKind::Count => {
+                    d_cols.push(format!("sum(CASE WHEN m{n} THEN sign ELSE 0 END)::bigint AS m{n}_n"));
+                    insert_cols.push(format!("m{n}_n"));
+                    sets.push(format!("m{n}_n = t.m{n}_n + EXCLUDED.m{n}_n"));
+                }
+                AggKind::Sum | AggKind::Avg => {
+                    d_cols.push(format!("sum(CASE WHEN m{n} IS NOT NULL THEN sign ELSE 0 END)::bigint AS m{n}_n"));
+                    d_cols.push(format!("coalesce(sum(sign * m{n}), 0) AS m{n}_sum"));
+                    insert_cols.push(format!("m{n}_n"));
+                    insert_cols.push(format!("m{n}_sum"));
+                    sets.push(format!("m{n}_n = t.m{n}_n + EXCLUDED.m{n}_n"));
+                    sets.push(format!("m{n}_sum = t.m{n}_sum + EXCLUDED.m{n}_sum"));
+                }
+                AggKind::Min | AggKind::Max => {
+                    let (agg, pick) = if m.kind == AggKind::Min { ("min", "LEAST") } else { ("max", "GREATEST") };
+                    d_cols.push(format!("{agg}(m{n}) FILTER (WHERE sign > 0) AS m{n}_val"));
+                    insert_cols.push(format!("m{n}_val"));
+                    // Only additions: the extreme can only move outwards. A retraction defers
+                    // to the fix-up, which reads the group's multiset.
+                    sets.push(format!(
+                        "m{n}_val = CASE WHEN EXCLUDED.__dirty THEN t.m{n}_val ELSE {pick}(t.m{n}_val, EXCLUDED.m{n}_val) END"
+                    ));
+                }
+            }
+        }
+        d_cols.push("bool_or(sign < 0) AS __dirty".into());
+        insert_cols.push("__dirty".into());
+        sets.push("__dirty = EXCLUDED.__dirty".into());
+        ctes.push(format!(
+            "d AS (\n    SELECT {}\n    FROM good\n    GROUP BY {}\n)",
+            d_cols.join(",\n           "),
+            group_positions.join(", ")
+        ));
+        let data = self.data();
+        let key_list = key_insert_cols.join(", ");
+        ctes.push(format!(
+            "up AS (\n    INSERT INTO {data} AS t ({cols})\n    SELECT {cols} FROM d\n    ON CONFLICT ({key_list}) DO UPDATE SET\n        {sets}\n    RETURNING t.__dirty\n)",
+            cols = insert_cols.join(", "),
+            sets = sets.join(",\n        ")
+        ));
+        for (n, _) in self.minmax_measures() {
+            let values = names::view_values(self.view_id, n);
+            let mut sel = key_exprs.clone();
+            sel.push(format!("m{n} AS v"));
+            sel.push("sum(sign)::bigint AS n".into());
+            let positions: Vec<String> = (1..=key_exprs.len() + 1).map(|p| p.to_string()).collect();
+            ctes.push(format!(
+                "a{n} AS (\n    INSERT INTO {values} AS t ({key_list}, v, n)\n    SELECT {}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {}\n    ON CONFLICT ({key_list}, v) DO UPDATE SET n = t.n + EXCLUDED.n\n    RETURNING 1\n)",
+                sel.join(", "),
+                positions.join(", ")
+            ));
+        }
+        let mut counters = String::new();
+        match def.on_type_error {
+            TypePolicy::Quarantine => {
+                ctes.push(format!(
+                    "q AS (
+    INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
+    SELECT (SELECT relid FROM eventview._sources WHERE source_id = {sid}),
+           (SELECT relid::text FROM eventview._views WHERE view_id = {vid}),
+           b.event_id, b.bad,
+           jsonb_build_object('event_id', e.event_id, 'event_key', e.event_key,
+                              'event_type', e.event_type, 'event_version', e.event_version,
+                              'producer', e.producer, 'occurred_at', e.occurred_at,
+                              'payload', e.payload)
+    FROM bad_rows b LEFT JOIN {src} e ON e.event_id = b.event_id
+    RETURNING 1
+)",
+                    sid = self.source_id,
+                    src = self.source_table
+                ));
+                counters.push_str(",\n        quarantined = quarantined + (SELECT count(*) FROM bad_rows)");
+            }
+            TypePolicy::Skip => {
+                counters.push_str(",\n        skipped = skipped + (SELECT count(*) FROM bad_rows)");
+            }
+            TypePolicy::Fail => {}
+        }
+        ctes.push(format!(
+            "st AS (\n    UPDATE eventview._views SET applied_snapshot = (SELECT s FROM snap){counters}\n    WHERE view_id = {vid}\n    RETURNING 1\n)"
+        ));
+        let consumed = if mode == Mode::Full { "0::bigint".to_string() } else { "(SELECT count(*) FROM ids)".to_string() };
+        format!(
+            "WITH {}\nSELECT {consumed} AS consumed,\n       (SELECT count(*) FROM up) AS groups_written,\n       (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,\n       (SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1) AS first_error",
+            ctes.join(",\n")
+        )
+    }
+
+    /// Statements run after an apply that left groups with retractions (`__dirty`).
+    pub fn fixup(&self) -> Vec<String> {
+        let data = self.data();
+        let mut out = Vec::new();
+        for (n, _) in self.minmax_measures() {
+            out.push(format!("DELETE FROM {} WHERE n = 0", names::view_values(self.view_id, n)));
+        }
+        out.push(format!("DELETE FROM {data} WHERE __dirty AND __count = 0"));
+        let mut sets = Vec::new();
+        for (n, m) in self.minmax_measures() {
+            let values = names::view_values(self.view_id, n);
+            let key_match: Vec<String> = std::iter::once("__k".to_string())
+                .chain(self.keys().columns)
+                .map(|k| format!("a.{k} = t.{k}"))
+                .collect();
+            let dir = if m.kind == AggKind::Min { "ASC" } else { "DESC" };
+            sets.push(format!(
+                "m{n}_val = (SELECT a.v FROM {values} a WHERE {} ORDER BY a.v {dir} LIMIT 1)",
+                key_match.join(" AND ")
+            ));
+        }
+        sets.push("__dirty = false".into());
+        out.push(format!("UPDATE {data} AS t SET {} WHERE t.__dirty", sets.join(", ")));
+        out
+    }
+
+    /// Deletes the buckets `[$2, $3)` from storage and multisets (windowed rebuild).
+    pub fn clear_window(&self) -> Vec<String> {
+        let mut out = vec![format!("DELETE FROM {} WHERE bucket >= $2 AND bucket < $3", self.data())];
+        for (n, _) in self.minmax_measures() {
+            out.push(format!(
+                "DELETE FROM {} WHERE bucket >= $2 AND bucket < $3",
+                names::view_values(self.view_id, n)
+            ));
+        }
+        out
+    }
+
+    /// Empties storage and multisets (full rebuild).
+    pub fn clear_all(&self) -> Vec<String> {
+        let mut out = vec![format!("DELETE FROM {}", self.data())];
+        for (n, _) in self.minmax_measures() {
+            out.push(format!("DELETE FROM {}", names::view_values(self.view_id, n)));
+        }
+        out
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::definition::{parse_definition, DefinitionInput};
+
+    fn def(group_by: &str, measures: &str, filter: Option<&str>, bucketed: bool) -> ViewDefinition {
+        parse_definition(&DefinitionInput {
+            group_by,
+            measures,
+            event_types: Some(vec![Some("add'to".into())]),
+            bucketed,
+            filter,
+            on_type_error: "quarantine",
+        })
+        .unwrap()
+    }
+
+    fn sql(d: &ViewDefinition) -> ViewSql<'_> {
+        ViewSql { def: d, view_id: 3, source_id: 2, source_table: "\"shop\".\"events\"".into() }
+    }
+
+    #[test]
+    fn storage_has_flagged_keys_and_multisets_for_extremes() {
+        let d = def(r#"{"sku": "$.sku"}"#, r#"{"n": "count(*)", "top": "max($.p)"}"#, None, true);
+        let ddl = sql(&d).create_storage().join(";\n");
+        assert!(ddl.contains("g1 text NOT NULL"));
+        assert!(ddl.contains("g1_null boolean NOT NULL"));
+        assert!(ddl.contains("CREATE UNIQUE INDEX _v3_data_key ON eventview._v3_data (__k, bucket, g1, g1_null)"));
+        assert!(ddl.contains("CREATE TABLE eventview._v3_m2"));
+        assert!(ddl.contains("v numeric NOT NULL"));
+    }
+
+    #[test]
+    fn user_view_quotes_names_and_derives_avg() {
+        let d = def(r#"{"Sku \"x\"": "$.sku"}"#, r#"{"a": "avg($.p)", "s": "sum(event_version)"}"#, None, false);
+        let v = sql(&d).create_user_view("\"public\".\"v\"");
+        assert!(v.contains("AS \"Sku \"\"x\"\"\""));
+        assert!(v.contains("CASE WHEN m1_n > 0 THEN m1_sum / m1_n END AS \"a\""));
+    }
+
+    #[test]
+    fn apply_reads_one_snapshot_and_quotes_user_values() {
+        let d = def(r#"{"sku": "$.sku"}"#, r#"{"q": "sum($.qty)"}"#, Some(r#"{"$.c": ["D'E", 1]}"#), true);
+        let a = sql(&d).apply(Mode::Delta);
+        assert!(a.contains("pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))"));
+        assert!(a.contains("ARRAY['add''to']::text[]"));
+        assert!(a.contains("IN ('\"D''E\"'::jsonb, '1'::jsonb)"));
+        assert!(a.contains("measure \"\"q\"\": sum($.qty) needs a JSON number, found ") || a.contains("measure \"q\": sum($.qty) needs a JSON number, found "));
+        assert!(a.contains("INSERT INTO eventview.quarantine"));
+        // Deterministic: generating twice gives the same text.
+        assert_eq!(a, sql(&d).apply(Mode::Delta));
+    }
+
+    #[test]
+    fn each_path_is_evaluated_once() {
+        let d = def(r#"{"a": "$.x", "b": "$.x"}"#, r#"{"s": "sum($.x)"}"#, None, false);
+        let a = sql(&d).apply(Mode::Full);
+        assert_eq!(a.matches("(r.payload -> 'x') AS j1").count(), 1);
+        assert!(!a.contains(" AS j2"));
+    }
+
+    #[test]
+    fn fixup_recomputes_extremes_from_the_multiset() {
+        let d = def(r#"{"sku": "$.sku"}"#, r#"{"lo": "min($.p)"}"#, None, false);
+        let f = sql(&d).fixup().join(";\n");
+        assert!(f.contains("DELETE FROM eventview._v3_m1 WHERE n = 0"));
+        assert!(f.contains("ORDER BY a.v ASC LIMIT 1"));
+        assert!(f.contains("a.g1_null = t.g1_null"));
+    }
+}

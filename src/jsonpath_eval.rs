@@ -1,0 +1,48 @@
+//! Evaluation of JSONPaths that do not compile to native operators (wildcards, filters,
+//! descendants, slices). Compiled paths are cached per backend: a refresh calls this once per
+//! event with the same few paths.
+
+use crate::core::jsonpath;
+use jsonpath_rust::parser::model::JpQuery;
+use jsonpath_rust::query::js_path_process;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// Enough for every rich path of every view a backend refreshes; cleared when full.
+const CACHE_CAPACITY: usize = 256;
+
+thread_local! {
+    static CACHE: RefCell<HashMap<String, JpQuery>> = RefCell::new(HashMap::new());
+}
+
+/// The first value `path` selects in `doc`, in document order; None when it selects nothing.
+pub fn first_match(doc: &serde_json::Value, path: &str) -> Result<Option<serde_json::Value>, String> {
+    CACHE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if !cache.contains_key(path) {
+            let query = jsonpath::parse(path).map_err(|e| e.0)?;
+            if cache.len() >= CACHE_CAPACITY {
+                cache.clear();
+            }
+            cache.insert(path.to_string(), query);
+        }
+        let query = &cache[path];
+        let found = js_path_process(query, doc).map_err(|e| e.to_string())?;
+        Ok(found.into_iter().next().map(|r| r.val().clone()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn first_match_in_document_order() {
+        let doc = json!({"items": [{"sku": "a"}, {"sku": "b"}], "x": {"y": {"sku": "c"}}});
+        assert_eq!(first_match(&doc, "$.items[*].sku").unwrap(), Some(json!("a")));
+        assert_eq!(first_match(&doc, "$.items[?@.sku == 'b'].sku").unwrap(), Some(json!("b")));
+        assert_eq!(first_match(&doc, "$.nope[*]").unwrap(), None);
+        assert!(first_match(&doc, "$[").is_err());
+    }
+}

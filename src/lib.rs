@@ -1,0 +1,41 @@
+//! pg_eventview: incremental aggregate views over envelope-typed, schema-evolving event tables.
+//!
+//! Module map (dependencies point downwards):
+//!   api            every SQL-callable function (thin)
+//!   views, refresh, envelope   feature modules: view lifecycle, refresh engine, event tables
+//!   catalog, relation          the extension's tables; user relation names
+//!   spi_util, errors           SPI helpers; the error type and its SQLSTATE mapping
+//!   core           pure: definitions, JSONPath planning, quoting, SQL generation
+//!   jsonpath_eval  per-backend evaluation of rich JSONPaths
+
+use pgrx::prelude::*;
+
+pub mod core;
+
+mod api;
+mod catalog;
+mod envelope;
+mod errors;
+mod jsonpath_eval;
+mod refresh;
+mod relation;
+mod spi_util;
+mod views;
+
+#[cfg(any(test, feature = "pg_test"))]
+mod tests;
+
+::pgrx::pg_module_magic!();
+
+extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
+extension_sql_file!("../sql/api.sql", name = "api", finalize);
+
+/// Test-harness hooks required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

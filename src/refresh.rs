@@ -1,0 +1,134 @@
+//! The refresh engine: applies a view's pending changes exactly once.
+//!
+//! Algorithm (exactly once, after PgQ's snapshot batching): each view stores the snapshot up to
+//! which it has applied changes (`applied_snapshot`). A refresh takes the view's row lock (so a
+//! second refresh of the same view waits, then sees nothing left to do), and in ONE statement
+//! takes the current snapshot S, applies every changelog record whose transaction is visible in
+//! S but was not in the applied snapshot, and stores S. A transaction that took its changelog
+//! position early but commits late is simply not visible yet; it is picked up by the first
+//! refresh whose snapshot sees it. Aborted transactions are never visible. The whole refresh is
+//! one transaction: a crash or cancel leaves the view, its snapshot and its counters as they were.
+//!
+//! Transaction boundaries: `refresh` runs inside the caller's transaction; the statements are
+//!   1. lock the view row (SELECT ... FOR UPDATE);
+//!   2. the apply statement (see `core::sqlgen`);
+//!   3. when a group took a retraction, the fix-up statements;
+//!   4. bookkeeping (last_refresh_at, last_refresh_ms).
+
+use crate::catalog::{self, ViewRecord};
+use crate::core::definition::TypePolicy;
+use crate::core::sqlgen::{Mode, ViewSql};
+use crate::errors::{EvError, EvResult};
+use crate::spi_util;
+use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
+use pgrx::prelude::*;
+use std::time::Instant;
+
+/// What one apply did.
+pub struct Applied {
+    pub consumed: i64,
+    pub groups_written: i64,
+}
+
+fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
+    ViewSql {
+        def: &view.definition,
+        view_id: view.view_id,
+        source_id: view.source.source_id,
+        source_table: view.source.table_sql.clone(),
+    }
+}
+
+/// Runs the apply statement of `mode` and the fix-ups. The caller holds the view's row lock.
+pub fn apply(
+    view: &ViewRecord,
+    mode: Mode,
+    from: Option<TimestampWithTimeZone>,
+    to: Option<TimestampWithTimeZone>,
+) -> EvResult<Applied> {
+    let sql = sql_of(view);
+    let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
+    if mode == Mode::Window {
+        for statement in sql.clear_window() {
+            spi_util::run(&statement, &args)?;
+        }
+    } else if mode == Mode::Full {
+        spi_util::run_all(&sql.clear_all())?;
+    }
+    let statement = sql.apply(mode);
+    let (consumed, groups_written, dirty, first_error) = Spi::connect_mut(|client| {
+        let row = client.update(&statement, Some(1), &args)?.first();
+        Ok::<_, pgrx::spi::SpiError>((
+            row.get::<i64>(1)?.unwrap_or(0),
+            row.get::<i64>(2)?.unwrap_or(0),
+            row.get::<i64>(3)?.unwrap_or(0),
+            row.get::<String>(4)?,
+        ))
+    })?;
+    if view.definition.on_type_error == TypePolicy::Fail {
+        if let Some(reason) = first_error {
+            return Err(EvError::invalid(format!("type error in view {}: {reason}", relname(view)?))
+                .with_hint("The refresh was rolled back. Fix the event, or use alter_view(on_type_error => 'quarantine' or 'skip')."));
+        }
+    }
+    if dirty > 0 {
+        spi_util::run_all(&sql.fixup())?;
+    }
+    Ok(Applied { consumed, groups_written })
+}
+
+fn relname(view: &ViewRecord) -> EvResult<String> {
+    crate::envelope::regclass_text(view.relid)
+}
+
+/// Applies the pending changes of the view named `name`; returns how many change records
+/// (changed event rows) it consumed.
+pub fn refresh(name: &str) -> EvResult<i64> {
+    let view = catalog::view_by_name(name, true)?;
+    refresh_locked(&view)
+}
+
+fn refresh_locked(view: &ViewRecord) -> EvResult<i64> {
+    let started = Instant::now();
+    let applied = apply(view, Mode::Delta, None, None)?;
+    catalog::record_refresh(view.view_id, started.elapsed().as_secs_f64() * 1000.0)?;
+    Ok(applied.consumed)
+}
+
+pub fn refresh_all() -> EvResult<i64> {
+    let mut total = 0;
+    for relid in catalog::all_views()? {
+        if let Some(view) = catalog::view_by_relid(relid, true)? {
+            total += refresh_locked(&view)?;
+        }
+    }
+    Ok(total)
+}
+
+/// Recomputes the buckets starting in `[from, to)` (or the whole view) from the raw events,
+/// applying the other pending changes in the same statement so the view stays consistent.
+pub fn rebuild(
+    name: &str,
+    from: Option<TimestampWithTimeZone>,
+    to: Option<TimestampWithTimeZone>,
+) -> EvResult<i64> {
+    let view = catalog::view_by_name(name, true)?;
+    let started = Instant::now();
+    let windowed = from.is_some() || to.is_some();
+    if windowed && !view.definition.bucketed {
+        return Err(EvError::invalid(format!(
+            "view {} has no time_bucket, so rebuild takes no time window",
+            relname(&view)?
+        ))
+        .with_hint("Call rebuild(name) without from_time and to_time to recompute the whole view."));
+    }
+    let applied = if windowed {
+        let lower = from.unwrap_or(TimestampWithTimeZone::negative_infinity());
+        let upper = to.unwrap_or(TimestampWithTimeZone::positive_infinity());
+        apply(&view, Mode::Window, Some(lower), Some(upper))?
+    } else {
+        apply(&view, Mode::Full, None, None)?
+    };
+    catalog::record_refresh(view.view_id, started.elapsed().as_secs_f64() * 1000.0)?;
+    Ok(applied.groups_written)
+}

@@ -1,0 +1,43 @@
+//! Relation names as users pass them ('events', 'shop.events', '"My Events"'): split and
+//! case-folded by Postgres' own `parse_ident`, resolved through the caller's search_path.
+
+use crate::core::quote;
+use crate::errors::{EvError, EvResult};
+use crate::spi_util;
+use pgrx::prelude::*;
+
+/// The quoted form of a user-supplied name, ready for DDL. An unqualified name stays
+/// unqualified, so Postgres creates it in the first schema of search_path.
+pub fn quoted_for_create(name: &str) -> EvResult<String> {
+    let parts: Vec<String> = spi_util::one::<Vec<String>>(
+        "SELECT pg_catalog.parse_ident($1)",
+        &[name.into()],
+    )?
+    .unwrap_or_default();
+    if parts.is_empty() || parts.len() > 2 {
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_INVALID_NAME,
+            format!("invalid relation name \"{name}\""),
+        )
+        .with_hint("Use name or schema.name."));
+    }
+    Ok(parts.iter().map(|p| quote::ident(p)).collect::<Vec<_>>().join("."))
+}
+
+/// An existing relation, or 42P01.
+pub fn resolve(name: &str) -> EvResult<pg_sys::Oid> {
+    let quoted = quoted_for_create(name)?;
+    spi_util::one::<pg_sys::Oid>("SELECT pg_catalog.to_regclass($1)::oid", &[quoted.as_str().into()])?
+        .ok_or_else(|| EvError::undefined_table(name))
+}
+
+/// `"schema"."name"` of a relation, for generated SQL that must not depend on search_path.
+pub fn qualified(relid: pg_sys::Oid) -> EvResult<String> {
+    let parts = spi_util::one::<Vec<String>>(
+        "SELECT ARRAY[n.nspname::text, c.relname::text] FROM pg_catalog.pg_class c
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+        &[relid.into()],
+    )?
+    .ok_or_else(|| EvError::undefined_table(&relid.to_u32().to_string()))?;
+    Ok(parts.iter().map(|p| quote::ident(p)).collect::<Vec<_>>().join("."))
+}

@@ -1,0 +1,119 @@
+//! Incremental views: creating (storage, the user relation, first population), dropping and
+//! altering them. Refreshing lives in `refresh`.
+
+use crate::catalog;
+use crate::core::definition::{parse_definition, DefinitionInput, TypePolicy};
+use crate::core::names;
+use crate::core::sqlgen::{Mode, ViewSql};
+use crate::errors::{EvError, EvResult};
+use crate::refresh;
+use crate::relation;
+use crate::spi_util;
+use pgrx::datum::Interval;
+use pgrx::prelude::*;
+
+pub struct CreateViewArgs<'a> {
+    pub name: &'a str,
+    pub source: &'a str,
+    pub group_by: &'a str,
+    pub measures: &'a str,
+    pub event_types: Option<Vec<Option<String>>>,
+    pub time_bucket: Option<Interval>,
+    pub filter: Option<&'a str>,
+    pub realtime: bool,
+    pub on_type_error: &'a str,
+}
+
+fn check_time_bucket(bucket: Interval) -> EvResult<()> {
+    let ok = spi_util::one::<bool>(
+        "SELECT $1 > interval '0' AND extract(year FROM $1) = 0 AND extract(month FROM $1) = 0",
+        &[bucket.into()],
+    )?;
+    if ok != Some(true) {
+        return Err(EvError::invalid("invalid time_bucket: it must be a positive interval without months or years")
+            .with_hint("Buckets are fixed-width (date_bin): use days, hours, minutes or seconds, such as '1 day' or '15 minutes'."));
+    }
+    Ok(())
+}
+
+pub fn refuse_realtime() -> EvError {
+    EvError::new(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, "realtime views are not available yet")
+        .with_hint("Create the view with realtime => false and refresh it; realtime reads are planned.")
+}
+
+pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
+    let source = catalog::source_by_name(args.source)?;
+    let definition = parse_definition(&DefinitionInput {
+        group_by: args.group_by,
+        measures: args.measures,
+        event_types: args.event_types.clone(),
+        bucketed: args.time_bucket.is_some(),
+        filter: args.filter,
+        on_type_error: args.on_type_error,
+    })?;
+    if let Some(b) = args.time_bucket {
+        check_time_bucket(b)?;
+    }
+    if args.realtime {
+        return Err(refuse_realtime());
+    }
+    let view_id = catalog::next_view_id()?;
+    let sql = ViewSql { def: &definition, view_id, source_id: source.source_id, source_table: source.table_sql.clone() };
+    spi_util::run_all(&sql.create_storage())?;
+    let user_view = relation::quoted_for_create(args.name)?;
+    spi_util::run_all(&[sql.create_user_view(&user_view)])?;
+    let relid = relation::resolve(args.name)?;
+    let types: Option<Vec<String>> = definition.event_types.clone();
+    spi_util::run(
+        "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, applied_snapshot)
+         VALUES ($1, $2::regclass, $3,
+                 json_build_object('group_by', $4::json, 'measures', $5::json, 'event_types', $6::text[],
+                                   'time_bucket', $7::interval, 'filter', $8::json),
+                 $7, $9, pg_current_snapshot())",
+        &[
+            view_id.into(),
+            relid.into(),
+            source.source_id.into(),
+            args.group_by.into(),
+            args.measures.into(),
+            types.into(),
+            args.time_bucket.into(),
+            args.filter.into(),
+            definition.on_type_error.name().into(),
+        ],
+    )?;
+    // Storage is private to the owner; readers are granted on the user relation.
+    spi_util::run_all(&[format!("REVOKE ALL ON {} FROM PUBLIC", names::view_data(view_id))])?;
+    let view = catalog::view_by_relid(relid, true)?.ok_or_else(|| EvError::invalid("view vanished during creation"))?;
+    refresh::apply(&view, Mode::Full, None, None)?;
+    Ok(relid)
+}
+
+pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
+    let view = catalog::view_by_relid(relid, true)?.ok_or_else(|| EvError::invalid("not an incremental view"))?;
+    let sql = ViewSql { def: &view.definition, view_id: view.view_id, source_id: view.source.source_id, source_table: view.source.table_sql.clone() };
+    let user = relation::qualified(relid)?;
+    spi_util::run_all(&[format!("DROP VIEW {user}")])?;
+    spi_util::run_all(&sql.drop_storage())?;
+    catalog::delete_view(view.view_id)
+}
+
+pub fn drop_view(name: &str) -> EvResult<()> {
+    let view = catalog::view_by_name(name, false)?;
+    drop_view_by_relid(view.relid)
+}
+
+pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str>) -> EvResult<()> {
+    let view = catalog::view_by_name(name, true)?;
+    if let Some(policy) = on_type_error {
+        let policy: TypePolicy = TypePolicy::parse(policy)?;
+        spi_util::run(
+            "UPDATE eventview._views SET on_type_error = $2 WHERE view_id = $1",
+            &[view.view_id.into(), policy.name().into()],
+        )?;
+    }
+    if realtime == Some(true) {
+        return Err(refuse_realtime());
+    }
+    Ok(())
+}
