@@ -29,4 +29,9 @@ if ! grep -qs "pg${PG_MAJOR}" "$PGRX_HOME/config.toml"; then
   echo "setup: cargo pgrx init --pg${PG_MAJOR} ${PG_CONFIG}"
   cargo pgrx init --pg${PG_MAJOR} "${PG_CONFIG}"
 fi
+# Integration tests and benchmarks drive real clusters from Python.
+if ! python3 -c "import psycopg, pytest" 2>/dev/null; then
+  echo "setup: installing psycopg and pytest"
+  python3 -m pip install -q --disable-pip-version-check "psycopg[binary]==3.3.9" "pytest==8.*"
+fi
 echo "setup: done"

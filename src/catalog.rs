@@ -85,7 +85,8 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             .select(
                 "SELECT v.relid::oid, v.source_id, s.relid::oid,
                         (v.definition -> 'group_by')::text, (v.definition -> 'measures')::text,
-                        ARRAY(SELECT json_array_elements_text(v.definition -> 'event_types')),
+                        CASE WHEN json_typeof(v.definition -> 'event_types') = 'array'
+                             THEN ARRAY(SELECT json_array_elements_text(v.definition -> 'event_types')) END,
                         json_typeof(v.definition -> 'event_types'),
                         (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
                         v.on_type_error, v.time_bucket

@@ -42,11 +42,28 @@ pub fn parse(text: &str) -> Result<JpQuery, PathError> {
     if !text.starts_with('$') {
         return Err(PathError("a JSONPath must start with $".into()));
     }
-    parse_json_path(text).map_err(|e| PathError(first_line(&e.to_string())))
+    parse_json_path(text).map_err(|e| PathError(describe_parse_error(&e.to_string())))
 }
 
-fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or("").trim().to_string()
+/// Turns the parser's multi-line report ("--> 1:5 ... = expected selector") into one line:
+/// "syntax error at character 5: expected selector".
+fn describe_parse_error(report: &str) -> String {
+    let column = report
+        .split("-->")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pos| pos.split(':').nth(1))
+        .map(str::to_string);
+    let expected = report
+        .lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix("= "))
+        .map(str::to_string);
+    match (column, expected) {
+        (Some(c), Some(e)) => format!("syntax error at character {c}: {e}"),
+        (Some(c), None) => format!("syntax error at character {c}"),
+        _ => report.lines().next().unwrap_or("syntax error").trim().to_string(),
+    }
 }
 
 /// Validates `text` and decides how it is evaluated.
@@ -114,6 +131,12 @@ mod tests {
             plan("$..x").unwrap().to_sql("payload"),
             "eventview.jsonpath_first(payload, '$..x')"
         );
+    }
+
+    #[test]
+    fn parse_errors_are_one_readable_line() {
+        assert_eq!(plan("$.a[").unwrap_err().0, "syntax error at character 5: expected selector");
+        assert_eq!(plan("sku").unwrap_err().0, "a JSONPath must start with $");
     }
 
     #[test]

@@ -1,0 +1,57 @@
+\set VERBOSITY terse
+-- Event tables: exactly the envelope of the contract, and capture of every kind of change.
+SET TimeZone = 'UTC';
+CREATE SCHEMA shop;
+SELECT eventview.create_event_table('shop.events');
+
+SELECT column_name, data_type, is_nullable, column_default, is_identity, identity_generation
+FROM information_schema.columns
+WHERE table_schema = 'shop' AND table_name = 'events'
+ORDER BY ordinal_position;
+
+SELECT pg_get_constraintdef(oid) AS constraint
+FROM pg_constraint WHERE conrelid = 'shop.events'::regclass ORDER BY 1;
+
+SELECT * FROM eventview.event_tables;
+
+-- The envelope rules hold.
+SELECT try($$INSERT INTO shop.events (event_type, payload) VALUES ('', '{}')$$);
+SELECT try($$INSERT INTO shop.events (event_type, event_version, payload) VALUES ('a', 0, '{}')$$);
+SELECT try($$INSERT INTO shop.events (event_type, payload) VALUES ('a', '[1]')$$);
+SELECT try($$INSERT INTO shop.events (event_type, payload) VALUES ('a', NULL)$$);
+SELECT try($$INSERT INTO shop.events (event_id, event_type, payload) VALUES (1, 'a', '{}')$$);
+SELECT try($$INSERT INTO shop.events (event_key, event_type, payload) VALUES ('k1', 'a', '{}'), ('k1', 'a', '{}')$$);
+
+-- Defaults fill the envelope.
+INSERT INTO shop.events (event_type, payload) VALUES ('signup', '{"plan": "free"}');
+SELECT event_id, event_key, event_type, event_version, producer = current_user AS producer_is_me,
+       occurred_at IS NOT NULL AS has_time, payload
+FROM shop.events;
+
+-- COPY is captured like INSERT.
+COPY shop.events (event_type, occurred_at, payload) FROM STDIN;
+signup	2026-11-30 10:00:00+00	{"plan": "pro"}
+signup	2026-11-30 10:01:00+00	{"plan": "free"}
+\.
+SELECT eventview.create_view('signups', 'shop.events', group_by => '{"plan": "$.plan"}');
+SELECT * FROM signups ORDER BY plan;
+COPY shop.events (event_type, occurred_at, payload) FROM STDIN;
+signup	2026-11-30 11:00:00+00	{"plan": "pro"}
+\.
+SELECT eventview.refresh('signups');
+SELECT * FROM signups ORDER BY plan;
+
+-- drop_event_table refuses while a view reads the table, and cascades when asked.
+SELECT try($$SELECT eventview.drop_event_table('shop.events')$$);
+SELECT eventview.drop_event_table('shop.events', cascade => true);
+SELECT to_regclass('shop.events') AS table_after, to_regclass('signups') AS view_after;
+SELECT count(*) AS catalog_rows FROM eventview._sources;
+SELECT count(*) AS leftover_internal_tables FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'eventview' AND c.relname ~ '^_(changes|v)[0-9_]';
+
+-- Unqualified names are created in the first schema of search_path.
+SET search_path = shop, public;
+SELECT eventview.create_event_table('clicks');
+SELECT 'shop.clicks'::regclass;
+SELECT eventview.drop_event_table('clicks');
+RESET search_path;

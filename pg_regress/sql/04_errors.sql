@@ -1,0 +1,65 @@
+\set VERBOSITY terse
+-- Every refusal: the SQLSTATE and the message, and nothing half-created.
+SELECT eventview.create_event_table('err_events');
+
+SELECT count(*) AS storage_before FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'eventview' AND c.relname ~ '^_v[0-9]' \gset
+SELECT count(*) AS views_before FROM eventview._views \gset
+
+-- Unknown relations: 42P01.
+SELECT try($$SELECT eventview.create_view('v', 'no_such_table')$$);
+SELECT try($$SELECT eventview.refresh('no_such_view')$$);
+SELECT try($$SELECT eventview.drop_event_table('no_such_table')$$);
+-- Relations that are not ours: 22023.
+CREATE TABLE plain_table (id int);
+SELECT try($$SELECT eventview.create_view('v', 'plain_table')$$);
+SELECT try($$SELECT eventview.refresh('plain_table')$$);
+SELECT try($$SELECT eventview.drop_view('plain_table')$$);
+SELECT try($$SELECT eventview.drop_event_table('plain_table')$$);
+
+-- Definitions that cannot work: 22023, naming the offending part.
+SELECT try($$SELECT eventview.create_view('v', 'err_events', measures => '{"x": "median($.a)"}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', measures => '{"x": "sum"}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', measures => '{"x": "sum()"}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', measures => '{"x": "sum(producer)"}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', measures => '{"x": 5}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"k": "$.a["}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"k": "sku"}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"k": "$.a", "k": "$.b"}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"n": "$.a"}', measures => '{"n": "count(*)"}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"bucket": "$.a"}', time_bucket => '1 hour')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '["$.a"]')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"": "$.a"}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', event_types => '{}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', event_types => ARRAY[NULL]::text[])$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', on_type_error => 'ignore')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', time_bucket => '1 month')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', time_bucket => '-1 hour')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"$.a": []}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"nope": 1}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', realtime => true)$$);
+SELECT try($$SELECT eventview.create_event_table('e2', retention => '-1 day')$$);
+SELECT try($$SELECT eventview.create_event_table('a.b.c')$$);
+
+-- Nothing half-created by any of the refusals above.
+SELECT count(*) = :views_before AS no_view_registered FROM eventview._views;
+SELECT to_regclass('v') AS v, to_regclass('e2') AS e2;
+SELECT count(*) = :storage_before AS no_storage_left FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'eventview' AND c.relname ~ '^_v[0-9]';
+
+-- A name already taken: Postgres' own error, and the storage is rolled back too.
+CREATE TABLE taken (x int);
+SELECT try($$SELECT eventview.create_view('taken', 'err_events')$$);
+SELECT count(*) = :storage_before AS no_storage_left FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'eventview' AND c.relname ~ '^_v[0-9]';
+SELECT try($$SELECT eventview.create_event_table('taken')$$);
+
+-- A view without time_bucket takes no rebuild window.
+SELECT eventview.create_view('no_bucket', 'err_events');
+SELECT try($$SELECT eventview.rebuild('no_bucket', now() - interval '1 day', now())$$);
+
+-- How a user sees one of these errors, with its hint.
+\set VERBOSITY default
+SELECT eventview.create_view('v', 'err_events', measures => '{"x": "median($.a)"}');
+SELECT eventview.drop_event_table('err_events');
+\set VERBOSITY terse
