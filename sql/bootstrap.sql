@@ -23,8 +23,12 @@ CREATE TABLE eventview._views (
     on_type_error    text NOT NULL CHECK (on_type_error IN ('quarantine', 'skip', 'fail')),
     schedule         interval,
     owner            regrole NOT NULL DEFAULT current_user::regrole,
-    -- Every change whose transaction is visible in this snapshot has been applied, and no other.
+    -- Applied so far: every change whose transaction is visible in applied_snapshot, plus the
+    -- changes of transaction applied_own_xid up to changelog position applied_own_seq (a
+    -- refresh that ran inside the transaction that wrote them); no other.
     applied_snapshot pg_snapshot NOT NULL,
+    applied_own_xid  xid8,
+    applied_own_seq  bigint,
     last_refresh_at  timestamptz,
     last_refresh_ms  double precision,
     quarantined      bigint NOT NULL DEFAULT 0,
@@ -52,24 +56,24 @@ SELECT pg_catalog.pg_extension_config_dump('eventview._views', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._views_view_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview.quarantine', '');
 
--- The statement's snapshot, extended so that the calling transaction's own changes count as
--- visible. A refresh reads its own uncommitted writes in the event table, so it must also
--- consume their changelog records, and record them as applied. Postgres leaves our own xid out
--- of the snapshot's in-progress list, but an xid at or above xmax would still read as not
--- visible: in that case xmax moves past our xid and the xids in between stay in progress.
+-- The statement's snapshot, with the calling transaction's own xid marked as in progress.
+-- Postgres leaves our own xid out of a snapshot's in-progress list, so it may read as visible;
+-- but our own changes are not committed and more may follow in this transaction. A refresh
+-- therefore tracks its own transaction's changes apart, by changelog position
+-- (_views.applied_own_xid / applied_own_seq), and this snapshot must not cover them.
 -- STABLE: it runs under the caller's statement snapshot.
-CREATE FUNCTION eventview._visible_snapshot() RETURNS pg_snapshot
+CREATE FUNCTION eventview._snapshot_without_own() RETURNS pg_snapshot
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE
-        WHEN own IS NULL OR own < pg_snapshot_xmax(s) THEN s
-        ELSE (pg_snapshot_xmin(s)::text || ':' || (own::text::numeric + 1)::text || ':' ||
+        WHEN own IS NULL OR NOT pg_visible_in_snapshot(own, s) THEN s
+        ELSE (least(pg_snapshot_xmin(s)::text::numeric, own::text::numeric)::text || ':' ||
+              pg_snapshot_xmax(s)::text || ':' ||
               array_to_string(ARRAY(
                   SELECT x FROM (
                       SELECT pg_snapshot_xip(s)::text::numeric AS x
                       UNION
-                      SELECT generate_series(pg_snapshot_xmax(s)::text::numeric, own::text::numeric - 1)
+                      SELECT own::text::numeric
                   ) xs
-                  WHERE x <> own::text::numeric
                   ORDER BY x), ','))::pg_snapshot
     END
     FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS own) cur
@@ -82,8 +86,11 @@ LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_source integer;
     v_applied pg_snapshot;
+    v_own xid8;
+    v_own_seq bigint;
 BEGIN
-    SELECT source_id, applied_snapshot INTO v_source, v_applied
+    SELECT source_id, applied_snapshot, applied_own_xid, applied_own_seq
+    INTO v_source, v_applied, v_own, v_own_seq
     FROM eventview._views WHERE view_id = p_view_id;
     IF NOT FOUND OR to_regclass(format('eventview._changes_%s', v_source)) IS NULL THEN
         changes := 0;
@@ -93,8 +100,9 @@ BEGIN
         'SELECT coalesce(sum(CASE WHEN op = ''I'' THEN cardinality(event_ids) ELSE 1 END), 0)::bigint,
                 min(logged_at)
          FROM eventview._changes_%s
-         WHERE xid >= pg_snapshot_xmin($1) AND NOT pg_visible_in_snapshot(xid, $1)', v_source)
-    INTO changes, oldest USING v_applied;
+         WHERE (xid >= pg_snapshot_xmin($1) OR xid = $2)
+           AND NOT (pg_visible_in_snapshot(xid, $1) OR coalesce(xid = $2 AND seq <= $3, false))', v_source)
+    INTO changes, oldest USING v_applied, v_own, v_own_seq;
 END
 $$;
 

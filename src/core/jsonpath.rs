@@ -113,7 +113,7 @@ mod tests {
     fn member_and_index_paths_compile_to_arrows() {
         assert_eq!(plan("$.item.sku").unwrap().to_sql("payload"), "(payload -> 'item' -> 'sku')");
         assert_eq!(plan("$.tags[0]").unwrap().to_sql("p"), "(p -> 'tags' -> (0)::int)");
-        assert_eq!(plan("$['it''s']").unwrap(), PathPlan::Simple(vec![Step::Member("it's".into())]));
+        assert_eq!(plan("$[\"it's\"]").unwrap(), PathPlan::Simple(vec![Step::Member("it's".into())]));
         assert_eq!(plan("$.a[-1]").unwrap(), PathPlan::Simple(vec![Step::Member("a".into()), Step::Index(-1)]));
     }
 

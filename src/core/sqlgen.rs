@@ -12,8 +12,9 @@
 //!   lookup in the group's multiset, never by a scan of the event table.
 //!
 //! Algorithm (apply, one statement so that every part reads the same snapshot):
-//!   snap     the statement's snapshot (plus our own transaction, see `_visible_snapshot`);
-//!   chg      changelog records visible in `snap` but not in the view's applied snapshot;
+//!   snap     the statement's snapshot (our own transaction excluded) and our own xid;
+//!   chg      changelog records visible in `snap` or written by our own transaction, and not
+//!            already applied (visible in the applied snapshot, or our own up to applied_own_seq);
 //!   ids      one row per changed event row, with the record order `seq`;
 //!   rows     for each changed event id: its state when last applied (the old row of its
 //!            earliest record in the batch, unless that record is an insert) with sign -1,
@@ -46,6 +47,11 @@ pub struct ViewSql<'a> {
     /// Quoted, schema-qualified name of the event table.
     pub source_table: String,
 }
+
+/// The statement's snapshot without our own transaction, and our own xid (see `_snapshot_without_own`).
+const SNAP_CTE: &str = "snap AS MATERIALIZED (
+    SELECT eventview._snapshot_without_own() AS s, pg_catalog.pg_current_xact_id_if_assigned() AS own
+)";
 
 const BUCKET_EXPR: &str = "pg_catalog.date_bin($1::interval, occurred_at, '2000-01-01 00:00:00+00'::timestamptz)";
 
@@ -204,16 +210,22 @@ impl<'a> ViewSql<'a> {
         let src = &self.source_table;
         let vid = self.view_id;
         format!(
-            "snap AS MATERIALIZED (SELECT eventview._visible_snapshot() AS s),
-applied AS MATERIALIZED (SELECT applied_snapshot AS s FROM eventview._views WHERE view_id = {vid}),
+            "{SNAP_CTE},
+applied AS MATERIALIZED (
+    SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+    FROM eventview._views WHERE view_id = {vid}
+),
 chg AS MATERIALIZED (
-    SELECT c.seq, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
+    SELECT c.seq, c.xid, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
            c.old_producer, c.old_occurred_at, c.old_payload
     FROM {log} c
-    WHERE c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
-      AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap))
-      AND pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
-      AND NOT pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM applied))
+    WHERE ((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
+            AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap)))
+           OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM applied))
+      AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
+           OR coalesce(c.xid = (SELECT own FROM snap), false))
+      AND NOT (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM applied))
+               OR coalesce(c.xid = (SELECT own FROM applied) AND c.seq <= (SELECT own_seq FROM applied), false))
 ),
 ids AS MATERIALIZED (
     SELECT seq, op, unnest(event_ids) AS event_id FROM chg WHERE op = 'I'
@@ -268,9 +280,7 @@ delta_rows AS (
                 "delta_rows".to_string()
             }
             Mode::Full => {
-                ctes.push(
-                    "snap AS MATERIALIZED (SELECT eventview._visible_snapshot() AS s)".to_string(),
-                );
+                ctes.push(SNAP_CTE.to_string());
                 ctes.push(self.rows_full(false));
                 "full_rows".to_string()
             }
@@ -480,8 +490,27 @@ delta_rows AS (
             }
             TypePolicy::Fail => {}
         }
+        // Our own transaction's changes are applied up to the last one we can see: after a full
+        // scan, all of them; after a delta, the newest consumed (or what an earlier refresh in
+        // this transaction already applied).
+        let own_seq = match mode {
+            Mode::Full => format!(
+                "(SELECT max(seq) FROM {} WHERE xid = (SELECT own FROM snap))",
+                names::changelog(self.source_id)
+            ),
+            _ => "greatest((SELECT max(seq) FROM chg WHERE xid = (SELECT own FROM snap)),
+                          (SELECT own_seq FROM applied WHERE own = (SELECT own FROM snap)))"
+                .to_string(),
+        };
         ctes.push(format!(
-            "st AS (\n    UPDATE eventview._views SET applied_snapshot = (SELECT s FROM snap){counters}\n    WHERE view_id = {vid}\n    RETURNING 1\n)"
+            "st AS (
+    UPDATE eventview._views
+    SET applied_snapshot = (SELECT s FROM snap),
+        applied_own_xid = (SELECT own FROM snap),
+        applied_own_seq = CASE WHEN (SELECT own FROM snap) IS NOT NULL THEN {own_seq} END{counters}
+    WHERE view_id = {vid}
+    RETURNING 1
+)"
         ));
         let consumed = if mode == Mode::Full { "0::bigint".to_string() } else { "(SELECT count(*) FROM ids)".to_string() };
         format!(
