@@ -1,0 +1,774 @@
+#!/usr/bin/env python3
+"""pg_eventview benchmark driver.
+
+Run through bench/run.sh, which starts a throwaway cluster and stops it afterwards:
+
+    bash bench/run.sh            # full run (1M / 4M events)
+    bash bench/run.sh --quick    # smoke run (100k / 200k events)
+
+Every timed measurement is paired: the baseline and the subject run alternately in the same
+process, against the same data, after one untimed warm-up pair. We report medians and their ratio.
+Targets are printed for information only; nothing here asserts on a timing.
+"""
+
+import argparse
+import datetime
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The event stream ends here; base data covers the 30 days before, deltas the last day.
+T_END = "2026-01-31 00:00:00+00"
+TYPES = ["view", "add_to_cart", "purchase"]
+COLS = "event_type, event_version, producer, occurred_at, payload"
+ORIGIN = "'2000-01-01 00:00:00+00'::timestamptz"
+
+START = time.perf_counter()
+
+
+def log(msg):
+    print(f"[{time.perf_counter() - START:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Data generator, in SQL for speed.
+#  - SKU ranks are Zipf(s=1) over 50k SKUs: exp(U * ln(N)) has density ~ 1/x.
+#  - Payload version 1: flat {"sku","qty","price","country","campaign",...padding}
+#    version 2: {"item":{"sku","quantity"},"price","country","campaign","context":{...},...}
+#  - Payloads are 300-600 bytes of JSON text; event types view 70% / add_to_cart 20% / purchase 10%.
+# --------------------------------------------------------------------------------------------
+GENERATOR_SQL = r"""
+CREATE OR REPLACE FUNCTION bench_gen(n bigint, t_from timestamptz, t_to timestamptz,
+                                     v2_share double precision DEFAULT 0.35,
+                                     listed_prices boolean DEFAULT true)
+RETURNS TABLE(event_type text, event_version integer, producer text, occurred_at timestamptz,
+              payload jsonb)
+LANGUAGE sql VOLATILE AS $gen$
+SELECT et, ver, prod, ts,
+       CASE WHEN ver = 1 THEN
+           jsonb_build_object(
+               'sku', sku, 'qty', qty, 'price', price, 'country', country, 'campaign', campaign,
+               'session_id', sess, 'user_id', uid, 'device', device, 'referrer', ref,
+               'page', '/p/' || sku, 'note', pad)
+       ELSE
+           jsonb_build_object(
+               'item', jsonb_build_object('sku', sku, 'quantity', qty),
+               'price', price, 'country', country, 'campaign', campaign, 'user_id', uid,
+               'context', jsonb_build_object('session_id', sess, 'device', device, 'referrer', ref),
+               'note', pad)
+       END
+FROM (
+    SELECT CASE WHEN r_type < 0.70 THEN 'view' WHEN r_type < 0.90 THEN 'add_to_cart' ELSE 'purchase' END AS et,
+           CASE WHEN r_ver < v2_share THEN 2 ELSE 1 END AS ver,
+           (ARRAY['web', 'ios', 'android', 'pos'])[1 + floor(r_prod * r_prod * 4)::int] AS prod,
+           t_from + r_ts * (t_to - t_from) AS ts,
+           'SKU-' || lpad(rank::text, 5, '0') AS sku,
+           least(20, 1 + floor(-ln(1 - r_qty) * 1.2)::int) AS qty,
+           -- listed: a SKU's list price or one of 4 discount levels (0-20%, list price most often);
+           -- otherwise every event gets its own price within +-10% of the list price.
+           CASE WHEN listed_prices
+                THEN round(((5 + (rank * 7919 % 995) / 10.0) * (1 - 0.05 * floor(r_price * r_price * 5)))::numeric, 2)
+                ELSE round(((5 + (rank * 7919 % 995) / 10.0) * (0.9 + 0.2 * r_price))::numeric, 2)
+           END AS price,
+           (ARRAY['DE','US','FR','GB','NL','ES','IT','PL','SE','BE','AT','CH','DK','NO','FI',
+                  'IE','PT','CZ','JP','CA'])[1 + floor(r_country * r_country * 20)::int] AS country,
+           CASE WHEN r_cmp < 0.4 THEN NULL ELSE 'cmp-' || floor(r_cmp * 60)::int END AS campaign,
+           md5(r_sess::text) AS sess,
+           'u-' || floor(r_user * 2000000)::int AS uid,
+           (ARRAY['desktop-chrome', 'desktop-firefox', 'iphone-safari', 'android-chrome', 'tablet'])
+               [1 + floor(r_dev * 5)::int] AS device,
+           'https://www.example-shop.com/search?q=' || substr(md5(r_ref::text), 1, 6 + floor(r_ref * 12)::int) AS ref,
+           substr(repeat('lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor ', 8),
+                  1 + floor(r_pad * 40)::int, 20 + floor(r_len * 290)::int) AS pad
+    FROM (
+        SELECT least(50000, floor(exp(random() * ln(50001)))::int) AS rank,
+               random() AS r_type, random() AS r_ver, random() AS r_prod, random() AS r_ts,
+               random() AS r_qty, random() AS r_price, random() AS r_country, random() AS r_cmp,
+               random() AS r_sess, random() AS r_user, random() AS r_dev, random() AS r_ref,
+               random() AS r_pad, random() AS r_len
+        FROM generate_series(1, n)
+        OFFSET 0
+    ) r
+    OFFSET 0
+) x
+$gen$;
+"""
+
+
+GEN = "bench_gen(%s, %s::timestamptz - %s::interval, %s::timestamptz, 0.35, %s)"
+
+
+class Fields:
+    """How views and baselines read sku / qty / price: logical fields (define_field, one name across
+    payload versions) when the installed extension has define_field, else plain JSONPaths (then
+    version-2 events have a NULL sku and qty, identically in the view and in the baselines)."""
+
+    def __init__(self, logical):
+        self.logical = logical
+        if logical:
+            self.sku_ref, self.qty_ref = "sku", "qty"
+            self.sku_sql = "CASE WHEN event_version = 2 THEN payload #>> '{item,sku}' ELSE payload ->> 'sku' END"
+            self.qty_sql = ("(CASE WHEN event_version = 2 THEN payload #>> '{item,quantity}' "
+                            "ELSE payload ->> 'qty' END)::numeric")
+        else:
+            self.sku_ref, self.qty_ref = "$.sku", "$.qty"
+            self.sku_sql = "payload ->> 'sku'"
+            self.qty_sql = "(payload ->> 'qty')::numeric"
+        self.price_sql = "(payload ->> 'price')::numeric"
+
+    def describe(self):
+        if self.logical:
+            return "logical fields via define_field (sku = $.sku in v1, $.item.sku in v2)"
+        return ("plain JSONPaths $.sku / $.qty (define_field not installed: version-2 events "
+                "group under a NULL sku, in the view and in the baselines alike)")
+
+
+def q(conn, sql, params=None):
+    """Runs one statement and returns all rows (or None)."""
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall() if cur.description else None
+
+
+def q1(conn, sql, params=None):
+    rows = q(conn, sql, params)
+    return rows[0][0] if rows else None
+
+
+def timed(conn, sql, params=None):
+    t0 = time.perf_counter()
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        if cur.description:
+            cur.fetchall()
+    return time.perf_counter() - t0
+
+
+def view_json(d):
+    import json
+    return json.dumps(d)
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.conninfo = dict(host=args.host, port=args.port, user="postgres", dbname="postgres")
+        self.conn = self.connect()
+        self.results = []   # summary rows
+        self.details = []   # (title, [(label, [seconds...])])
+        self.notes = []
+        self.medians = {}
+
+    def connect(self):
+        return psycopg.connect(**self.conninfo, autocommit=True)
+
+    # ---------------------------------------------------------------------------- helpers
+    def gen(self, n, span):
+        """Parameters of GEN: n events with occurred_at in the `span` before T_END."""
+        return (n, T_END, span, T_END, self.args.prices == "listed")
+
+    def pairs(self, fns, n_pairs, between=None):
+        """Runs the timed callables alternately: after an untimed warm-up round, n_pairs rounds,
+        the order reversed every other round. `between(i)` (untimed) prepares each round.
+        Returns {label: [seconds...]}."""
+        times = {label: [] for label, _ in fns}
+        for i in range(n_pairs + 1):
+            if between:
+                between(i)
+            order = fns if i % 2 == 0 else list(reversed(fns))
+            for label, fn in order:
+                t = fn(i)
+                if i > 0:
+                    times[label].append(t)
+        return times
+
+    def add(self, scenario, baseline, bt, st, target, kind, met_rule):
+        """kind 'slower': ratio = subject/baseline; 'faster': speedup = baseline/subject."""
+        bm, sm = statistics.median(bt), statistics.median(st)
+        if kind == "slower":
+            ratio = sm / bm
+            ratio_s = f"{ratio:.2f}x"
+        else:
+            ratio = bm / sm
+            ratio_s = f"{ratio:.1f}x faster"
+        met = met_rule(ratio)
+        self.results.append((scenario, baseline, fmt(bm), fmt(sm), ratio_s, target,
+                             "meets" if met else "misses"))
+        return ratio
+
+    def source_setup(self, table, fields):
+        """Field declarations for a new event table (only with logical fields)."""
+        if fields.logical:
+            for sql in (
+                f"SELECT eventview.define_field('{table}', 'sku', '$.sku', version => 1)",
+                f"SELECT eventview.define_field('{table}', 'sku', '$.item.sku', version => 2)",
+                f"SELECT eventview.define_field('{table}', 'qty', '$.qty', version => 1, type => 'numeric')",
+                f"SELECT eventview.define_field('{table}', 'qty', '$.item.quantity', version => 2, type => 'numeric')",
+            ):
+                q(self.conn, sql)
+
+    def create_views(self, table, prefix, fields):
+        """The three views every event table in this benchmark feeds. event_types is always given
+        explicitly (listing every type where the view wants them all)."""
+        views = [
+            (f"{prefix}_sku_daily", {"sku": fields.sku_ref},
+             {"events": "count(*)", "qty": f"sum({fields.qty_ref})", "avg_price": "avg($.price)",
+              "max_price": "max($.price)"}, TYPES, "1 day"),
+            (f"{prefix}_country_type", {"country": "$.country", "event_type": "event_type"},
+             {"events": "count(*)", "revenue": "sum($.price)"}, TYPES, None),
+            (f"{prefix}_campaign_hourly", {"campaign": "$.campaign"},
+             {"events": "count(*)", "min_price": "min($.price)"}, ["add_to_cart", "purchase"], "1 hour"),
+        ]
+        for name, group_by, measures, types, bucket in views:
+            q(self.conn,
+              "SELECT eventview.create_view(%s, %s, group_by => %s::json, measures => %s::json, "
+              "event_types => %s::text[], time_bucket => %s::interval)",
+              (name, table, view_json(group_by), view_json(measures), types, bucket))
+        return [v[0] for v in views]
+
+    def load(self, table, rows, t_from_days=30, chunk=250_000):
+        done = 0
+        while done < rows:
+            n = min(chunk, rows - done)
+            q(self.conn, f"INSERT INTO {table} ({COLS}) SELECT * FROM {GEN}", self.gen(n, f"{t_from_days} days"))
+            done += n
+            log(f"  {table}: {done:,}/{rows:,} rows")
+
+    def insert_delta(self, table, n):
+        """Inserts n new events of the last day; returns the (lo, hi] event_id range."""
+        lo = q1(self.conn, f"SELECT coalesce(max(event_id), 0) FROM {table}")
+        q(self.conn, f"INSERT INTO {table} ({COLS}) SELECT * FROM {GEN}", self.gen(n, "1 day"))
+        hi = q1(self.conn, f"SELECT max(event_id) FROM {table}")
+        return lo, hi
+
+    # ---------------------------------------------------------------------------- setup
+    def setup(self):
+        c = self.conn
+        q(c, "CREATE EXTENSION IF NOT EXISTS pg_eventview")
+        q(c, GENERATOR_SQL)
+        q(c, "SELECT setseed(0.42)")
+        random.seed(42)
+        has_define = q1(c, "SELECT count(*) FROM pg_proc WHERE proname = 'define_field' "
+                           "AND pronamespace = 'eventview'::regnamespace") > 0
+        if self.args.fields == "auto":
+            logical = has_define
+        else:
+            logical = self.args.fields == "logical"
+        self.fields = Fields(logical)
+        log(f"fields: {self.fields.describe()}")
+
+    # ---------------------------------------------------------------------------- scenario 1
+    def scenario_ingest(self):
+        a, c, f = self.args, self.conn, self.fields
+        log("scenario 1/4 setup: ingest tables")
+        q(c, "SELECT eventview.create_event_table('ingest_ev')")
+        self.source_setup("ingest_ev", f)
+        self.load("ingest_ev", a.ingest_prefill)
+        q(c, "CREATE TABLE ingest_plain (LIKE ingest_ev INCLUDING ALL)")
+        q(c, f"INSERT INTO ingest_plain ({COLS}) SELECT {COLS} FROM ingest_ev ORDER BY event_id")
+        self.create_views("ingest_ev", "ingest", f)
+        q(c, "CREATE TABLE stage (event_type text, event_version integer, producer text, "
+             "occurred_at timestamptz, payload jsonb)")
+        q(c, f"INSERT INTO stage SELECT * FROM {GEN}", self.gen(a.batch, "1 day"))
+        q(c, "VACUUM ANALYZE ingest_ev")
+        q(c, "VACUUM ANALYZE ingest_plain")
+        q(c, "VACUUM ANALYZE stage")
+        stats = q(c, "SELECT avg(octet_length(payload::text))::int, min(octet_length(payload::text)), "
+                     "max(octet_length(payload::text)), avg((event_version = 2)::int)::numeric(4,2) FROM stage")[0]
+        self.notes.append(f"Generated payloads: {stats[0]} bytes on average (min {stats[1]}, max {stats[2]}) "
+                          f"as JSON text; share of version-2 payloads {stats[3]}.")
+        buf = bytearray()
+        with c.cursor() as cur:
+            with cur.copy(f"COPY stage ({COLS}) TO STDOUT") as cp:
+                for chunk in cp:
+                    buf += chunk
+        copy_data = bytes(buf)
+
+        def ins(table):
+            return lambda i: timed(c, f"INSERT INTO {table} ({COLS}) SELECT {COLS} FROM stage")
+
+        def cp(table):
+            def run(i):
+                t0 = time.perf_counter()
+                with c.cursor() as cur:
+                    with cur.copy(f"COPY {table} ({COLS}) FROM STDIN") as w:
+                        w.write(copy_data)
+                return time.perf_counter() - t0
+            return run
+
+        log(f"scenario 1: INSERT ... SELECT of {a.batch:,} events, {a.ingest_pairs} pairs")
+        t = self.pairs([("plain", ins("ingest_plain")), ("captured", ins("ingest_ev"))], a.ingest_pairs)
+        self.details.append((f"1a INSERT ... SELECT {a.batch:,} events", t))
+        self.add(f"1a. Ingest {a.batch // 1000}k events, INSERT ... SELECT", "same insert, plain table (LIKE ... INCLUDING ALL)",
+                 t["plain"], t["captured"], "<= 1.2x", "slower", lambda r: r <= 1.2)
+        log(f"scenario 1: COPY of {a.batch:,} events, {a.ingest_pairs} pairs")
+        t = self.pairs([("plain", cp("ingest_plain")), ("captured", cp("ingest_ev"))], a.ingest_pairs)
+        self.details.append((f"1b COPY {a.batch:,} events", t))
+        self.add(f"1b. Ingest {a.batch // 1000}k events, COPY", "same COPY, plain table",
+                 t["plain"], t["captured"], "<= 1.2x", "slower", lambda r: r <= 1.2)
+
+    # ---------------------------------------------------------------------------- scenario 4
+    def scenario_concurrent(self):
+        a, c = self.args, self.conn
+        n_threads, n_batches, rows = a.producers, a.batches, a.batch_rows
+        need = n_threads * n_batches * rows
+        log(f"scenario 4: {n_threads} producers x {n_batches} batches x {rows} rows, {a.ingest_pairs} pairs")
+        with c.cursor() as cur:
+            cur.execute(f"SELECT event_type, event_version, producer, occurred_at, payload::text FROM stage "
+                        f"ORDER BY random() LIMIT %s", (need,))
+            data = cur.fetchall()
+        while len(data) < need:
+            data = data + data
+        per_thread = [data[t * n_batches * rows:(t + 1) * n_batches * rows] for t in range(n_threads)]
+        values = ", ".join(["(%s, %s, %s, %s, %s::jsonb)"] * rows)
+        conns = [self.connect() for _ in range(n_threads)]
+
+        def run_producers(table):
+            sql = f"INSERT INTO {table} ({COLS}) VALUES {values}"
+            barrier = threading.Barrier(n_threads + 1)
+            errors = []
+
+            def worker(k):
+                conn = conns[k]
+                my = per_thread[k]
+                barrier.wait()
+                try:
+                    with conn.cursor() as cur:
+                        for b in range(n_batches):
+                            params = [x for row in my[b * rows:(b + 1) * rows] for x in row]
+                            cur.execute(sql, params)
+                except Exception as e:  # reported below, never swallowed
+                    errors.append(e)
+
+            threads = [threading.Thread(target=worker, args=(k,)) for k in range(n_threads)]
+            for th in threads:
+                th.start()
+            barrier.wait()
+            t0 = time.perf_counter()
+            for th in threads:
+                th.join()
+            elapsed = time.perf_counter() - t0
+            if errors:
+                raise errors[0]
+            return elapsed
+
+        t = self.pairs([("plain", lambda i: run_producers("ingest_plain")),
+                        ("captured", lambda i: run_producers("ingest_ev"))], a.ingest_pairs)
+        for conn in conns:
+            conn.close()
+        self.details.append((f"4 {n_threads} concurrent producers, {n_batches} x {rows}-row INSERTs each", t))
+        total = need
+        self.add(f"4. {n_threads} concurrent producers, {n_batches} x {rows}-row batches each ({total:,} events)",
+                 "same producers, plain table", t["plain"], t["captured"], "<= 1.2x", "slower",
+                 lambda r: r <= 1.2)
+
+    # ---------------------------------------------------------------------------- scenarios 2, 3, 5
+    def main_setup(self):
+        a, c, f = self.args, self.conn, self.fields
+        log(f"scenario 2/3 setup: ev with {a.rows:,} events")
+        q(c, "SELECT eventview.create_event_table('ev')")
+        self.source_setup("ev", f)
+        self.load("ev", a.rows)
+        log("  VACUUM ANALYZE ev")
+        q(c, "VACUUM ANALYZE ev")
+        log("  creating 3 views")
+        self.views = self.create_views("ev", "ev", f)
+        self.subject = self.views[0]
+        self.others = self.views[1:]
+        self.bucket_sql = f"date_bin('1 day', occurred_at, {ORIGIN})"
+        types = ", ".join(f"'{t}'" for t in TYPES)
+        self.where_types = f"event_type IN ({types})"
+        log("  materialized view and hand-written summary")
+        q(c, f"""CREATE MATERIALIZED VIEW mv_sku_daily AS
+                 SELECT {self.bucket_sql} AS bucket, {f.sku_sql} AS sku, count(*) AS events,
+                        sum({f.qty_sql}) AS qty, avg({f.price_sql}) AS avg_price, max({f.price_sql}) AS max_price
+                 FROM ev WHERE {self.where_types} GROUP BY 1, 2""")
+        q(c, """CREATE TABLE hand_sku_daily (
+                    bucket timestamptz NOT NULL, sku text, events bigint NOT NULL,
+                    qty_n bigint NOT NULL, qty_sum numeric NOT NULL,
+                    price_n bigint NOT NULL, price_sum numeric NOT NULL, max_price numeric,
+                    UNIQUE NULLS NOT DISTINCT (bucket, sku))""")
+        self.hand_fill()
+        self.vacuum_all()
+
+    def hand_select(self, where):
+        f = self.fields
+        return f"""SELECT {self.bucket_sql}, {f.sku_sql}, count(*), count({f.qty_sql}), coalesce(sum({f.qty_sql}), 0),
+                          count({f.price_sql}), coalesce(sum({f.price_sql}), 0), max({f.price_sql})
+                   FROM ev WHERE {where} AND {self.where_types} GROUP BY 1, 2"""
+
+    def hand_fill(self):
+        q(self.conn, "TRUNCATE hand_sku_daily")
+        q(self.conn, f"INSERT INTO hand_sku_daily {self.hand_select('true')}")
+
+    def hand_apply_sql(self):
+        # The practical floor: one INSERT ... SELECT ... GROUP BY ... ON CONFLICT DO UPDATE over the
+        # delta's event_id range.
+        return f"""INSERT INTO hand_sku_daily AS t
+                   {self.hand_select('event_id > %s AND event_id <= %s')}
+                   ON CONFLICT (bucket, sku) DO UPDATE SET
+                       events = t.events + EXCLUDED.events,
+                       qty_n = t.qty_n + EXCLUDED.qty_n, qty_sum = t.qty_sum + EXCLUDED.qty_sum,
+                       price_n = t.price_n + EXCLUDED.price_n, price_sum = t.price_sum + EXCLUDED.price_sum,
+                       max_price = GREATEST(t.max_price, EXCLUDED.max_price)"""
+
+    def vacuum_all(self):
+        log("  VACUUM ANALYZE (database)")
+        q(self.conn, "VACUUM ANALYZE")
+
+    def refresh_others(self):
+        for v in self.others:
+            q(self.conn, "SELECT eventview.refresh(%s)", (v,))
+
+    def check_pending(self, expected, when):
+        """Every measured refresh must start from a view that is up to date except for the measured
+        delta: checked (untimed) before each round, reported in the notes if not."""
+        pending = q1(self.conn, "SELECT pending_changes FROM eventview.views WHERE name = %s::regclass",
+                     (self.subject,))
+        if pending != expected:
+            self.notes.append(f"{when}: {self.subject} had {pending} pending changes before a timed "
+                              f"refresh, expected {expected}")
+
+    def refresh_round(self, size_label, with_mv):
+        a, c = self.args, self.conn
+        state = {}
+
+        def between(i):
+            self.refresh_others()
+            state["range"] = self.insert_delta("ev", a.delta)
+            self.check_pending(a.delta, f"refresh round {i} ({size_label})")
+
+        def subject(i):
+            t0 = time.perf_counter()
+            n = q1(c, "SELECT eventview.refresh(%s)", (self.subject,))
+            t = time.perf_counter() - t0
+            if n != a.delta:
+                self.notes.append(f"refresh of {self.subject} consumed {n} changes, expected {a.delta}")
+            return t
+
+        hand_sql = self.hand_apply_sql()
+        fns = [("eventview.refresh", subject),
+               ("hand-written apply", lambda i: timed(c, hand_sql, state["range"]))]
+        if with_mv:
+            fns.append(("REFRESH MATERIALIZED VIEW", lambda i: timed(c, "REFRESH MATERIALIZED VIEW mv_sku_daily")))
+        t = self.pairs(fns, a.pairs, between)
+        self.refresh_others()
+        self.details.append((f"refresh of {a.delta:,} inserted events on {size_label} events", t))
+        return t
+
+    def scenario_refresh(self):
+        a = self.args
+        log(f"scenario 2: refresh of {a.delta:,} inserted events on {a.rows:,}, {a.pairs} rounds")
+        t = self.refresh_round(human(a.rows), with_mv=True)
+        self.medians["refresh_small"] = statistics.median(t["eventview.refresh"])
+        self.medians["hand_small"] = statistics.median(t["hand-written apply"])
+        self.add(f"2a. Refresh {a.delta // 1000}k inserted events, {human(a.rows)}-event table",
+                 "REFRESH MATERIALIZED VIEW (same aggregate)", t["REFRESH MATERIALIZED VIEW"],
+                 t["eventview.refresh"], ">= 50x faster", "faster", lambda r: r >= 50)
+        self.add(f"2b. Refresh {a.delta // 1000}k inserted events, {human(a.rows)}-event table",
+                 "hand-written INSERT ... GROUP BY ... ON CONFLICT over the delta", t["hand-written apply"],
+                 t["eventview.refresh"], "<= 1.5x", "slower", lambda r: r <= 1.5)
+        self.check("after scenario 2", hand=True)
+        if a.explain:
+            self.explain("insert", f"refresh of {a.delta:,} inserted events ({human(a.rows)} table)")
+
+    def scenario_delete(self):
+        a, c = self.args, self.conn
+        log(f"scenario 3: delete {a.deletes:,} events then refresh, {a.pairs} rounds")
+        rng = random.Random(7)
+
+        def between(i):
+            self.refresh_others()
+            hi = q1(c, "SELECT max(event_id) FROM ev")
+            ids = rng.sample(range(1, hi + 1), a.deletes)
+            deleted = len(q(c, "DELETE FROM ev WHERE event_id = ANY(%s) RETURNING 1", (ids,)))
+            self.check_pending(deleted, f"delete round {i}")
+
+        def subject(i):
+            return timed(c, "SELECT eventview.refresh(%s)", (self.subject,))
+
+        t = self.pairs([("eventview.refresh", subject),
+                        ("REFRESH MATERIALIZED VIEW", lambda i: timed(c, "REFRESH MATERIALIZED VIEW mv_sku_daily"))],
+                       a.pairs, between)
+        self.refresh_others()
+        self.details.append((f"delete {a.deletes:,} random events, then refresh ({human(a.rows)} table)", t))
+        self.add(f"3. Delete {a.deletes:,} events then refresh (retraction, min/max), {human(a.rows)}-event table",
+                 "REFRESH MATERIALIZED VIEW", t["REFRESH MATERIALIZED VIEW"], t["eventview.refresh"],
+                 "(none; 2a's >= 50x for reference)", "faster", lambda r: r >= 50)
+        self.check("after scenario 3", hand=False)
+        if a.explain:
+            self.explain("delete", f"refresh after deleting {a.deletes:,} events ({human(a.rows)} table)")
+
+    def scenario_scale(self):
+        a, c, f = self.args, self.conn, self.fields
+        log(f"scenario 5 setup: grow ev to {a.big_rows:,} events")
+        q(c, "DROP MATERIALIZED VIEW mv_sku_daily")
+        for v in self.views:
+            q(c, "SELECT eventview.drop_view(%s)", (v,))
+        have = q1(c, "SELECT count(*) FROM ev")
+        self.load("ev", a.big_rows - have)
+        log("  VACUUM ANALYZE ev")
+        q(c, "VACUUM ANALYZE ev")
+        log("  re-creating 3 views")
+        self.views = self.create_views("ev", "ev", f)
+        self.subject, self.others = self.views[0], self.views[1:]
+        self.hand_fill()
+        self.vacuum_all()
+        log(f"scenario 5: refresh of {a.delta:,} inserted events on {a.big_rows:,}, {a.pairs} rounds")
+        t = self.refresh_round(human(a.big_rows), with_mv=False)
+        big = statistics.median(t["eventview.refresh"])
+        hand_big = statistics.median(t["hand-written apply"])
+        small = self.medians["refresh_small"]
+        ratio = big / small
+        self.results.append((f"5. Refresh {a.delta // 1000}k inserted events, {human(a.big_rows)}-event table",
+                             f"same refresh on the {human(a.rows)}-event table (2a/2b)", fmt(small), fmt(big),
+                             f"{ratio:.2f}x", "<= 1.3x", "meets" if ratio <= 1.3 else "misses"))
+        self.results.append((f"5'. Hand-written apply, {human(a.big_rows)}-event table (context)",
+                             f"hand-written apply on the {human(a.rows)}-event table", fmt(self.medians['hand_small']),
+                             fmt(hand_big), f"{hand_big / self.medians['hand_small']:.2f}x", "(context)", "-"))
+        self.results.append((f"5''. Refresh vs hand-written apply, {human(a.big_rows)}-event table",
+                             "hand-written apply (same round)", fmt(hand_big), fmt(big),
+                             f"{big / hand_big:.2f}x", "(2b's <= 1.5x)", "meets" if big / hand_big <= 1.5 else "misses"))
+        self.check_hand("after scenario 5")
+
+    # ---------------------------------------------------------------------------- checks (informational)
+    def check(self, when, hand):
+        """Compares the view with the from-scratch aggregate (the materialized view) and, when the
+        hand-written table saw only inserts, with it. Informational: reported, never asserted."""
+        c = self.conn
+        cols = "bucket, sku, events, qty, round(avg_price, 6) AS avg_price, max_price"
+        diff = q1(c, f"""SELECT count(*) FROM (
+                (SELECT {cols} FROM {self.subject} EXCEPT ALL SELECT {cols} FROM mv_sku_daily)
+                UNION ALL
+                (SELECT {cols} FROM mv_sku_daily EXCEPT ALL SELECT {cols} FROM {self.subject})) d""")
+        groups = q1(c, f"SELECT count(*) FROM {self.subject}")
+        self.notes.append(f"Check {when}: {self.subject} vs REFRESH MATERIALIZED VIEW result: "
+                          f"{'identical' if diff == 0 else f'{diff} differing rows'} ({groups:,} groups).")
+        if hand:
+            self.check_hand(when)
+
+    def check_hand(self, when):
+        c = self.conn
+        diff = q1(c, f"""SELECT count(*) FROM (
+                (SELECT bucket, sku, events, max_price FROM {self.subject}
+                 EXCEPT ALL SELECT bucket, sku, events, max_price FROM hand_sku_daily)
+                UNION ALL
+                (SELECT bucket, sku, events, max_price FROM hand_sku_daily
+                 EXCEPT ALL SELECT bucket, sku, events, max_price FROM {self.subject})) d""")
+        self.notes.append(f"Check {when}: {self.subject} vs hand-written summary: "
+                          f"{'identical' if diff == 0 else f'{diff} differing rows'}.")
+
+    # ---------------------------------------------------------------------------- EXPLAIN
+    def explain(self, kind, title):
+        """One extra, untimed refresh with auto_explain (log_analyze, nested statements) sending the
+        plans to this client as NOTICEs; written to bench/explain_<kind>.txt."""
+        a, c = self.args, self.conn
+        self.refresh_others()
+        if kind == "insert":
+            self.insert_delta("ev", a.delta)
+        else:
+            hi = q1(c, "SELECT max(event_id) FROM ev")
+            ids = random.Random(99).sample(range(1, hi + 1), a.deletes)
+            q(c, "DELETE FROM ev WHERE event_id = ANY(%s)", (ids,))
+        plans = []
+
+        def on_notice(diag):
+            plans.append(diag.message_primary or "")
+
+        c.add_notice_handler(on_notice)
+        try:
+            q(c, "LOAD 'auto_explain'")
+            for s in ("auto_explain.log_min_duration = 0", "auto_explain.log_analyze = on",
+                      "auto_explain.log_buffers = on", "auto_explain.log_nested_statements = on",
+                      "auto_explain.log_level = notice"):
+                q(c, f"SET {s}")
+            t0 = time.perf_counter()
+            q(c, "SELECT eventview.refresh(%s)", (self.subject,))
+            elapsed = time.perf_counter() - t0
+        finally:
+            q(c, "SET auto_explain.log_min_duration = -1")
+            c.remove_notice_handler(on_notice)
+        self.refresh_others()
+        if kind == "delete":
+            q(c, "REFRESH MATERIALIZED VIEW mv_sku_daily")
+        path = os.path.join(HERE, f"explain_{kind}.txt")
+        with open(path, "w") as fh:
+            fh.write(f"# auto_explain of eventview.refresh('{self.subject}'): {title}\n")
+            fh.write(f"# wall time with EXPLAIN ANALYZE instrumentation: {elapsed * 1000:.0f} ms\n\n")
+            for p in plans:
+                fh.write(p + "\n\n")
+        log(f"  wrote {os.path.relpath(path)}")
+
+    # ---------------------------------------------------------------------------- report
+    def machine(self):
+        mem_kb = 0
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    mem_kb = int(line.split()[1])
+        cpu = "unknown"
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+        version = q1(self.conn, "SHOW server_version")
+        so = os.path.join(subprocess.run(["/usr/lib/postgresql/15/bin/pg_config", "--pkglibdir"],
+                                         capture_output=True, text=True).stdout.strip(), "pg_eventview.so")
+        build = "unknown build"
+        try:
+            with open(so, "rb") as fh:
+                blob = fh.read()
+            if b"/target/debug/" in blob:
+                build = "DEBUG build"
+            elif b"/target/release/" in blob:
+                build = "release build"
+            mtime = datetime.datetime.fromtimestamp(os.path.getmtime(so)).strftime("%Y-%m-%d %H:%M")
+            build += f", installed {mtime}"
+        except OSError:
+            pass
+        try:
+            rev = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True).stdout.strip()
+            dirty = subprocess.run(["git", "-C", HERE, "status", "--porcelain", "--", "src", "sql"],
+                                   capture_output=True, text=True).stdout.strip()
+            rev += " + uncommitted changes" if dirty else ""
+        except OSError:
+            rev = "?"
+        settings = q(self.conn, "SELECT name, setting, unit FROM pg_settings WHERE name IN "
+                                "('shared_buffers', 'work_mem', 'max_wal_size', 'fsync', 'jit', 'autovacuum') ORDER BY name")
+        s = ", ".join(f"{n}={v}{(' ' + u) if u and n != 'shared_buffers' else ''}" for n, v, u in settings)
+        s = s.replace("shared_buffers=131072", "shared_buffers=1GB")
+        return (f"nproc {os.cpu_count()}, memory {mem_kb / 1024 / 1024:.1f} GiB, CPU {cpu}, PostgreSQL {version}, "
+                f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, pg_eventview {build} (git {rev}), "
+                f"{platform.python_implementation()} {platform.python_version()} / psycopg {psycopg.__version__}"), s
+
+    def report(self, total):
+        a = self.args
+        machine, settings = self.machine()
+        lines = []
+        lines.append(f"# pg_eventview benchmark results{' (--quick)' if a.quick else ''}\n")
+        lines.append(f"Machine: {machine}\n")
+        lines.append(f"Cluster settings: {settings}\n")
+        lines.append(f"Method: {a.pairs} timed rounds (ingest scenarios 1 and 4: {a.ingest_pairs}) after 1 untimed "
+                     f"warm-up round; baseline and subject "
+                     f"alternate within each round (order reversed every other round); medians; "
+                     f"ratio = subject / baseline unless marked faster. Targets are informational. "
+                     f"Total run time {total / 60:.1f} min. Fields: {self.fields.describe()}. "
+                     f"Prices: {a.prices} (--prices).\n")
+        if "DEBUG" in machine:
+            lines.append("**The extension under test is a debug build.** Only refresh runs Rust code "
+                         "(planning and SQL generation); the insert path is plpgsql triggers and the apply "
+                         "is one SQL statement, so debug vs release matters little here, but expect a "
+                         "release build to be somewhat faster on refresh.\n")
+        lines.append("| Scenario | Baseline | Baseline median | pg_eventview median | Ratio | Target | Status |")
+        lines.append("|---|---|---:|---:|---:|---|---|")
+        for r in self.results:
+            lines.append("| " + " | ".join(r) + " |")
+        lines.append("\n## Raw timings (ms, timed rounds in order)\n")
+        for title, t in self.details:
+            lines.append(f"- {title}:")
+            for label, xs in t.items():
+                lines.append(f"  - {label}: " + ", ".join(f"{x * 1000:.1f}" for x in xs)
+                             + f" (median {statistics.median(xs) * 1000:.1f})")
+        lines.append("\n## Notes\n")
+        for n in self.notes:
+            lines.append(f"- {n}")
+        text = "\n".join(lines) + "\n"
+        print(text)
+        with open(a.out, "w") as fh:
+            fh.write(text)
+        log(f"wrote {os.path.relpath(a.out)}")
+
+    def data_notes(self):
+        c = self.conn
+        size = q1(c, "SELECT pg_size_pretty(pg_total_relation_size('ev'))")
+        n = q1(c, "SELECT count(*) FROM ev")
+        self.notes.append(f"Event table ev at the end: {n:,} rows, {size} with indexes.")
+        top = q(c, f"""SELECT round(100.0 * sum(c) FILTER (WHERE rn <= 50) / sum(c), 1),
+                              count(*) FROM (SELECT {self.fields.sku_sql} AS sku, count(*) AS c,
+                              row_number() OVER (ORDER BY count(*) DESC) AS rn
+                              FROM ev WHERE event_version = 1 GROUP BY 1) s""")[0]
+        self.notes.append(f"SKU skew (version-1 events): the 50 hottest SKUs carry {top[0]}% of events; "
+                          f"{top[1]:,} distinct SKUs seen.")
+
+
+def fmt(seconds):
+    ms = seconds * 1000
+    if ms >= 10000:
+        return f"{seconds:.2f} s"
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    return f"{ms:.1f} ms"
+
+
+def human(n):
+    if n >= 1_000_000 and n % 1_000_000 == 0:
+        return f"{n // 1_000_000}M"
+    if n >= 1000 and n % 1000 == 0:
+        return f"{n // 1000}k"
+    return f"{n:,}"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=55440)
+    p.add_argument("--quick", action="store_true", help="small smoke run (100k / 200k events, 3 rounds)")
+    p.add_argument("--pairs", type=int, help="timed rounds per scenario (default 5, quick 3)")
+    p.add_argument("--rows", type=int, help="events in the table of scenarios 2 and 3 (default 1M)")
+    p.add_argument("--big-rows", type=int, help="events in the table of scenario 5 (default 4M)")
+    p.add_argument("--fields", choices=["auto", "logical", "paths"], default="auto",
+                   help="logical fields (define_field) or plain JSONPaths; auto: logical when installed")
+    p.add_argument("--prices", choices=["listed", "random"], default="listed",
+                   help="listed: a few price points per SKU (list price, discounts); random: every event "
+                        "its own price (stresses the min/max value multisets)")
+    p.add_argument("--no-explain", dest="explain", action="store_false",
+                   help="skip the auto_explain capture of one refresh per kind")
+    p.add_argument("--only", default="1,2,3,4,5", help="comma-separated scenarios to run (5 needs 2)")
+    p.add_argument("--out", default=os.path.join(HERE, "results.md"))
+    a = p.parse_args()
+    a.pairs = a.pairs or (3 if a.quick else 5)
+    # The ingest scenarios are cheap and short, hence noisier: they get more rounds.
+    a.ingest_pairs = 2 * a.pairs + 1
+    a.rows = a.rows or (100_000 if a.quick else 1_000_000)
+    a.big_rows = a.big_rows or (200_000 if a.quick else 4_000_000)
+    a.delta = 10_000
+    a.deletes = 1_000
+    a.batch = 10_000
+    a.ingest_prefill = 20_000 if a.quick else 100_000
+    a.producers, a.batch_rows = 4, 10
+    a.batches = 50 if a.quick else 200
+    only = {s.strip() for s in a.only.split(",")}
+
+    b = Bench(a)
+    b.setup()
+    if "1" in only or "4" in only:
+        b.scenario_ingest() if "1" in only else None
+    if "4" in only:
+        if "1" not in only:
+            raise SystemExit("scenario 4 reuses the tables of scenario 1: add 1 to --only")
+        b.scenario_concurrent()
+    if {"2", "3", "5"} & only:
+        b.main_setup()
+        if "2" in only or "5" in only:
+            b.scenario_refresh()
+        if "3" in only:
+            b.scenario_delete()
+        if "5" in only:
+            b.scenario_scale()
+        b.data_notes()
+    b.report(time.perf_counter() - START)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# pg_eventview benchmark suite: starts a throwaway cluster, runs bench/bench.py, stops the cluster.
+#   bash bench/run.sh            full run (1M / 4M events, ~15-20 min on 2 cores)
+#   bash bench/run.sh --quick    smoke run (100k / 200k events, ~2-3 min)
+# Other arguments go to bench.py (see `python3 bench/bench.py --help`).
+# Uses the pg_eventview that is installed in the system PostgreSQL 15; never builds it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${BENCH_DIR:-/tmp/pg_eventview_bench}
+PORT=${BENCH_PORT:-55440}
+
+trap 'bash scripts/cluster.sh stop "$DIR"' EXIT
+echo "bench: starting cluster in $DIR on port $PORT" >&2
+bash scripts/cluster.sh start "$DIR" "$PORT" \
+  "shared_buffers = '1GB'" \
+  "work_mem = '64MB'" \
+  "maintenance_work_mem = '512MB'" \
+  "max_wal_size = '16GB'" \
+  "checkpoint_timeout = '1h'" \
+  "log_min_messages = warning"
+python3 bench/bench.py --host 127.0.0.1 --port "$PORT" "$@"

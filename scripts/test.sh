@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs every test of pg_eventview on this machine, installing what is missing first.
+#   1. cargo pgrx test: pure-core unit tests and #[pg_test] units inside Postgres
+#   2. pg_regress: expected-output tests of what users see (scripts/regress.sh)
+#   3. pytest: integration tests against real clusters (differential, crash, concurrency)
+# Ends with one line "tests: N passed, M failed" counting individual tests of all three.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh || exit 1
+
+LOG=$(mktemp -d /tmp/pg_eventview_test.XXXXXX)
+passed=0; failed=0; rc=0
+
+echo "== building and installing the extension"
+cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >"$LOG/install.log" 2>&1 \
+  || { tail -50 "$LOG/install.log"; echo "tests: 0 passed, 1 failed"; exit 1; }
+
+echo "== cargo pgrx test (unit and in-backend tests)"
+PGDATA_TEST=/tmp/pg_eventview_pgrx_data
+mkdir -p "$PGDATA_TEST"; [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$PGDATA_TEST"
+RUNAS=(); [ "$(id -u)" -eq 0 ] && RUNAS=(--runas postgres --pgdata "$PGDATA_TEST")
+cargo pgrx test pg15 "${RUNAS[@]}" 2>&1 | tee "$LOG/unit.log" | grep -E "^test |test result:" || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+p=$(grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed" "$LOG/unit.log" | awk '{s+=$4; f+=$6} END {print s+0, f+0}')
+passed=$((passed + ${p% *})); failed=$((failed + ${p#* }))
+if [ $rc -ne 0 ] && [ "${p#* }" = "0" ]; then failed=$((failed + 1)); tail -40 "$LOG/unit.log"; fi
+
+echo "== pg_regress (expected output)"
+if bash scripts/regress.sh >"$LOG/regress.log" 2>&1; then
+  n=$(grep -oE "All [0-9]+ tests passed" "$LOG/regress.log" | grep -oE "[0-9]+")
+  passed=$((passed + ${n:-0})); echo "pg_regress: ${n:-0} passed"
+else
+  rc=1; cat "$LOG/regress.log" | tail -80
+  n=$(grep -cE "^(not ok|test .* FAILED|.* \.\.\. FAILED)" "$LOG/regress.log"); failed=$((failed + ${n:-1}))
+  ok=$(grep -cE "\.\.\. ok" "$LOG/regress.log"); passed=$((passed + ${ok:-0}))
+fi
+
+echo "== pytest (integration: differential, crash, concurrency)"
+python3 -m pytest -q tests/ 2>&1 | tee "$LOG/pytest.log" | tail -15
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+pp=$(grep -oE "[0-9]+ passed" "$LOG/pytest.log" | tail -1 | grep -oE "[0-9]+"); passed=$((passed + ${pp:-0}))
+pf=$(grep -oE "[0-9]+ (failed|error)" "$LOG/pytest.log" | tail -1 | grep -oE "[0-9]+"); failed=$((failed + ${pf:-0}))
+if [ $rc -ne 0 ] && [ $failed -eq 0 ]; then failed=1; fi
+
+echo "logs: $LOG"
+echo "tests: $passed passed, $failed failed"
+exit $rc

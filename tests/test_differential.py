@@ -1,0 +1,865 @@
+"""Differential test of incremental refresh: seeded random workloads against one event table that
+feeds several views; at random points (and at the end) every view is refreshed and must EQUAL the
+same aggregate computed from scratch with plain SQL over the event table (API.md section 6).
+
+The from-scratch queries below are written by hand from the contract, independently of the
+extension's generated SQL:
+  - group keys are `payload #>> path` text (JSON null / missing => NULL key; NULLs group together);
+  - sum/avg/min/max only over JSON numbers; count(ref) counts non-null JSON values;
+  - an event whose group key is an object/array, or whose sum/avg/min/max input is present and not
+    a JSON number (nor JSON null), is a type error and is left out of that view entirely
+    (on_type_error 'skip' and 'quarantine'); filters are applied before type checks;
+  - bucket = date_bin(interval, occurred_at, '2000-01-01 00:00:00+00');
+  - a view without group_by has one row while any event counts, none otherwise;
+  - rich JSONPaths yield the first match in document order, as jsonb_path_query_first does.
+
+Besides the contents, every refresh's return value is checked against the number of changed event
+rows committed since that view's previous refresh (tracked from statement row counts), and
+eventview.views.pending_changes against the same number.
+
+Environment knobs: PGEV_IT_OPS (operations per seed, default 700).
+"""
+
+import json
+import os
+import random
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+SEEDS = [11, 23, 37, 41, 59]
+N_OPS = int(os.environ.get("PGEV_IT_OPS", "700"))
+BASE_TIME = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+# --------------------------------------------------------------------------------------------
+# Reference SQL snippets (hand-written semantics of the contract)
+
+
+def NUM(x):
+    """The numeric value of a jsonb expression when it is a JSON number, else NULL."""
+    return f"(CASE WHEN jsonb_typeof({x}) = 'number' THEN ({x})::numeric END)"
+
+
+def KEYBAD(x):
+    """A group key that is an object or an array is a type error."""
+    return f"coalesce(jsonb_typeof({x}) IN ('object', 'array'), false)"
+
+
+def NUMBAD(x):
+    """A sum/avg/min/max input that is present and neither a number nor JSON null."""
+    return f"coalesce(jsonb_typeof({x}) NOT IN ('number', 'null'), false)"
+
+
+def NONNULL_COUNT(x):
+    """count(ref): non-null values (JSON null and missing do not count)."""
+    return f"count(NULLIF({x}, 'null'::jsonb))"
+
+
+def BUCKET(width):
+    return f"date_bin('{width}'::interval, occurred_at, '2000-01-01 00:00:00+00'::timestamptz)"
+
+
+P_SKU = "payload -> 'sku'"
+P_QTY = "payload -> 'qty'"
+P_PRICE = "payload -> 'price'"
+P_ITEM_SKU = "payload -> 'item' -> 'sku'"
+P_ITEM_QTY = "payload -> 'item' -> 'quantity'"
+P_COUNTRY = "payload -> 'country'"
+TAG = "jsonb_path_query_first(payload, 'lax $.tags[*]')"
+DESC_SKU = "jsonb_path_query_first(payload, 'lax $.**.sku')"
+
+
+class ViewSpec:
+    def __init__(self, name, create_sql, scope, bad, select, group, policy):
+        self.name = name
+        self.create_sql = create_sql
+        self.scope = scope  # which events the view reads (event_types and filter)
+        self.bad = bad  # the type-error condition
+        self.select = select
+        self.group = group  # GROUP BY positions, or None for a view without group_by
+        self.policy = policy
+
+    def reference(self, table="ev"):
+        tail = f"GROUP BY {self.group}" if self.group else "HAVING count(*) > 0"
+        return f"SELECT {self.select}\nFROM {table}\nWHERE ({self.scope}) AND NOT ({self.bad})\n{tail}"
+
+    def bad_events(self, table="ev"):
+        return f"SELECT event_id FROM {table} WHERE ({self.scope}) AND ({self.bad})"
+
+
+VIEWS = [
+    ViewSpec(
+        "v_sku",
+        """SELECT eventview.create_view('v_sku', 'ev',
+             group_by => '{"sku": "$.sku"}',
+             measures => '{"n": "count(*)", "qty": "sum($.qty)", "avg_price": "avg($.price)",
+                           "min_price": "min($.price)", "max_price": "max($.price)", "qty_n": "count($.qty)"}',
+             event_types => ARRAY['add_to_cart', 'purchase'],
+             time_bucket => '1 hour')""",
+        scope="event_type IN ('add_to_cart', 'purchase')",
+        bad=f"{KEYBAD(P_SKU)} OR {NUMBAD(P_QTY)} OR {NUMBAD(P_PRICE)}",
+        select=f"""{BUCKET('1 hour')} AS bucket,
+       payload #>> '{{sku}}' AS sku,
+       count(*) AS n,
+       sum({NUM("payload -> 'qty'")}) AS qty,
+       avg({NUM("payload -> 'price'")}) AS avg_price,
+       min({NUM("payload -> 'price'")}) AS min_price,
+       max({NUM("payload -> 'price'")}) AS max_price,
+       {NONNULL_COUNT("payload -> 'qty'")} AS qty_n""",
+        group="1, 2",
+        policy="quarantine",
+    ),
+    ViewSpec(
+        "v_total",
+        """SELECT eventview.create_view('v_total', 'ev',
+             measures => '{"n": "count(*)", "qty": "sum($.qty)", "last": "max(occurred_at)"}',
+             on_type_error => 'skip')""",
+        scope="true",
+        bad=NUMBAD("payload -> 'qty'"),
+        select=f"""count(*) AS n, sum({NUM("payload -> 'qty'")}) AS qty, max(occurred_at) AS last""",
+        group=None,
+        policy="skip",
+    ),
+    ViewSpec(
+        "v_env",
+        """SELECT eventview.create_view('v_env', 'ev',
+             group_by => '{"event_type": "event_type", "event_version": "event_version", "item_sku": "$.item.sku"}',
+             measures => '{"n": "count(*)", "q": "sum($.item.quantity)", "lo": "min($.price)",
+                           "first_at": "min(occurred_at)", "sv": "sum(event_version)", "nv": "count(event_version)"}',
+             on_type_error => 'quarantine')""",
+        scope="true",
+        bad=f"{KEYBAD(P_ITEM_SKU)} OR {NUMBAD(P_ITEM_QTY)} OR {NUMBAD(P_PRICE)}",
+        select=f"""event_type, event_version,
+       payload #>> '{{item,sku}}' AS item_sku,
+       count(*) AS n,
+       sum({NUM("payload -> 'item' -> 'quantity'")}) AS q,
+       min({NUM("payload -> 'price'")}) AS lo,
+       min(occurred_at) AS first_at,
+       sum(event_version::numeric) AS sv,
+       count(event_version) AS nv""",
+        group="1, 2, 3",
+        policy="quarantine",
+    ),
+    ViewSpec(
+        "v_de_fr",
+        """SELECT eventview.create_view('v_de_fr', 'ev',
+             group_by => '{"country": "$.country", "Sku": "$.sku"}',
+             measures => '{"n": "count(*)", "revenue": "sum($.price)", "avg_qty": "avg($.qty)"}',
+             event_types => ARRAY['purchase'],
+             time_bucket => '1 day',
+             filter => '{"$.country": ["DE", "FR"]}',
+             on_type_error => 'skip')""",
+        scope="""event_type = 'purchase' AND payload -> 'country' IN ('"DE"'::jsonb, '"FR"'::jsonb)""",
+        bad=f"{KEYBAD(P_COUNTRY)} OR {KEYBAD(P_SKU)} OR {NUMBAD(P_PRICE)} OR {NUMBAD(P_QTY)}",
+        select=f"""{BUCKET('1 day')} AS bucket,
+       payload #>> '{{country}}' AS country,
+       payload #>> '{{sku}}' AS "Sku",
+       count(*) AS n,
+       sum({NUM("payload -> 'price'")}) AS revenue,
+       avg({NUM("payload -> 'qty'")}) AS avg_qty""",
+        group="1, 2, 3",
+        policy="skip",
+    ),
+    ViewSpec(
+        "v_tags",
+        """SELECT eventview.create_view('v_tags', 'ev',
+             group_by => '{"tag": "$.tags[*]"}',
+             measures => '{"n": "count(*)", "mx": "max($.price)", "cq": "count($.qty)"}',
+             time_bucket => '15 minutes',
+             on_type_error => 'quarantine')""",
+        scope="true",
+        bad=f"{KEYBAD(TAG)} OR {NUMBAD(P_PRICE)}",
+        select=f"""{BUCKET('15 minutes')} AS bucket,
+       {TAG} #>> '{{}}' AS tag,
+       count(*) AS n,
+       max({NUM("payload -> 'price'")}) AS mx,
+       {NONNULL_COUNT("payload -> 'qty'")} AS cq""",
+        group="1, 2",
+        policy="quarantine",
+    ),
+    ViewSpec(
+        "v_vip",
+        """SELECT eventview.create_view('v_vip', 'ev',
+             group_by => '{"country": "$.country"}',
+             measures => '{"n": "count(*)", "hi": "max($.item.quantity)"}',
+             filter => '{"event_version": 2, "$.vip": true}')""",
+        scope="""event_version = 2 AND payload -> 'vip' = 'true'::jsonb""",
+        bad=f"{KEYBAD(P_COUNTRY)} OR {NUMBAD(P_ITEM_QTY)}",
+        select=f"""payload #>> '{{country}}' AS country,
+       count(*) AS n,
+       max({NUM("payload -> 'item' -> 'quantity'")}) AS hi""",
+        group="1",
+        policy="quarantine",
+    ),
+]
+
+# Created part-way through the workload, while another transaction holds uncommitted changes.
+LATE_VIEW = ViewSpec(
+    "v_desc",
+    """SELECT eventview.create_view('v_desc', 'ev',
+         group_by => '{"sku": "$..sku"}',
+         measures => '{"n": "count(*)", "s": "sum($.price)"}',
+         on_type_error => 'skip')""",
+    scope="true",
+    bad=f"{KEYBAD(DESC_SKU)} OR {NUMBAD(P_PRICE)}",
+    select=f"""{DESC_SKU} #>> '{{}}' AS sku, count(*) AS n, sum({NUM("payload -> 'price'")}) AS s""",
+    group="1",
+    policy="skip",
+)
+
+# --------------------------------------------------------------------------------------------
+# Payload generation
+
+MISSING = object()
+SKUS = ["A-1", "B-2", "C-3", "D-4", "12.50", "ünï 'q'"]
+PRICES = [Decimal("9.99"), Decimal("12.50"), Decimal("3"), Decimal("100"), Decimal("0.5"),
+          Decimal("7.125"), Decimal("-2.25"), Decimal("0")]
+
+
+def jdump(v):
+    """JSON text that keeps numbers exactly as written (Decimal('12.50') stays 12.50)."""
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, (int, Decimal)):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list):
+        return "[" + ", ".join(jdump(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {jdump(x)}" for k, x in v.items() if x is not MISSING) + "}"
+    raise TypeError(v)
+
+
+def gen_key(rng):
+    r = rng.random()
+    if r < 0.80:
+        return rng.choice(SKUS)
+    if r < 0.85:
+        return MISSING
+    if r < 0.89:
+        return None
+    if r < 0.92:
+        # Numbers are valid text keys. (Not 12.50 here: the rich-path views also read sku, and
+        # eventview.jsonpath_first turns 12.50 into 12.5; see test_bug_rich_path_keeps_numbers.)
+        return rng.choice([42, Decimal("-0.5"), 7])
+    if r < 0.94:
+        return rng.choice([True, False])
+    if r < 0.97:
+        return {"id": rng.randint(1, 3)}  # type error
+    return ["x", 1]  # type error
+
+
+def gen_num(rng, good):
+    r = rng.random()
+    if r < 0.84:
+        return good()
+    if r < 0.88:
+        return MISSING
+    if r < 0.91:
+        return None
+    if r < 0.95:
+        return str(good())  # "3": a string is never a number
+    if r < 0.97:
+        return {"amount": good()}
+    if r < 0.98:
+        return True
+    return [good()]
+
+
+def gen_tags(rng):
+    # Only arrays, JSON null or missing: for those RFC 9535 `[*]` and jsonb's lax `[*]` agree.
+    r = rng.random()
+    if r < 0.15:
+        return MISSING
+    if r < 0.20:
+        return None
+    if r < 0.25:
+        return []
+    if r < 0.78:
+        return rng.sample(["red", "blue", "green", "ünï"], rng.randint(1, 3))
+    if r < 0.84:
+        return [1, "x"]
+    if r < 0.88:
+        return [None, "y"]
+    if r < 0.90:
+        return [True]
+    if r < 0.95:
+        return [{"t": 1}, "z"]  # type error
+    return [["n"], "z"]  # type error
+
+
+def gen_country(rng):
+    return rng.choices(["DE", "FR", "US", "GB", MISSING, None, "de", 1], [25, 20, 20, 10, 8, 5, 3, 2])[0]
+
+
+def gen_payload(rng, version):
+    qty = lambda: rng.randint(0, 9)  # noqa: E731
+    price = lambda: rng.choice(PRICES)  # noqa: E731
+    p = {}
+    if version == 1:
+        p["sku"] = gen_key(rng)
+        p["qty"] = gen_num(rng, qty)
+    else:
+        r = rng.random()
+        if r < 0.90:
+            p["item"] = {"sku": gen_key(rng), "quantity": gen_num(rng, qty)}
+        elif r < 0.94:
+            p["item"] = MISSING
+        elif r < 0.97:
+            p["item"] = "boxed"
+        else:
+            p["item"] = None
+        # `$..sku` sees these too; "meta" sorts after "item" both by jsonb's order and by name,
+        # and a top-level sku comes before any nested one, so the first match is well defined.
+        if rng.random() < 0.1:
+            p["meta"] = {"sku": rng.choice(SKUS)}
+        if rng.random() < 0.1:
+            p["sku"] = rng.choice(SKUS)
+        if rng.random() < 0.1:
+            p["qty"] = gen_num(rng, qty)
+        p["vip"] = rng.choice([True, True, False, MISSING, "true"])
+    p["price"] = gen_num(rng, price)
+    p["country"] = gen_country(rng)
+    p["tags"] = gen_tags(rng)
+    keys = list(p)
+    rng.shuffle(keys)
+    return jdump({k: p[k] for k in keys})
+
+
+def gen_time(rng):
+    if rng.random() < 0.1:  # exactly on a bucket edge
+        return BASE_TIME + timedelta(minutes=15 * rng.randint(0, 4 * 72))
+    return BASE_TIME + timedelta(microseconds=rng.randint(0, 3 * 86400 * 10**6))
+
+
+def gen_event(rng):
+    version = 1 if rng.random() < 0.6 else 2
+    etype = rng.choices(["add_to_cart", "purchase", "page_view", "refund"], [40, 35, 20, 5])[0]
+    producer = rng.choice(["web", "app"])
+    return (etype, version, producer, gen_time(rng), gen_payload(rng, version))
+
+
+# --------------------------------------------------------------------------------------------
+# The workload
+
+
+class Mismatch(AssertionError):
+    pass
+
+
+class Workload:
+    def __init__(self, conninfo, seed):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.conninfo = conninfo
+        self.log = []
+        opts = "-c statement_timeout=120s -c lock_timeout=60s"
+        self.a = psycopg.connect(conninfo, autocommit=True, options=opts + " -c TimeZone=America/St_Johns")
+        self.c = psycopg.connect(conninfo, autocommit=True, options=opts + " -c TimeZone=Asia/Kathmandu")
+        # Two connections that hold transactions open across refreshes.
+        self.holders = {
+            "b": psycopg.connect(conninfo, autocommit=True, options=opts + " -c TimeZone=UTC"),
+            "d": psycopg.connect(conninfo, autocommit=True, options=opts + " -c TimeZone=Europe/Berlin"),
+        }
+        self.held = {"b": None, "d": None}  # slot -> {"count": n, "locked": set(ids)}
+        self.views = []
+        self.pending = {}
+        self.checks = 0
+        self.refreshes = 0
+
+    def close(self):
+        for conn in [self.a, self.c, *self.holders.values()]:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def note(self, msg):
+        self.log.append(msg)
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+
+    def committed(self, n):
+        """n changed event rows just became visible (committed)."""
+        for v in self.views:
+            self.pending[v.name] += n
+
+    def locked_ids(self):
+        out = set()
+        for h in self.held.values():
+            if h:
+                out |= h["locked"]
+        return out
+
+    def pick_ids(self, conn, k, exclude=frozenset()):
+        ids = [r[0] for r in conn.execute("SELECT event_id FROM ev ORDER BY event_id").fetchall()]
+        ids = [i for i in ids if i not in exclude]
+        if not ids:
+            return []
+        return self.rng.sample(ids, min(k, len(ids)))
+
+    # ---- writes (each returns how many changed event rows it made) ---------------------------
+
+    def insert_values(self, conn, n):
+        rows = [gen_event(self.rng) for _ in range(n)]
+        placeholders = ", ".join(["(%s, %s, %s, %s, %s::jsonb)"] * n)
+        args = [x for row in rows for x in row]
+        cur = conn.execute(
+            f"INSERT INTO ev (event_type, event_version, producer, occurred_at, payload) VALUES {placeholders} "
+            "RETURNING event_id",
+            args,
+        )
+        ids = [r[0] for r in cur.fetchall()]
+        assert len(ids) == n
+        return n, ids
+
+    def insert_copy(self, conn, n):
+        cur = conn.cursor()
+        with cur.copy("COPY ev (event_type, event_version, producer, occurred_at, payload) FROM STDIN") as cp:
+            for _ in range(n):
+                cp.write_row(gen_event(self.rng))
+        assert cur.rowcount == n
+        return n
+
+    def update_rows(self, conn, ids):
+        """One of several kinds of UPDATE of the rows `ids`; returns the rows changed."""
+        if not ids:
+            return 0
+        kind = self.rng.choice(["payload", "payload", "field", "drop", "time", "type", "noop"])
+        if kind == "payload":
+            values = []
+            for i in ids:
+                version = 1 if self.rng.random() < 0.5 else 2
+                values += [i, gen_payload(self.rng, version), version]
+            ph = ", ".join(["(%s::bigint, %s::jsonb, %s::int)"] * len(ids))
+            cur = conn.execute(
+                f"UPDATE ev SET payload = v.p, event_version = v.ver FROM (VALUES {ph}) v(id, p, ver) "
+                "WHERE ev.event_id = v.id",
+                values,
+            )
+        elif kind == "field":
+            field = self.rng.choice(["qty", "price", "sku", "country", "tags", "vip"])
+            if field in ("qty", "price"):
+                val = gen_num(self.rng, lambda: self.rng.choice(PRICES))
+            elif field == "sku":
+                val = gen_key(self.rng)
+            elif field == "country":
+                val = gen_country(self.rng)
+            elif field == "tags":
+                val = gen_tags(self.rng)
+            else:
+                val = self.rng.choice([True, False, None])
+            if val is MISSING:
+                cur = conn.execute("UPDATE ev SET payload = payload - %s WHERE event_id = ANY(%s)", [field, ids])
+            else:
+                cur = conn.execute(
+                    "UPDATE ev SET payload = jsonb_set(payload, ARRAY[%s], %s::jsonb) WHERE event_id = ANY(%s)",
+                    [field, jdump(val), ids],
+                )
+        elif kind == "drop":
+            cur = conn.execute(
+                "UPDATE ev SET payload = payload - 'price' - 'item' WHERE event_id = ANY(%s)", [ids]
+            )
+        elif kind == "time":
+            shift = timedelta(minutes=self.rng.choice([-90, -15, -1, 7, 45, 60, 24 * 60]))
+            cur = conn.execute(
+                "UPDATE ev SET occurred_at = occurred_at + %s WHERE event_id = ANY(%s)", [shift, ids]
+            )
+        elif kind == "type":
+            t = self.rng.choice(["add_to_cart", "purchase", "page_view", "refund"])
+            cur = conn.execute("UPDATE ev SET event_type = %s WHERE event_id = ANY(%s)", [t, ids])
+        else:
+            cur = conn.execute("UPDATE ev SET producer = producer WHERE event_id = ANY(%s)", [ids])
+        return cur.rowcount
+
+    def delete_rows(self, conn, ids):
+        if not ids:
+            return 0
+        return conn.execute("DELETE FROM ev WHERE event_id = ANY(%s)", [ids]).rowcount
+
+    def random_write(self, conn, exclude, own_ids=()):
+        """A random write on `conn`; returns (changed rows, ids it touched or made)."""
+        r = self.rng.random()
+        if r < 0.35:
+            n, ids = self.insert_values(conn, self.rng.randint(1, 20))
+            return n, set(ids)
+        if r < 0.5:
+            return self.insert_copy(conn, self.rng.randint(10, 120)), set()
+        pool_ids = self.pick_ids(conn, self.rng.randint(1, 8), exclude)
+        if own_ids and self.rng.random() < 0.5:
+            pool_ids = self.rng.sample(sorted(own_ids), min(len(own_ids), 3))
+        if r < 0.85:
+            return self.update_rows(conn, pool_ids), set(pool_ids)
+        return self.delete_rows(conn, pool_ids), set(pool_ids)
+
+    # ---- operations --------------------------------------------------------------------------
+
+    def op_insert_values(self):
+        n, _ = self.insert_values(self.a, self.rng.randint(1, 30))
+        self.committed(n)
+        self.note(f"insert values {n}")
+
+    def op_insert_copy(self):
+        n = self.insert_copy(self.a, self.rng.randint(10, 200))
+        self.committed(n)
+        self.note(f"copy {n}")
+
+    def op_update(self):
+        ids = self.pick_ids(self.a, self.rng.randint(1, 10), self.locked_ids())
+        n = self.update_rows(self.a, ids)
+        self.committed(n)
+        self.note(f"update {n}")
+
+    def op_bulk_update(self):
+        locked = sorted(self.locked_ids())
+        m = self.rng.randint(3, 9)
+        cur = self.a.execute(
+            "UPDATE ev SET occurred_at = occurred_at + interval '20 minutes', "
+            "payload = jsonb_set(payload, '{qty}', to_jsonb((event_id %% 5)::int)) "
+            "WHERE event_id %% %s = %s AND NOT (event_id = ANY(%s))",
+            [m, self.rng.randrange(m), locked],
+        )
+        self.committed(cur.rowcount)
+        self.note(f"bulk update {cur.rowcount}")
+
+    def op_delete(self):
+        ids = self.pick_ids(self.a, self.rng.randint(1, 10), self.locked_ids())
+        n = self.delete_rows(self.a, ids)
+        self.committed(n)
+        self.note(f"delete {n}")
+
+    def op_rollback_txn(self):
+        a = self.a
+        a.execute("BEGIN")
+        for _ in range(self.rng.randint(1, 4)):
+            self.random_write(a, self.locked_ids())
+        a.execute("ROLLBACK")
+        self.note("rolled back txn")
+
+    def op_savepoint_txn(self):
+        a = self.a
+        a.execute("BEGIN")
+        kept, _ = self.random_write(a, self.locked_ids())
+        a.execute("SAVEPOINT s1")
+        for _ in range(self.rng.randint(1, 3)):
+            self.random_write(a, self.locked_ids())
+        a.execute("ROLLBACK TO SAVEPOINT s1")
+        a.execute("SAVEPOINT s2")
+        n, _ = self.random_write(a, self.locked_ids())
+        kept += n
+        a.execute("RELEASE SAVEPOINT s2")
+        if self.rng.random() < 0.5:
+            a.execute("SAVEPOINT s3")
+            self.random_write(a, self.locked_ids())
+            a.execute("ROLLBACK TO SAVEPOINT s3")
+        a.execute("COMMIT")
+        self.committed(kept)
+        self.note(f"savepoint txn kept {kept}")
+
+    def op_multi_txn(self):
+        """Insert rows, then update some of them (twice), delete one, touch old rows; commit."""
+        a = self.a
+        a.execute("BEGIN")
+        n, ids = self.insert_values(a, self.rng.randint(2, 10))
+        total = n
+        total += self.update_rows(a, ids[: max(1, len(ids) // 2)])
+        total += self.update_rows(a, ids[:1])
+        total += self.delete_rows(a, ids[-1:])
+        old = self.pick_ids(a, 3, self.locked_ids() | set(ids))
+        total += self.update_rows(a, old)
+        total += self.update_rows(a, old[:1])
+        a.execute("COMMIT")
+        self.committed(total)
+        self.note(f"multi-statement txn {total}")
+
+    def op_held_open(self, slot=None, writes=None):
+        free = [s for s, h in self.held.items() if h is None]
+        if slot is None:
+            if not free:
+                return
+            slot = self.rng.choice(free)
+        conn = self.holders[slot]
+        conn.execute("BEGIN")
+        h = self.held[slot] = {"count": 0, "locked": set(), "own": set()}
+        for _ in range(writes or self.rng.randint(1, 3)):
+            self._held_write(slot)
+        self.note(f"held txn {slot} opened ({h['count']} so far)")
+
+    def _held_write(self, slot):
+        h = self.held[slot]
+        others = set()
+        for s, o in self.held.items():
+            if s != slot and o:
+                others |= o["locked"]
+        n, touched = self.random_write(self.holders[slot], others, own_ids=h["own"])
+        h["count"] += n
+        h["locked"] |= touched
+        h["own"] |= touched
+
+    def op_held_add(self):
+        open_ = [s for s, h in self.held.items() if h]
+        if open_:
+            slot = self.rng.choice(open_)
+            self._held_write(slot)
+            self.note(f"held txn {slot} wrote ({self.held[slot]['count']} so far)")
+
+    def op_held_end(self, commit=True, slot=None):
+        open_ = [s for s, h in self.held.items() if h]
+        if slot is None:
+            if not open_:
+                return
+            slot = self.rng.choice(open_)
+        h = self.held[slot]
+        self.holders[slot].execute("COMMIT" if commit else "ROLLBACK")
+        self.held[slot] = None
+        if commit:
+            self.committed(h["count"])
+        self.note(f"held txn {slot} {'committed' if commit else 'rolled back'} ({h['count']})")
+
+    def op_truncate(self):
+        if any(self.held.values()):
+            return
+        a = self.a
+        if self.rng.random() < 0.5:
+            n = a.execute("SELECT count(*) FROM ev").fetchone()[0]
+            a.execute("TRUNCATE ev")
+            self.committed(n)
+            self.note(f"truncate ({n})")
+        else:
+            a.execute("BEGIN")
+            n = a.execute("SELECT count(*) FROM ev").fetchone()[0]
+            a.execute("TRUNCATE ev")
+            m, _ = self.insert_values(a, self.rng.randint(1, 10))
+            a.execute("COMMIT")
+            self.committed(n + m)
+            self.note(f"truncate ({n}) + insert {m} in one txn")
+
+    def refresh(self, conn, view):
+        got = conn.execute("SELECT eventview.refresh(%s)", [view.name]).fetchone()[0]
+        self.refreshes += 1
+        exp = self.pending[view.name]
+        self.pending[view.name] = 0
+        self.note(f"refresh {view.name} -> {got}")
+        if got != exp:
+            raise Mismatch(f"refresh('{view.name}') returned {got}, expected {exp} changed event rows")
+
+    def refresh_all(self, conn):
+        got = conn.execute("SELECT eventview.refresh_all()").fetchone()[0]
+        self.refreshes += 1
+        exp = sum(self.pending.values())
+        for k in self.pending:
+            self.pending[k] = 0
+        self.note(f"refresh_all -> {got}")
+        if got != exp:
+            raise Mismatch(f"refresh_all() returned {got}, expected {exp}")
+
+    def op_refresh_one(self):
+        self.refresh(self.rng.choice([self.a, self.c]), self.rng.choice(self.views))
+
+    def op_refresh_all(self):
+        self.refresh_all(self.a)
+
+    def op_refresh_concurrent(self):
+        """The same view refreshed from two connections at once: nothing double-applied, the
+        second waits and returns 0."""
+        view = self.rng.choice(self.views)
+        exp = self.pending[view.name]
+        variant = self.rng.choice(["race", "hold", "all"])
+        results, errors = {}, []
+        barrier = threading.Barrier(2)
+
+        def first():
+            try:
+                barrier.wait()
+                if variant == "hold":
+                    self.a.execute("BEGIN")
+                    results["a"] = self.a.execute("SELECT eventview.refresh(%s)", [view.name]).fetchone()[0]
+                    time.sleep(0.05)
+                    self.a.execute("COMMIT")
+                elif variant == "all":
+                    results["a"] = self.a.execute("SELECT eventview.refresh_all()").fetchone()[0]
+                else:
+                    results["a"] = self.a.execute("SELECT eventview.refresh(%s)", [view.name]).fetchone()[0]
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        def second():
+            try:
+                barrier.wait()
+                if variant == "hold":
+                    time.sleep(0.01)
+                results["c"] = self.c.execute("SELECT eventview.refresh(%s)", [view.name]).fetchone()[0]
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(150)
+        if errors:
+            raise errors[0]
+        self.refreshes += 2
+        self.note(f"concurrent refresh ({variant}) of {view.name}: {results}")
+        if variant == "all":
+            others = sum(v for k, v in self.pending.items() if k != view.name)
+            total = results["a"] + results["c"]
+            if total != exp + others:
+                raise Mismatch(f"concurrent refresh_all/refresh of {view.name}: {results}, expected "
+                               f"{exp} for the view and {others} for the others")
+            if results["c"] not in (0, exp):
+                raise Mismatch(f"concurrent refresh of {view.name} returned {results['c']}, expected 0 or {exp}")
+            for k in self.pending:
+                self.pending[k] = 0
+        else:
+            if sorted(results.values()) != sorted([0, exp]):
+                raise Mismatch(f"concurrent refreshes of {view.name} returned {results}; expected one {exp} and one 0")
+            self.pending[view.name] = 0
+
+    def op_create_late_view(self):
+        if any(v.name == LATE_VIEW.name for v in self.views):
+            return
+        # While a transaction holds uncommitted inserts/updates: creation must include every
+        # committed event exactly once and leave the uncommitted ones to a later refresh.
+        if not any(self.held.values()):
+            self.op_held_open()
+        self.a.execute(LATE_VIEW.create_sql)
+        self.views.append(LATE_VIEW)
+        self.pending[LATE_VIEW.name] = 0
+        self.note("created late view v_desc")
+        self.check_view(LATE_VIEW)
+
+    # ---- checks ------------------------------------------------------------------------------
+
+    def check_view(self, view):
+        a = self.a
+        q = f"SELECT * FROM {view.name}"
+        ref = view.reference()
+        extra = a.execute(f"({q}) EXCEPT ALL ({ref})").fetchall()
+        missing = a.execute(f"({ref}) EXCEPT ALL ({q})").fetchall()
+        if extra or missing:
+            raise Mismatch(
+                f"view {view.name} differs from the from-scratch aggregate\n"
+                f"  rows in the view but not in the reference ({len(extra)}): {extra[:15]}\n"
+                f"  rows in the reference but not in the view ({len(missing)}): {missing[:15]}\n"
+                f"  reference query:\n{ref}"
+            )
+        bad = {r[0] for r in a.execute(view.bad_events()).fetchall()}
+        if view.policy == "quarantine":
+            q_ids = {
+                r[0]
+                for r in a.execute(
+                    "SELECT event_id FROM eventview.quarantine WHERE view_name = %s::regclass::text", [view.name]
+                ).fetchall()
+            }
+            if not bad <= q_ids:
+                raise Mismatch(f"view {view.name}: events with type errors not in quarantine: {sorted(bad - q_ids)[:20]}")
+        else:
+            skipped = a.execute(
+                "SELECT skipped FROM eventview.views WHERE name = %s::regclass", [view.name]
+            ).fetchone()[0]
+            if skipped < len(bad):
+                raise Mismatch(f"view {view.name}: skipped = {skipped}, but {len(bad)} current events have type errors")
+
+    def op_check(self):
+        # pending_changes (before refreshing) must count exactly the committed changes not applied.
+        for view in self.views:
+            got = self.a.execute(
+                "SELECT pending_changes FROM eventview.views WHERE name = %s::regclass", [view.name]
+            ).fetchone()[0]
+            if got != self.pending[view.name]:
+                raise Mismatch(f"eventview.views.pending_changes of {view.name} is {got}, expected {self.pending[view.name]}")
+        if self.rng.random() < 0.3:
+            self.refresh_all(self.a)
+        else:
+            order = list(self.views)
+            self.rng.shuffle(order)
+            for view in order:
+                self.refresh(self.rng.choice([self.a, self.c]), view)
+        for view in self.views:
+            self.check_view(view)
+        self.checks += 1
+        self.note(f"check #{self.checks} ok")
+
+    def out_of_order_commit(self):
+        """begin T1, insert; begin T2, insert; commit T2; refresh; commit T1; refresh."""
+        for slot in ("b", "d"):
+            if self.held[slot]:
+                self.op_held_end(commit=True, slot=slot)
+        self.holders["b"].execute("BEGIN")
+        self.held["b"] = {"count": 0, "locked": set(), "own": set()}
+        n1, _ = self.insert_values(self.holders["b"], 5)
+        self.held["b"]["count"] += n1
+        self.holders["d"].execute("BEGIN")
+        self.held["d"] = {"count": 0, "locked": set(), "own": set()}
+        n2, _ = self.insert_values(self.holders["d"], 7)
+        self.held["d"]["count"] += n2
+        self.note("out-of-order: T1 (b) and T2 (d) inserted")
+        self.op_held_end(commit=True, slot="d")
+        self.op_check()
+        self.op_held_end(commit=True, slot="b")
+        self.op_check()
+
+    def run(self, n_ops):
+        a = self.a
+        a.execute("SELECT eventview.create_event_table('ev')")
+        # Some events exist before the views: creation must include them exactly once.
+        self.insert_copy(a, 50)
+        for view in VIEWS:
+            a.execute(view.create_sql)
+            self.views.append(view)
+            self.pending[view.name] = 0
+        for view in self.views:
+            self.check_view(view)
+        self.out_of_order_commit()
+
+        ops = [
+            (self.op_insert_values, 16), (self.op_insert_copy, 6), (self.op_update, 10),
+            (self.op_bulk_update, 2), (self.op_delete, 6), (self.op_rollback_txn, 4),
+            (self.op_savepoint_txn, 4), (self.op_multi_txn, 4), (self.op_held_open, 4),
+            (self.op_held_add, 4), (lambda: self.op_held_end(True), 4), (lambda: self.op_held_end(False), 1),
+            (self.op_refresh_one, 8), (self.op_refresh_all, 2), (self.op_refresh_concurrent, 3),
+            (self.op_truncate, 0.4), (self.op_check, 3),
+        ]
+        funcs, weights = zip(*ops)
+        late_at = n_ops // 3
+        for i in range(n_ops):
+            if i == late_at:
+                self.op_create_late_view()
+            self.rng.choices(funcs, weights)[0]()
+        for slot in ("b", "d"):
+            if self.held[slot]:
+                self.op_held_end(commit=True, slot=slot)
+        self.op_check()
+        # Everything applied: a refresh now has nothing to do.
+        for view in self.views:
+            self.refresh(self.a, view)
+            self.check_view(view)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_workload_matches_from_scratch(new_db, seed):
+    conninfo = new_db(f"_s{seed}")
+    w = Workload(conninfo, seed)
+    started = time.time()
+    try:
+        w.run(N_OPS)
+    except Exception as e:
+        tail = "\n".join(f"    {m}" for m in w.log[-40:])
+        raise AssertionError(
+            f"seed {seed}, after {len(w.log)} logged steps: {e}\n  last steps:\n{tail}"
+        ) from e
+    finally:
+        w.close()
+    events = psycopg.connect(conninfo, autocommit=True).execute("SELECT count(*) FROM ev").fetchone()[0]
+    print(f"seed {seed}: {N_OPS} ops, {w.checks} checks, {w.refreshes} refreshes, "
+          f"{events} events at the end, {time.time() - started:.1f}s")
