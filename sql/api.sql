@@ -18,6 +18,19 @@ AS $$ SELECT eventview._drop_event_table(name, coalesce(cascade, false)) $$;
 COMMENT ON FUNCTION eventview.drop_event_table(text, boolean) IS
 'Drops an event table and its changelog; refuses while views read it, unless cascade';
 
+CREATE FUNCTION eventview.define_field(
+    source     text,
+    field      text,
+    path       text,
+    event_type text    DEFAULT NULL,
+    version    integer DEFAULT NULL,
+    type       text    DEFAULT 'text'
+) RETURNS void
+LANGUAGE sql VOLATILE
+AS $$ SELECT eventview._define_field(source, field, path, event_type, version, coalesce(type, 'text')) $$;
+COMMENT ON FUNCTION eventview.define_field(text, text, text, text, integer, text) IS
+'Declares where a logical field is in the payload, per event type and version (most specific wins)';
+
 CREATE FUNCTION eventview.create_view(
     name          text,
     source        text,

@@ -33,9 +33,24 @@ CREATE TABLE eventview._views (
     last_refresh_ms  double precision,
     quarantined      bigint NOT NULL DEFAULT 0,
     skipped          bigint NOT NULL DEFAULT 0,
-    last_error       text
+    last_error       text,
+    -- Set when a field the view reads is redeclared; cleared by a full rebuild.
+    rebuild_note     text
 );
 COMMENT ON TABLE eventview._views IS 'pg_eventview: incremental views (see eventview.views)';
+
+-- Logical fields: one row per declaration (event type and/or version, or any).
+CREATE TABLE eventview._fields (
+    source_id     integer NOT NULL REFERENCES eventview._sources ON DELETE CASCADE,
+    field         text NOT NULL CHECK (field ~ '^[a-z_][a-z0-9_]*$'),
+    event_type    text,
+    event_version integer,
+    path          text NOT NULL,
+    field_type    text NOT NULL,
+    defined_at    timestamptz NOT NULL DEFAULT now(),
+    UNIQUE NULLS NOT DISTINCT (source_id, field, event_type, event_version)
+);
+COMMENT ON TABLE eventview._fields IS 'pg_eventview: logical fields declared with define_field';
 
 -- Events a view's type policy (or, later, the ingest gate) refused.
 CREATE TABLE eventview.quarantine (
@@ -55,6 +70,28 @@ SELECT pg_catalog.pg_extension_config_dump('eventview._sources_source_id_seq', '
 SELECT pg_catalog.pg_extension_config_dump('eventview._views', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._views_view_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview.quarantine', '');
+SELECT pg_catalog.pg_extension_config_dump('eventview._fields', '');
+
+-- An RFC 3339 timestamp ("2026-11-30T10:00:00Z", "...+02:00") from a JSON string, or NULL when
+-- the value is anything else. Postgres-only inputs such as 'now' or 'yesterday' are not RFC 3339.
+-- IMMUTABLE: the offset is always explicit, so the session TimeZone does not matter.
+CREATE FUNCTION eventview._rfc3339(j jsonb) RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s text;
+BEGIN
+    IF jsonb_typeof(j) <> 'string' THEN
+        RETURN NULL;
+    END IF;
+    s := j #>> '{}';
+    IF s !~ '^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$' THEN
+        RETURN NULL;
+    END IF;
+    RETURN s::timestamptz;
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END
+$$;
 
 -- The statement's snapshot, with the calling transaction's own xid marked as in progress.
 -- Postgres leaves our own xid out of a snapshot's in-progress list, so it may read as visible;
@@ -134,7 +171,7 @@ SELECT v.relid                                  AS name,
        eventview._group_count(v.view_id)        AS groups,
        v.quarantined,
        v.skipped,
-       v.last_error
+       coalesce(v.last_error, v.rebuild_note)   AS last_error
 FROM eventview._views v
 JOIN eventview._sources s USING (source_id)
 CROSS JOIN LATERAL eventview._pending(v.view_id) p;

@@ -4,7 +4,7 @@
 //! declared in `sql/api.sql`, which wraps these `_`-prefixed functions.
 
 use crate::errors::at_boundary;
-use crate::{envelope, jsonpath_eval, refresh, views};
+use crate::{envelope, fields, jsonpath_eval, refresh, views};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
@@ -48,6 +48,20 @@ fn create_view(
             realtime,
             on_type_error,
         })
+    })
+}
+
+#[pg_extern(name = "_define_field", volatile, parallel_unsafe)]
+fn define_field(
+    source: &str,
+    field: &str,
+    path: &str,
+    event_type: Option<&str>,
+    version: Option<i32>,
+    field_type: &str,
+) -> Result<(), ErrorReport> {
+    at_boundary(|| {
+        fields::define_field(fields::FieldDeclaration { source, field, path, event_type, version, type_name: field_type })
     })
 }
 

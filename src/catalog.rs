@@ -1,7 +1,10 @@
 //! The only code that reads and writes the extension's own tables (`eventview._sources`,
 //! `eventview._views`).
 
-use crate::core::definition::{parse_definition, DefinitionInput, ViewDefinition};
+use crate::core::definition::{
+    parse_definition, DefinitionInput, FieldVariant, LogicalField, SqlType, ViewDefinition,
+};
+use crate::core::jsonpath;
 use crate::errors::{EvError, EvResult};
 use crate::relation;
 use crate::spi_util;
@@ -11,7 +14,6 @@ use pgrx::prelude::*;
 /// A registered event table.
 pub struct Source {
     pub source_id: i32,
-    pub relid: pg_sys::Oid,
     /// Quoted, schema-qualified name.
     pub table_sql: String,
 }
@@ -23,7 +25,7 @@ pub fn source_by_relid(relid: pg_sys::Oid) -> EvResult<Option<Source>> {
     )?;
     match id {
         None => Ok(None),
-        Some(source_id) => Ok(Some(Source { source_id, relid, table_sql: relation::qualified(relid)? })),
+        Some(source_id) => Ok(Some(Source { source_id, table_sql: relation::qualified(relid)? })),
     }
 }
 
@@ -112,7 +114,9 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
     })?;
     let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket) = row;
     let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
+    let fields = fields_of_source(source_id.ok_or_else(missing)?)?;
     let definition = parse_definition(&DefinitionInput {
+        fields: &fields,
         group_by: group_by.as_deref().unwrap_or("{}"),
         measures: measures.as_deref().unwrap_or("{}"),
         event_types: if types_kind.as_deref() == Some("array") {
@@ -130,7 +134,6 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         relid: relid.ok_or_else(missing)?,
         source: Source {
             source_id: source_id.ok_or_else(missing)?,
-            relid: source_relid,
             table_sql: relation::qualified(source_relid)?,
         },
         definition,
@@ -183,5 +186,58 @@ pub fn record_refresh(view_id: i32, elapsed_ms: f64) -> EvResult<()> {
         "UPDATE eventview._views SET last_refresh_at = clock_timestamp(), last_refresh_ms = $2,
                 last_error = NULL WHERE view_id = $1",
         &[view_id.into(), elapsed_ms.into()],
+    )
+}
+
+/// The logical fields declared for a source, each with its declarations.
+pub fn fields_of_source(source_id: i32) -> EvResult<Vec<LogicalField>> {
+    let rows = Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(
+            "SELECT field, event_type, event_version, path, field_type FROM eventview._fields
+             WHERE source_id = $1 ORDER BY field, event_type NULLS LAST, event_version NULLS LAST",
+            None,
+            &[source_id.into()],
+        )? {
+            out.push((
+                row.get::<String>(1)?.unwrap_or_default(),
+                row.get::<String>(2)?,
+                row.get::<i32>(3)?,
+                row.get::<String>(4)?.unwrap_or_default(),
+                row.get::<String>(5)?.unwrap_or_default(),
+            ));
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?;
+    let mut fields: Vec<LogicalField> = Vec::new();
+    for (name, event_type, version, path, type_name) in rows {
+        let plan = jsonpath::plan(&path)
+            .map_err(|e| EvError::invalid(format!("field \"{name}\" has an invalid stored path \"{path}\": {}", e.0)))?;
+        let sql_type = SqlType::parse_declared(&type_name)
+            .ok_or_else(|| EvError::invalid(format!("field \"{name}\" has an unknown stored type \"{type_name}\"")))?;
+        let variant = FieldVariant { event_type, version, path, plan };
+        match fields.iter_mut().find(|f| f.name == name) {
+            Some(f) => f.variants.push(variant),
+            None => fields.push(LogicalField { name, sql_type, variants: vec![variant] }),
+        }
+    }
+    Ok(fields.into_iter().map(|f| LogicalField::new(f.name, f.sql_type, f.variants)).collect())
+}
+
+/// Declares (or redeclares) one variant of a logical field.
+pub fn upsert_field(
+    source_id: i32,
+    field: &str,
+    path: &str,
+    event_type: Option<&str>,
+    version: Option<i32>,
+    type_name: &str,
+) -> EvResult<()> {
+    spi_util::run(
+        "INSERT INTO eventview._fields (source_id, field, event_type, event_version, path, field_type)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (source_id, field, event_type, event_version)
+         DO UPDATE SET path = EXCLUDED.path, field_type = EXCLUDED.field_type, defined_at = now()",
+        &[source_id.into(), field.into(), event_type.into(), version.into(), path.into(), type_name.into()],
     )
 }

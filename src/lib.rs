@@ -2,7 +2,8 @@
 //!
 //! Module map (dependencies point downwards):
 //!   api            every SQL-callable function (thin)
-//!   views, refresh, envelope   feature modules: view lifecycle, refresh engine, event tables
+//!   views, refresh, envelope, fields   feature modules: view lifecycle, refresh engine,
+//!                  event tables, logical fields
 //!   catalog, relation          the extension's tables; user relation names
 //!   spi_util, errors           SPI helpers; the error type and its SQLSTATE mapping
 //!   core           pure: definitions, JSONPath planning, quoting, SQL generation
@@ -16,6 +17,7 @@ mod api;
 mod catalog;
 mod envelope;
 mod errors;
+mod fields;
 mod jsonpath_eval;
 mod refresh;
 mod relation;

@@ -127,7 +127,10 @@ pub fn rebuild(
         let upper = to.unwrap_or(TimestampWithTimeZone::positive_infinity());
         apply(&view, Mode::Window, Some(lower), Some(upper))?
     } else {
-        apply(&view, Mode::Full, None, None)?
+        let applied = apply(&view, Mode::Full, None, None)?;
+        // The whole view now follows the current field declarations.
+        spi_util::run("UPDATE eventview._views SET rebuild_note = NULL WHERE view_id = $1", &[view.view_id.into()])?;
+        applied
     };
     catalog::record_refresh(view.view_id, started.elapsed().as_secs_f64() * 1000.0)?;
     Ok(applied.groups_written)

@@ -43,7 +43,9 @@ pub fn refuse_realtime() -> EvError {
 
 pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     let source = catalog::source_by_name(args.source)?;
+    let fields = catalog::fields_of_source(source.source_id)?;
     let definition = parse_definition(&DefinitionInput {
+        fields: &fields,
         group_by: args.group_by,
         measures: args.measures,
         event_types: args.event_types.clone(),

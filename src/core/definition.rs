@@ -4,7 +4,9 @@
 //! Grammar (see README "Supported definitions"):
 //! - field reference: a JSONPath starting with `$`, or an envelope column
 //!   (`event_type`, `event_version`, `producer`, `occurred_at`);
-//! - aggregate: `count(*)`, `count(ref)`, `sum(ref)`, `avg(ref)`, `min(ref)`, `max(ref)`.
+//!   or a logical field declared with `define_field` (resolved per event type and version);
+//! - aggregate: `count(*)`, `count(ref)`, `sum(ref)`, `avg(ref)`, `min(ref)`, `max(ref)`,
+//!   `count_distinct(ref)`.
 
 use super::jsonpath::{self, PathPlan};
 use super::ordered_json::{json_kind, object_pairs, ObjectError};
@@ -33,8 +35,12 @@ fn refuse_with_hint<T>(message: impl Into<String>, hint: &str) -> Result<T, Defi
 pub enum SqlType {
     Text,
     Integer,
+    Bigint,
     Numeric,
+    Double,
+    Boolean,
     Timestamptz,
+    Jsonb,
 }
 
 impl SqlType {
@@ -42,9 +48,31 @@ impl SqlType {
         match self {
             SqlType::Text => "text",
             SqlType::Integer => "integer",
+            SqlType::Bigint => "bigint",
             SqlType::Numeric => "numeric",
+            SqlType::Double => "double precision",
+            SqlType::Boolean => "boolean",
             SqlType::Timestamptz => "timestamptz",
+            SqlType::Jsonb => "jsonb",
         }
+    }
+
+    /// The types `define_field` accepts.
+    pub fn parse_declared(text: &str) -> Option<SqlType> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "text" => Some(SqlType::Text),
+            "numeric" => Some(SqlType::Numeric),
+            "bigint" => Some(SqlType::Bigint),
+            "double precision" => Some(SqlType::Double),
+            "boolean" => Some(SqlType::Boolean),
+            "timestamptz" => Some(SqlType::Timestamptz),
+            "jsonb" => Some(SqlType::Jsonb),
+            _ => None,
+        }
+    }
+
+    pub fn is_number(self) -> bool {
+        matches!(self, SqlType::Integer | SqlType::Bigint | SqlType::Numeric | SqlType::Double)
     }
 
     /// A stand-in stored in place of NULL in key columns (a separate flag column says it was NULL),
@@ -53,8 +81,12 @@ impl SqlType {
         match self {
             SqlType::Text => "''::text",
             SqlType::Integer => "0",
+            SqlType::Bigint => "0::bigint",
             SqlType::Numeric => "0::numeric",
+            SqlType::Double => "0::double precision",
+            SqlType::Boolean => "false",
             SqlType::Timestamptz => "'epoch'::timestamptz",
+            SqlType::Jsonb => "'null'::jsonb",
         }
     }
 }
@@ -97,15 +129,74 @@ impl Envelope {
     }
 }
 
+/// One declaration of a logical field: where it is for an event type and/or version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldVariant {
+    pub event_type: Option<String>,
+    pub version: Option<i32>,
+    pub path: String,
+    pub plan: PathPlan,
+}
+
+/// A logical field declared with `define_field`, its variants most specific first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogicalField {
+    pub name: String,
+    pub sql_type: SqlType,
+    pub variants: Vec<FieldVariant>,
+}
+
+impl LogicalField {
+    /// Orders variants as resolution does: type and version, then type, then version, then any.
+    pub fn new(name: String, sql_type: SqlType, mut variants: Vec<FieldVariant>) -> LogicalField {
+        variants.sort_by_key(|v| match (&v.event_type, v.version) {
+            (Some(_), Some(_)) => 0,
+            (Some(_), None) => 1,
+            (None, Some(_)) => 2,
+            (None, None) => 3,
+        });
+        LogicalField { name, sql_type, variants }
+    }
+}
+
+/// Where the logical fields of a source are looked up while parsing a definition.
+pub trait FieldCatalog {
+    fn lookup(&self, name: &str) -> Option<LogicalField>;
+}
+
+/// No logical fields (tests, and sources without declarations).
+pub struct NoFields;
+
+impl FieldCatalog for NoFields {
+    fn lookup(&self, _name: &str) -> Option<LogicalField> {
+        None
+    }
+}
+
+impl FieldCatalog for Vec<LogicalField> {
+    fn lookup(&self, name: &str) -> Option<LogicalField> {
+        self.iter().find(|f| f.name == name).cloned()
+    }
+}
+
+/// A logical field name: `[a-z_][a-z0-9_]*`, at most 63 bytes.
+pub fn is_valid_field_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && name.len() <= MAX_COLUMN_NAME
+}
+
 /// Where a value comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FieldRef {
     Envelope(Envelope),
     Path { text: String, plan: PathPlan },
+    Logical(LogicalField),
 }
 
 impl FieldRef {
-    pub fn parse(text: &str) -> Result<FieldRef, DefinitionError> {
+    pub fn parse(text: &str, fields: &dyn FieldCatalog) -> Result<FieldRef, DefinitionError> {
         let trimmed = text.trim();
         if trimmed.starts_with('$') {
             return match jsonpath::plan(trimmed) {
@@ -116,9 +207,18 @@ impl FieldRef {
         if let Some(env) = Envelope::from_name(trimmed) {
             return Ok(FieldRef::Envelope(env));
         }
+        if is_valid_field_name(trimmed) {
+            if let Some(field) = fields.lookup(trimmed) {
+                return Ok(FieldRef::Logical(field));
+            }
+            return refuse_with_hint(
+                format!("undeclared logical field \"{trimmed}\""),
+                "Declare it for this event table with eventview.define_field(), or use a JSONPath such as $.sku.",
+            );
+        }
         refuse_with_hint(
             format!("unknown field reference \"{trimmed}\""),
-            "A field reference is a JSONPath starting with $ (such as $.sku) or an envelope column: event_type, event_version, producer, occurred_at.",
+            "A field reference is a JSONPath starting with $ (such as $.sku), an envelope column (event_type, event_version, producer, occurred_at) or a logical field declared with define_field ([a-z_][a-z0-9_]*).",
         )
     }
 
@@ -126,6 +226,17 @@ impl FieldRef {
         match self {
             FieldRef::Envelope(e) => e.column(),
             FieldRef::Path { text, .. } => text,
+            FieldRef::Logical(f) => &f.name,
+        }
+    }
+
+    /// The SQL type of the value this reference yields where a type is fixed: envelope columns
+    /// and declared fields. Undeclared JSONPaths have none (text as keys, numeric as numbers).
+    pub fn declared_type(&self) -> Option<SqlType> {
+        match self {
+            FieldRef::Envelope(e) => Some(e.sql_type()),
+            FieldRef::Path { .. } => None,
+            FieldRef::Logical(f) => Some(f.sql_type),
         }
     }
 }
@@ -138,6 +249,7 @@ pub enum AggKind {
     Avg,
     Min,
     Max,
+    CountDistinct,
 }
 
 impl AggKind {
@@ -148,6 +260,7 @@ impl AggKind {
             AggKind::Avg => "avg",
             AggKind::Min => "min",
             AggKind::Max => "max",
+            AggKind::CountDistinct => "count_distinct",
         }
     }
 }
@@ -161,10 +274,7 @@ pub struct GroupColumn {
 impl GroupColumn {
     /// Undeclared JSONPath keys are text (what `payload #>> path` gives); envelope keys keep their type.
     pub fn sql_type(&self) -> SqlType {
-        match &self.field {
-            FieldRef::Envelope(e) => e.sql_type(),
-            FieldRef::Path { .. } => SqlType::Text,
-        }
+        self.field.declared_type().unwrap_or(SqlType::Text)
     }
 }
 
@@ -180,17 +290,11 @@ pub struct Measure {
 impl Measure {
     /// Type of the value fed to min/max and stored for it.
     pub fn value_type(&self) -> SqlType {
-        match &self.field {
-            Some(FieldRef::Envelope(e)) => match self.kind {
-                AggKind::Sum | AggKind::Avg => SqlType::Numeric,
-                _ => e.sql_type(),
-            },
-            _ => SqlType::Numeric,
+        match self.kind {
+            AggKind::Sum | AggKind::Avg => SqlType::Numeric,
+            AggKind::CountDistinct => SqlType::Jsonb,
+            _ => self.field.as_ref().and_then(|f| f.declared_type()).unwrap_or(SqlType::Numeric),
         }
-    }
-
-    pub fn needs_number(&self) -> bool {
-        matches!(self.kind, AggKind::Sum | AggKind::Avg | AggKind::Min | AggKind::Max)
     }
 }
 
@@ -242,6 +346,7 @@ pub struct ViewDefinition {
 
 /// The raw arguments of `create_view`, as text where they are JSON.
 pub struct DefinitionInput<'a> {
+    pub fields: &'a dyn FieldCatalog,
     pub group_by: &'a str,
     pub measures: &'a str,
     pub event_types: Option<Vec<Option<String>>>,
@@ -286,12 +391,12 @@ fn reference_text<'v>(argument: &str, column: &str, v: &'v Value) -> Result<&'v 
 }
 
 /// Parses `count(*)`, `sum($.x)`, ... (function names are case-insensitive).
-pub fn parse_aggregate(column: &str, text: &str) -> Result<Measure, DefinitionError> {
+pub fn parse_aggregate(column: &str, text: &str, fields: &dyn FieldCatalog) -> Result<Measure, DefinitionError> {
     let trimmed = text.trim();
     let bad = |why: &str| {
         refuse_with_hint(
             format!("invalid measure \"{column}\": {why}"),
-            "Supported aggregates: count(*), count(ref), sum(ref), avg(ref), min(ref), max(ref).",
+            "Supported aggregates: count(*), count(ref), sum(ref), avg(ref), min(ref), max(ref), count_distinct(ref).",
         )
     };
     let Some(open) = trimmed.find('(') else {
@@ -309,6 +414,7 @@ pub fn parse_aggregate(column: &str, text: &str) -> Result<Measure, DefinitionEr
         ("avg", _) => AggKind::Avg,
         ("min", _) => AggKind::Min,
         ("max", _) => AggKind::Max,
+        ("count_distinct", _) => AggKind::CountDistinct,
         _ => return bad(&format!("unknown aggregate \"{}\"", &trimmed[..open].trim())),
     };
     let field = if kind == AggKind::CountStar {
@@ -317,13 +423,16 @@ pub fn parse_aggregate(column: &str, text: &str) -> Result<Measure, DefinitionEr
         if arg.is_empty() || arg == "*" {
             return bad(&format!("{}() needs a field reference", kind.name()));
         }
-        let field = FieldRef::parse(arg).map_err(|e| DefinitionError {
+        let field = FieldRef::parse(arg, fields).map_err(|e| DefinitionError {
             message: format!("invalid measure \"{column}\": {}", e.message),
             hint: e.hint,
         })?;
-        if let FieldRef::Envelope(env) = &field {
-            if matches!(kind, AggKind::Sum | AggKind::Avg) && env.sql_type() != SqlType::Integer {
-                return bad(&format!("{}() needs a number, and {} is {}", kind.name(), env.column(), env.sql_type().name()));
+        if let Some(t) = field.declared_type() {
+            if matches!(kind, AggKind::Sum | AggKind::Avg) && !t.is_number() {
+                return bad(&format!("{}() needs a number, and {} is {}", kind.name(), field.display(), t.name()));
+            }
+            if matches!(kind, AggKind::Min | AggKind::Max) && matches!(t, SqlType::Boolean | SqlType::Jsonb) {
+                return bad(&format!("{}() of {} is not supported", kind.name(), t.name()));
             }
         }
         Some(field)
@@ -355,7 +464,7 @@ pub fn parse_definition(input: &DefinitionInput) -> Result<ViewDefinition, Defin
     for (name, value) in pairs_of("group_by", input.group_by)? {
         claim("group_by", &name)?;
         let reference = reference_text("group_by", &name, &value)?;
-        let field = FieldRef::parse(reference).map_err(|e| DefinitionError {
+        let field = FieldRef::parse(reference, input.fields).map_err(|e| DefinitionError {
             message: format!("invalid group_by column \"{name}\": {}", e.message),
             hint: e.hint,
         })?;
@@ -366,7 +475,7 @@ pub fn parse_definition(input: &DefinitionInput) -> Result<ViewDefinition, Defin
     for (name, value) in pairs_of("measures", input.measures)? {
         claim("measures", &name)?;
         let text = reference_text("measures", &name, &value)?;
-        measures.push(parse_aggregate(&name, text)?);
+        measures.push(parse_aggregate(&name, text, input.fields)?);
     }
 
     let event_types = match &input.event_types {
@@ -392,7 +501,7 @@ pub fn parse_definition(input: &DefinitionInput) -> Result<ViewDefinition, Defin
     let mut filter = Vec::new();
     if let Some(text) = input.filter {
         for (reference, value) in pairs_of("filter", text)? {
-            let field = FieldRef::parse(&reference).map_err(|e| DefinitionError {
+            let field = FieldRef::parse(&reference, input.fields).map_err(|e| DefinitionError {
                 message: format!("invalid filter: {}", e.message),
                 hint: e.hint,
             })?;
@@ -416,6 +525,7 @@ mod tests {
 
     fn input<'a>(group_by: &'a str, measures: &'a str) -> DefinitionInput<'a> {
         DefinitionInput {
+            fields: &NoFields,
             group_by,
             measures,
             event_types: None,
@@ -447,7 +557,8 @@ mod tests {
             ("{}", r#"{"x": "sum()"}"#, "needs a field reference"),
             ("{}", r#"{"x": "sum(producer)"}"#, "needs a number"),
             (r#"{"k": "$.["}"#, "{}", "invalid JSONPath"),
-            (r#"{"k": "nope"}"#, "{}", "unknown field reference \"nope\""),
+            (r#"{"k": "Nope"}"#, "{}", "unknown field reference \"Nope\""),
+            (r#"{"k": "nope"}"#, "{}", "undeclared logical field \"nope\""),
             (r#"{"k": 1}"#, "{}", "expected a string, found number"),
             ("[]", "{}", "expected a JSON object, found array"),
             (r#"{"": "$.a"}"#, "{}", "must not be empty"),
@@ -456,6 +567,38 @@ mod tests {
             let err = parse_definition(&input(g, m)).unwrap_err();
             assert!(err.message.contains(want), "{g} {m}: {}", err.message);
         }
+    }
+
+    #[test]
+    fn logical_fields_resolve_most_specific_first_and_are_typed() {
+        let v = |t: Option<&str>, ver: Option<i32>, p: &str| FieldVariant {
+            event_type: t.map(str::to_string),
+            version: ver,
+            path: p.to_string(),
+            plan: crate::core::jsonpath::plan(p).unwrap(),
+        };
+        let qty = LogicalField::new(
+            "qty".into(),
+            SqlType::Bigint,
+            vec![v(None, None, "$.q"), v(Some("cart"), Some(2), "$.item.quantity"), v(Some("cart"), None, "$.qty")],
+        );
+        assert_eq!(qty.variants[0].path, "$.item.quantity");
+        assert_eq!(qty.variants[2].path, "$.q");
+        let label = LogicalField::new("label".into(), SqlType::Text, vec![v(None, None, "$.l")]);
+        let fields = vec![qty, label];
+        let mut i = input(r#"{"k": "label"}"#, r#"{"s": "sum(qty)", "d": "count_distinct(label)"}"#);
+        i.fields = &fields;
+        let d = parse_definition(&i).unwrap();
+        assert!(matches!(d.group_by[0].field, FieldRef::Logical(_)));
+        assert_eq!(d.measures[1].kind, AggKind::CountDistinct);
+        let mut bad = input("{}", r#"{"s": "sum(label)"}"#);
+        bad.fields = &fields;
+        assert!(parse_definition(&bad).unwrap_err().message.contains("needs a number, and label is text"));
+        let mut undeclared = input(r#"{"k": "nope"}"#, "{}");
+        undeclared.fields = &fields;
+        assert!(parse_definition(&undeclared).unwrap_err().message.contains("undeclared logical field \"nope\""));
+        assert!(!is_valid_field_name("Sku"));
+        assert!(is_valid_field_name("_sku_2"));
     }
 
     #[test]

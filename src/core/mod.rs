@@ -8,3 +8,4 @@ pub mod names;
 pub mod ordered_json;
 pub mod quote;
 pub mod sqlgen;
+pub mod values;

@@ -25,7 +25,8 @@
 //! Then, only when a group took a retraction, the fix-up statements delete emptied groups and
 //! multiset entries and recompute min/max of those groups from their multisets.
 
-use super::definition::{AggKind, FieldRef, TypePolicy, ViewDefinition};
+use super::definition::{AggKind, FieldRef, Measure, TypePolicy, ViewDefinition};
+use super::values::{value_sql, Use};
 use super::{names, quote};
 
 /// Where the rows of an apply come from.
@@ -83,13 +84,18 @@ impl<'a> ViewSql<'a> {
         all.join(", ")
     }
 
-    fn minmax_measures(&self) -> impl Iterator<Item = (usize, &crate::core::definition::Measure)> {
+    fn minmax_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
+        self.multiset_measures().filter(|(_, m)| matches!(m.kind, AggKind::Min | AggKind::Max))
+    }
+
+    /// Measures kept as a per-group value multiset: min, max, count_distinct.
+    fn multiset_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
         self.def
             .measures
             .iter()
             .enumerate()
             .map(|(i, m)| (i + 1, m))
-            .filter(|(_, m)| matches!(m.kind, AggKind::Min | AggKind::Max))
+            .filter(|(_, m)| matches!(m.kind, AggKind::Min | AggKind::Max | AggKind::CountDistinct))
     }
 
     /// DDL of the storage table and value multisets.
@@ -114,6 +120,7 @@ impl<'a> ViewSql<'a> {
                     cols.push(format!("m{n}_sum numeric NOT NULL"));
                 }
                 AggKind::Min | AggKind::Max => cols.push(format!("m{n}_val {}", m.value_type().name())),
+                AggKind::CountDistinct => cols.push(format!("m{n}_val bigint NOT NULL")),
             }
         }
         cols.push("__dirty boolean NOT NULL DEFAULT false".into());
@@ -123,7 +130,7 @@ impl<'a> ViewSql<'a> {
             format!("CREATE UNIQUE INDEX _v{vid}_data_key ON {data} ({})", self.key_list()),
             format!("CREATE INDEX _v{vid}_data_dirty ON {data} (__k) WHERE __dirty"),
         ];
-        for (n, m) in self.minmax_measures() {
+        for (n, m) in self.multiset_measures() {
             let values = names::view_values(self.view_id, n);
             let mut vcols = vec!["__k boolean NOT NULL".to_string()];
             if self.def.bucketed {
@@ -135,6 +142,11 @@ impl<'a> ViewSql<'a> {
             }
             vcols.push(format!("v {} NOT NULL", m.value_type().name()));
             vcols.push("n bigint NOT NULL".into());
+            if m.kind == AggKind::CountDistinct {
+                // n before this refresh's upsert: a value enters or leaves the distinct count
+                // when n crosses zero.
+                vcols.push("prev_n bigint NOT NULL DEFAULT 0".into());
+            }
             out.push(format!("CREATE TABLE {values} (\n    {}\n)", vcols.join(",\n    ")));
             out.push(format!(
                 "CREATE UNIQUE INDEX _v{vid}_m{n}_key ON {values} ({}, v)",
@@ -148,7 +160,7 @@ impl<'a> ViewSql<'a> {
     /// Drops storage and multisets (the user relation is dropped separately).
     pub fn drop_storage(&self) -> Vec<String> {
         let mut out = vec![format!("DROP TABLE IF EXISTS {}", self.data())];
-        for (n, _) in self.minmax_measures() {
+        for (n, _) in self.multiset_measures() {
             out.push(format!("DROP TABLE IF EXISTS {}", names::view_values(self.view_id, n)));
         }
         out
@@ -171,7 +183,7 @@ impl<'a> ViewSql<'a> {
                 AggKind::Count => format!("m{n}_n"),
                 AggKind::Sum => format!("CASE WHEN m{n}_n > 0 THEN m{n}_sum END"),
                 AggKind::Avg => format!("CASE WHEN m{n}_n > 0 THEN m{n}_sum / m{n}_n END"),
-                AggKind::Min | AggKind::Max => format!("m{n}_val"),
+                AggKind::Min | AggKind::Max | AggKind::CountDistinct => format!("m{n}_val"),
             };
             cols.push(format!("{expr} AS {}", quote::ident(&m.name)));
         }
@@ -182,8 +194,9 @@ impl<'a> ViewSql<'a> {
         format!("CREATE VIEW {user_view} AS\nSELECT {}\nFROM {}", cols.join(",\n       "), self.data())
     }
 
-    /// Distinct JSONPath references read by the view, in first-use order; `j<i>` is the i-th.
-    fn paths(&self) -> Vec<&FieldRef> {
+    /// Distinct JSONPath and logical-field references read by the view, in first-use order;
+    /// the f stage evaluates the i-th once per event into jsonb column `j<i>`.
+    fn refs(&self) -> Vec<&FieldRef> {
         let mut out: Vec<&FieldRef> = Vec::new();
         let refs = self
             .def
@@ -193,16 +206,46 @@ impl<'a> ViewSql<'a> {
             .chain(self.def.measures.iter().filter_map(|m| m.field.as_ref()))
             .chain(self.def.filter.iter().map(|f| &f.field));
         for r in refs {
-            if matches!(r, FieldRef::Path { .. }) && !out.iter().any(|o| o.display() == r.display()) {
+            if !matches!(r, FieldRef::Envelope(_)) && !out.iter().any(|o| o.display() == r.display()) {
                 out.push(r);
             }
         }
         out
     }
 
-    fn path_column(&self, paths: &[&FieldRef], field: &FieldRef) -> String {
-        let i = paths.iter().position(|p| p.display() == field.display()).expect("path collected");
-        format!("j{}", i + 1)
+    /// The jsonb column holding `field` in the f stage (`j<i>`); envelope columns are themselves.
+    fn raw_column(&self, refs: &[&FieldRef], field: &FieldRef) -> String {
+        match field {
+            FieldRef::Envelope(e) => e.column().to_string(),
+            _ => {
+                let i = refs.iter().position(|p| p.display() == field.display()).expect("reference collected");
+                format!("j{}", i + 1)
+            }
+        }
+    }
+
+    /// The jsonb a reference selects in `r.payload`. A logical field picks its most specific
+    /// declaration for the event's type and version (CASE in resolution order).
+    fn raw_sql(field: &FieldRef) -> String {
+        match field {
+            FieldRef::Path { plan, .. } => plan.to_sql("r.payload"),
+            FieldRef::Logical(f) => {
+                let mut whens = Vec::new();
+                for v in &f.variants {
+                    let mut conds = Vec::new();
+                    if let Some(t) = &v.event_type {
+                        conds.push(format!("r.event_type = {}", quote::literal(t)));
+                    }
+                    if let Some(ver) = v.version {
+                        conds.push(format!("r.event_version = {ver}"));
+                    }
+                    let cond = if conds.is_empty() { "true".to_string() } else { conds.join(" AND ") };
+                    whens.push(format!("WHEN {cond} THEN {}", v.plan.to_sql("r.payload")));
+                }
+                format!("CASE {} END", whens.join(" "))
+            }
+            FieldRef::Envelope(e) => format!("to_jsonb(r.{})", e.column()),
+        }
     }
 
     fn rows_delta(&self) -> String {
@@ -272,7 +315,7 @@ delta_rows AS (
     pub fn apply(&self, mode: Mode) -> String {
         let def = self.def;
         let vid = self.view_id;
-        let paths = self.paths();
+        let refs = self.refs();
         let mut ctes: Vec<String> = Vec::new();
         let rows = match mode {
             Mode::Delta => {
@@ -291,13 +334,11 @@ delta_rows AS (
             }
         };
 
-        // f: each JSONPath evaluated once per row (OFFSET 0 keeps the planner from inlining
+        // f: each reference evaluated once per row (OFFSET 0 keeps the planner from inlining
         // the expressions into every use).
         let mut f_cols = vec!["r.sign, r.from_delta, r.event_id, r.event_type, r.event_version, r.producer, r.occurred_at".to_string()];
-        for (i, p) in paths.iter().enumerate() {
-            if let FieldRef::Path { plan, .. } = p {
-                f_cols.push(format!("{} AS j{}", plan.to_sql("r.payload"), i + 1));
-            }
+        for (i, r) in refs.iter().enumerate() {
+            f_cols.push(format!("{} AS j{}", Self::raw_sql(r), i + 1));
         }
         let mut f_where = Vec::new();
         if let Some(types) = &def.event_types {
@@ -321,52 +362,25 @@ delta_rows AS (
             c_cols.push(format!("{BUCKET_EXPR} AS bucket"));
         }
         for (i, g) in def.group_by.iter().enumerate() {
-            let expr = match &g.field {
-                FieldRef::Envelope(e) => e.column().to_string(),
-                FieldRef::Path { text, .. } => {
-                    let j = self.path_column(&paths, &g.field);
-                    checks.push((
-                        format!("jsonb_typeof({j}) IN ('object', 'array')"),
-                        format!(
-                            "{} || jsonb_typeof({j}) || ', not a scalar'",
-                            quote::literal(&format!("group column \"{}\": {} is a JSON ", g.name, text))
-                        ),
-                    ));
-                    format!("CASE WHEN jsonb_typeof({j}) IN ('string', 'number', 'boolean') THEN {j} #>> '{{}}' END")
-                }
-            };
-            c_cols.push(format!("{expr} AS g{}", i + 1));
+            let raw = self.raw_column(&refs, &g.field);
+            let v = value_sql(&g.field, &raw, Use::GroupKey, &format!("group column \"{}\"", g.name));
+            checks.extend(v.check);
+            c_cols.push(format!("{} AS g{}", v.expr, i + 1));
         }
         for (i, m) in def.measures.iter().enumerate() {
-            let n = i + 1;
-            let expr = match (&m.kind, &m.field) {
-                (AggKind::CountStar, _) | (_, None) => continue,
-                (AggKind::Count, Some(FieldRef::Envelope(_))) => "true".to_string(),
-                (AggKind::Count, Some(field)) => {
-                    let j = self.path_column(&paths, field);
-                    format!("coalesce(jsonb_typeof({j}) <> 'null', false)")
-                }
-                (_, Some(FieldRef::Envelope(e))) => {
-                    format!("{}::{}", e.column(), m.value_type().name())
-                }
-                (_, Some(field @ FieldRef::Path { text, .. })) => {
-                    let j = self.path_column(&paths, field);
-                    checks.push((
-                        format!("jsonb_typeof({j}) NOT IN ('number', 'null')"),
-                        format!(
-                            "{} || jsonb_typeof({j})",
-                            quote::literal(&format!(
-                                "measure \"{}\": {}({}) needs a JSON number, found ",
-                                m.name,
-                                m.kind.name(),
-                                text
-                            ))
-                        ),
-                    ));
-                    format!("CASE WHEN jsonb_typeof({j}) = 'number' THEN {j}::numeric END")
-                }
+            let Some(field) = &m.field else { continue };
+            let used = match m.kind {
+                AggKind::CountStar => continue,
+                AggKind::Count => Use::CountNonNull,
+                AggKind::Sum | AggKind::Avg => Use::Number,
+                AggKind::Min | AggKind::Max => Use::Extreme,
+                AggKind::CountDistinct => Use::Distinct,
             };
-            c_cols.push(format!("{expr} AS m{n}"));
+            let raw = self.raw_column(&refs, field);
+            let context = format!("measure \"{}\": {}({})", m.name, m.kind.name(), field.display());
+            let v = value_sql(field, &raw, used, &context);
+            checks.extend(v.check);
+            c_cols.push(format!("{} AS m{}", v.expr, i + 1));
         }
         let bad = if checks.is_empty() {
             "NULL::text".to_string()
@@ -379,7 +393,7 @@ delta_rows AS (
         for term in &def.filter {
             let lhs = match &term.field {
                 FieldRef::Envelope(e) => format!("to_jsonb({})", e.column()),
-                field => self.path_column(&paths, field),
+                field => self.raw_column(&refs, field),
             };
             let values: Vec<String> =
                 term.values.iter().map(|v| quote::typed_literal(&v.to_string(), "jsonb")).collect();
@@ -435,35 +449,58 @@ delta_rows AS (
                         "m{n}_val = CASE WHEN EXCLUDED.__dirty THEN t.m{n}_val ELSE {pick}(t.m{n}_val, EXCLUDED.m{n}_val) END"
                     ));
                 }
+                AggKind::CountDistinct => {
+                    // Filled from the multiset upsert below: +1 per value whose count rose from
+                    // zero, -1 per value whose count fell to zero.
+                    insert_cols.push(format!("m{n}_val"));
+                    sets.push(format!("m{n}_val = t.m{n}_val + EXCLUDED.m{n}_val"));
+                }
             }
         }
         d_cols.push("bool_or(sign < 0) AS __dirty".into());
         insert_cols.push("__dirty".into());
         sets.push("__dirty = EXCLUDED.__dirty".into());
+        let key_list = key_insert_cols.join(", ");
         ctes.push(format!(
-            "d AS (\n    SELECT {}\n    FROM good\n    GROUP BY {}\n)",
+            "d0 AS (\n    SELECT {}\n    FROM good\n    GROUP BY {}\n)",
             d_cols.join(",\n           "),
             group_positions.join(", ")
         ));
-        let data = self.data();
-        let key_list = key_insert_cols.join(", ");
-        ctes.push(format!(
-            "up AS (\n    INSERT INTO {data} AS t ({cols})\n    SELECT {cols} FROM d\n    ON CONFLICT ({key_list}) DO UPDATE SET\n        {sets}\n    RETURNING t.__dirty\n)",
-            cols = insert_cols.join(", "),
-            sets = sets.join(",\n        ")
-        ));
-        for (n, _) in self.minmax_measures() {
+        // Multisets (min/max/count_distinct): (keys, v) -> n, in the same statement.
+        let mut d_select = vec!["d0.*".to_string()];
+        let mut d_joins = String::new();
+        for (n, m) in self.multiset_measures() {
             let values = names::view_values(self.view_id, n);
             let mut sel = key_exprs.clone();
             sel.push(format!("m{n} AS v"));
             sel.push("sum(sign)::bigint AS n".into());
             let positions: Vec<String> = (1..=key_exprs.len() + 1).map(|p| p.to_string()).collect();
+            let (set, returning) = if m.kind == AggKind::CountDistinct {
+                (
+                    "prev_n = t.n, n = t.n + EXCLUDED.n".to_string(),
+                    format!("{key_list}, CASE WHEN t.n > 0 AND t.prev_n <= 0 THEN 1 WHEN t.n <= 0 AND t.prev_n > 0 THEN -1 ELSE 0 END AS dd"),
+                )
+            } else {
+                ("n = t.n + EXCLUDED.n".to_string(), "1".to_string())
+            };
             ctes.push(format!(
-                "a{n} AS (\n    INSERT INTO {values} AS t ({key_list}, v, n)\n    SELECT {}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {}\n    ON CONFLICT ({key_list}, v) DO UPDATE SET n = t.n + EXCLUDED.n\n    RETURNING 1\n)",
+                "a{n} AS (\n    INSERT INTO {values} AS t ({key_list}, v, n)\n    SELECT {}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {}\n    ON CONFLICT ({key_list}, v) DO UPDATE SET {set}\n    RETURNING {returning}\n)",
                 sel.join(", "),
                 positions.join(", ")
             ));
+            if m.kind == AggKind::CountDistinct {
+                ctes.push(format!("dd{n} AS (SELECT {key_list}, sum(dd)::bigint AS dd FROM a{n} GROUP BY {key_list})"));
+                d_select.push(format!("coalesce(dd{n}.dd, 0) AS m{n}_val"));
+                d_joins.push_str(&format!(" LEFT JOIN dd{n} USING ({key_list})"));
+            }
         }
+        ctes.push(format!("d AS (SELECT {} FROM d0{d_joins})", d_select.join(", ")));
+        let data = self.data();
+        ctes.push(format!(
+            "up AS (\n    INSERT INTO {data} AS t ({cols})\n    SELECT {cols} FROM d\n    ON CONFLICT ({key_list}) DO UPDATE SET\n        {sets}\n    RETURNING t.__dirty\n)",
+            cols = insert_cols.join(", "),
+            sets = sets.join(",\n        ")
+        ));
         let mut counters = String::new();
         match def.on_type_error {
             TypePolicy::Quarantine => {
@@ -523,7 +560,7 @@ delta_rows AS (
     pub fn fixup(&self) -> Vec<String> {
         let data = self.data();
         let mut out = Vec::new();
-        for (n, _) in self.minmax_measures() {
+        for (n, _) in self.multiset_measures() {
             out.push(format!("DELETE FROM {} WHERE n = 0", names::view_values(self.view_id, n)));
         }
         out.push(format!("DELETE FROM {data} WHERE __dirty AND __count = 0"));
@@ -548,7 +585,7 @@ delta_rows AS (
     /// Deletes the buckets `[$2, $3)` from storage and multisets (windowed rebuild).
     pub fn clear_window(&self) -> Vec<String> {
         let mut out = vec![format!("DELETE FROM {} WHERE bucket >= $2 AND bucket < $3", self.data())];
-        for (n, _) in self.minmax_measures() {
+        for (n, _) in self.multiset_measures() {
             out.push(format!(
                 "DELETE FROM {} WHERE bucket >= $2 AND bucket < $3",
                 names::view_values(self.view_id, n)
@@ -560,7 +597,7 @@ delta_rows AS (
     /// Empties storage and multisets (full rebuild).
     pub fn clear_all(&self) -> Vec<String> {
         let mut out = vec![format!("DELETE FROM {}", self.data())];
-        for (n, _) in self.minmax_measures() {
+        for (n, _) in self.multiset_measures() {
             out.push(format!("DELETE FROM {}", names::view_values(self.view_id, n)));
         }
         out
@@ -575,6 +612,7 @@ mod tests {
 
     fn def(group_by: &str, measures: &str, filter: Option<&str>, bucketed: bool) -> ViewDefinition {
         parse_definition(&DefinitionInput {
+            fields: &crate::core::definition::NoFields,
             group_by,
             measures,
             event_types: Some(vec![Some("add'to".into())]),
@@ -626,6 +664,11 @@ mod tests {
         let d = def(r#"{"a": "$.x", "b": "$.x"}"#, r#"{"s": "sum($.x)"}"#, None, false);
         let a = sql(&d).apply(Mode::Full);
         assert_eq!(a.matches("(r.payload -> 'x') AS j1").count(), 1);
+        // count_distinct keeps a jsonb multiset and counts zero crossings.
+        let d = def(r#"{"sku": "$.sku"}"#, r#"{"users": "count_distinct($.user)"}"#, None, false);
+        let v = sql(&d);
+        assert!(v.create_storage().join(";").contains("prev_n bigint NOT NULL DEFAULT 0"));
+        assert!(v.apply(Mode::Delta).contains("LEFT JOIN dd1 USING (__k, g1, g1_null)"));
         assert!(!a.contains(" AS j2"));
     }
 

@@ -1,0 +1,101 @@
+//! Logical fields: one name across event types and versions (`define_field`).
+
+use crate::catalog;
+use crate::core::definition::{is_valid_field_name, FieldRef, SqlType};
+use crate::core::jsonpath;
+use crate::errors::{EvError, EvResult};
+
+pub struct FieldDeclaration<'a> {
+    pub source: &'a str,
+    pub field: &'a str,
+    pub path: &'a str,
+    pub event_type: Option<&'a str>,
+    pub version: Option<i32>,
+    pub type_name: &'a str,
+}
+
+pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
+    let source = catalog::source_by_name(d.source)?;
+    if !is_valid_field_name(d.field) {
+        return Err(EvError::invalid(format!("invalid field name \"{}\"", d.field))
+            .with_hint("A logical field name matches [a-z_][a-z0-9_]* and has at most 63 bytes."));
+    }
+    if crate::core::definition::Envelope::from_name(d.field).is_some() {
+        return Err(EvError::invalid(format!("invalid field name \"{}\": it is an envelope column", d.field)));
+    }
+    jsonpath::plan(d.path)
+        .map_err(|e| EvError::invalid(format!("invalid JSONPath \"{}\" for field \"{}\": {}", d.path, d.field, e.0)))?;
+    let sql_type = SqlType::parse_declared(d.type_name).ok_or_else(|| {
+        EvError::invalid(format!("invalid type \"{}\" for field \"{}\"", d.type_name, d.field))
+            .with_hint("Use text, numeric, bigint, double precision, boolean, timestamptz or jsonb.")
+    })?;
+    if matches!(d.event_type, Some("")) {
+        return Err(EvError::invalid("invalid event_type: it must not be empty").with_hint("Pass NULL for any type."));
+    }
+    if matches!(d.version, Some(v) if v < 1) {
+        return Err(EvError::invalid("invalid version: it must be 1 or more").with_hint("Pass NULL for any version."));
+    }
+    let existing = catalog::fields_of_source(source.source_id)?;
+    let current = existing.iter().find(|f| f.name == d.field);
+    if let Some(f) = current {
+        let replaces_only_variant = f.variants.len() == 1
+            && f.variants[0].event_type.as_deref() == d.event_type
+            && f.variants[0].version == d.version;
+        if f.sql_type != sql_type && !replaces_only_variant {
+            return Err(EvError::invalid(format!(
+                "field \"{}\" is declared {}, not {}",
+                d.field,
+                f.sql_type.name(),
+                sql_type.name()
+            ))
+            .with_hint("Every declaration of one logical field has the same type."));
+        }
+    }
+    let readers = views_reading(source.source_id, d.field)?;
+    if let Some(f) = current {
+        if f.sql_type != sql_type && !readers.is_empty() {
+            return Err(EvError::invalid(format!(
+                "cannot change the type of field \"{}\" while views read it: {}",
+                d.field,
+                readers.join(", ")
+            ))
+            .with_hint("Drop those views first, or declare a new field name."));
+        }
+    }
+    let canonical_type = sql_type.name();
+    catalog::upsert_field(source.source_id, d.field, d.path, d.event_type, d.version, canonical_type)?;
+    if !readers.is_empty() {
+        pgrx::notice!(
+            "field \"{}\" is read by {}: changes from now on use the new declaration; call eventview.rebuild() to recompute what they already hold",
+            d.field,
+            readers.join(", ")
+        );
+        for view in &readers {
+            crate::spi_util::run(
+                "UPDATE eventview._views SET rebuild_note = $2 WHERE relid = $1::regclass",
+                &[view.as_str().into(), format!("field \"{}\" was redeclared; rebuild to apply it to past events", d.field).into()],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Names of the views of a source that reference the logical field `name`.
+fn views_reading(source_id: i32, name: &str) -> EvResult<Vec<String>> {
+    let mut out = Vec::new();
+    for (_, relid) in catalog::views_of_source(source_id)? {
+        let Some(view) = catalog::view_by_relid(relid, false)? else { continue };
+        let def = &view.definition;
+        let reads = def
+            .group_by
+            .iter()
+            .map(|g| &g.field)
+            .chain(def.measures.iter().filter_map(|m| m.field.as_ref()))
+            .chain(def.filter.iter().map(|f| &f.field))
+            .any(|r| matches!(r, FieldRef::Logical(f) if f.name == name));
+        if reads {
+            out.push(crate::envelope::regclass_text(relid)?);
+        }
+    }
+    Ok(out)
+}
