@@ -116,6 +116,17 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS own) cur
 $$;
 
+-- The schema-qualified name of a view's relation, as eventview.quarantine.view_name records it
+-- (qualified, so it does not depend on the search_path of whoever refreshed).
+CREATE FUNCTION eventview._view_name(p_view_id integer) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT format('%I.%I', n.nspname, c.relname)
+    FROM eventview._views v
+    JOIN pg_class c ON c.oid = v.relid
+    JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE v.view_id = p_view_id
+$$;
+
 -- Change records of one source that the view has not applied yet, as (event rows, oldest time).
 -- Counts only what this transaction can see: an uncommitted producer's changes are not pending yet.
 CREATE FUNCTION eventview._pending(p_view_id integer, OUT changes bigint, OUT oldest timestamptz)

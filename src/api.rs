@@ -94,6 +94,13 @@ fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str>) -
     at_boundary(|| views::alter_view(name, realtime, on_type_error))
 }
 
+/// The event table named `name` (42P01 when missing, 22023 when not an event table), as the
+/// fully qualified, quoted name that generated SQL uses.
+#[pg_extern(name = "_event_table_sql", stable, parallel_safe)]
+pub fn event_table_sql(name: &str) -> Result<String, ErrorReport> {
+    at_boundary(|| crate::catalog::source_by_name(name).map(|s| s.table_sql))
+}
+
 /// First match of a JSONPath that native operators cannot evaluate (see `core::jsonpath`).
 #[pg_extern(immutable, strict, parallel_safe)]
 fn jsonpath_first(doc: pgrx::JsonB, path: &str) -> Result<Option<pgrx::JsonB>, ErrorReport> {

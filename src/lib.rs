@@ -18,6 +18,7 @@ mod catalog;
 mod envelope;
 mod errors;
 mod fields;
+mod gucs;
 mod jsonpath_eval;
 mod refresh;
 mod relation;
@@ -30,7 +31,13 @@ mod tests;
 ::pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
+extension_sql_file!("../sql/ingest.sql", name = "ingest", requires = [api::event_table_sql]);
 extension_sql_file!("../sql/api.sql", name = "api", finalize);
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    gucs::define();
+}
 
 /// Test-harness hooks required by `cargo pgrx test`.
 #[cfg(test)]

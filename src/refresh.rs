@@ -52,8 +52,10 @@ pub fn apply(
         for statement in sql.clear_window() {
             spi_util::run(&statement, &args)?;
         }
+        spi_util::run(&sql.forget_type_errors_in_window(), &args)?;
     } else if mode == Mode::Full {
         spi_util::run_all(&sql.clear_all())?;
+        spi_util::run_all(&[sql.forget_type_errors()])?;
     }
     let statement = sql.apply(mode);
     let (consumed, groups_written, dirty, first_error) = Spi::connect_mut(|client| {

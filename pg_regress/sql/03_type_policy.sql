@@ -47,5 +47,5 @@ SELECT pending_changes FROM eventview.views WHERE name = 'strict_view'::regclass
 SELECT eventview.alter_view('strict_view', on_type_error => 'quarantine');
 SELECT eventview.refresh('strict_view');
 SELECT * FROM strict_view;
-SELECT reason FROM eventview.quarantine WHERE view_name = 'strict_view';
+SELECT reason FROM eventview.quarantine WHERE view_name = 'public.strict_view';
 SELECT try($$SELECT eventview.alter_view('strict_view', on_type_error => 'ignore')$$);

@@ -43,7 +43,7 @@ INSERT INTO carts (event_type, event_version, payload) VALUES
   ('add_to_cart', 1, '{"sku": "C", "qty": 4, "user": {"id": 7}}');
 SELECT eventview.refresh('cart_qty');
 SELECT * FROM cart_qty ORDER BY sku;
-SELECT reason FROM eventview.quarantine WHERE view_name = 'cart_qty' ORDER BY event_id;
+SELECT reason FROM eventview.quarantine WHERE view_name = 'public.cart_qty' ORDER BY event_id;
 
 -- count_distinct: a value leaves the count when its last occurrence goes.
 DELETE FROM carts WHERE payload @> '{"user": 1}' AND event_version = 1;
@@ -61,7 +61,9 @@ SELECT eventview.refresh('cart_qty');
 SELECT * FROM cart_qty ORDER BY sku;
 SELECT eventview.rebuild('cart_qty');
 SELECT * FROM cart_qty ORDER BY sku;
-SELECT name, last_error FROM eventview.views WHERE name = 'cart_qty'::regclass;
+SELECT name, last_error, quarantined FROM eventview.views WHERE name = 'cart_qty'::regclass;
+-- The rebuild recorded each type error once again, not twice.
+SELECT count(*) AS quarantined_rows FROM eventview.quarantine WHERE view_name = 'public.cart_qty';
 
 -- Refusals: 22023 naming the problem.
 SELECT try($$SELECT eventview.define_field('carts', 'Sku', '$.sku')$$);

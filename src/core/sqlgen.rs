@@ -508,7 +508,7 @@ delta_rows AS (
                     "q AS (
     INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
     SELECT (SELECT relid FROM eventview._sources WHERE source_id = {sid}),
-           (SELECT relid::text FROM eventview._views WHERE view_id = {vid}),
+           eventview._view_name({vid}),
            b.event_id, b.bad,
            jsonb_build_object('event_id', e.event_id, 'event_key', e.event_key,
                               'event_type', e.event_type, 'event_version', e.event_version,
@@ -592,6 +592,31 @@ delta_rows AS (
             ));
         }
         out
+    }
+
+    /// Before a full rebuild: forget the view's quarantine entries and counters, which the
+    /// rebuild records again.
+    pub fn forget_type_errors(&self) -> String {
+        format!(
+            "WITH gone AS (DELETE FROM eventview.quarantine WHERE view_name = eventview._view_name({vid}) RETURNING 1)
+UPDATE eventview._views SET quarantined = 0, skipped = 0 WHERE view_id = {vid} AND (SELECT count(*) FROM gone) >= 0",
+            vid = self.view_id
+        )
+    }
+
+    /// Before a windowed rebuild: forget the quarantine entries of events in the window ($1 bucket
+    /// width, $2/$3 the window), which the rebuild records again.
+    pub fn forget_type_errors_in_window(&self) -> String {
+        format!(
+            "WITH gone AS (
+    DELETE FROM eventview.quarantine
+    WHERE view_name = eventview._view_name({vid})
+      AND pg_catalog.date_bin($1::interval, (event->>'occurred_at')::timestamptz, '2000-01-01 00:00:00+00'::timestamptz) >= $2
+      AND pg_catalog.date_bin($1::interval, (event->>'occurred_at')::timestamptz, '2000-01-01 00:00:00+00'::timestamptz) < $3
+    RETURNING 1)
+UPDATE eventview._views SET quarantined = greatest(quarantined - (SELECT count(*) FROM gone), 0) WHERE view_id = {vid}",
+            vid = self.view_id
+        )
     }
 
     /// Empties storage and multisets (full rebuild).

@@ -1,0 +1,40 @@
+\set VERBOSITY terse
+-- The ingest gate: good envelopes in, bad ones to quarantine with a reason, keys deduplicated.
+SET TimeZone = 'UTC';
+SELECT eventview.create_event_table('gate');
+SELECT eventview.create_view('gate_counts', 'gate', group_by => '{"type": "event_type"}');
+SELECT * FROM eventview.ingest('gate', '[
+  {"type": "a", "payload": {"x": 1}, "key": "k1", "occurred_at": "2026-11-30T10:00:00Z"},
+  {"type": "a", "payload": {"x": 2}, "key": "k1", "occurred_at": "2026-11-30T10:00:00Z"},
+  {"type": "", "payload": {}},
+  {"payload": {}},
+  {"type": "b", "payload": [1]},
+  {"type": "b"},
+  {"type": "b", "payload": {}, "occurred_at": "yesterday"},
+  {"type": "b", "payload": {}, "occurred_at": "now"},
+  {"type": "b", "payload": {}, "occurred_at": "2026-11-30 10:00:00"},
+  {"type": "b", "payload": {}, "occurred_at": "2026-11-30T10:00:00+02:00", "version": 2, "producer": "ios"},
+  {"type": "b", "payload": {}, "version": 1.5},
+  {"type": "b", "payload": {}, "version": 0},
+  {"type": "b", "payload": {}, "key": 5},
+  {"type": "b", "payload": {}, "producer": ["x"]},
+  7]');
+-- A key seen before is a duplicate, not an error.
+SELECT * FROM eventview.ingest('gate', '[{"type": "a", "payload": {"x": 1}, "key": "k1"}]');
+SELECT event_key, event_type, event_version, producer = current_user AS default_producer, occurred_at, payload
+FROM gate ORDER BY event_id;
+SELECT source, view_name, event_id, reason, event FROM eventview.quarantine WHERE source = 'gate'::regclass ORDER BY id;
+-- Oversized payloads, by a user-settable limit.
+SET eventview.max_payload_bytes = '16B';
+SELECT * FROM eventview.ingest('gate', '[{"type": "a", "payload": {"x": "a long string"}}, {"type": "a", "payload": {"x": 1}}]');
+RESET eventview.max_payload_bytes;
+SELECT reason FROM eventview.quarantine ORDER BY id DESC LIMIT 1;
+-- Ingested events flow into views like any insert.
+SELECT eventview.refresh('gate_counts');
+SELECT * FROM gate_counts ORDER BY type;
+-- Errors.
+SELECT try($$SELECT * FROM eventview.ingest('gate', '{"type": "a"}')$$);
+SELECT try($$SELECT * FROM eventview.ingest('no_such', '[]')$$);
+CREATE TABLE not_events (x int);
+SELECT try($$SELECT * FROM eventview.ingest('not_events', '[]')$$);
+SELECT * FROM eventview.ingest('gate', '[]');
