@@ -2,13 +2,40 @@
 -- Every table is keyed by our own serial ids and by regclass (which pg_dump writes as a name),
 -- never by raw OIDs, so a dump restored into a new database keeps working.
 
+-- The statement's snapshot, with the calling transaction's own xid marked as in progress.
+-- Postgres leaves our own xid out of a snapshot's in-progress list, so it may read as visible;
+-- but our own changes are not committed and more may follow in this transaction. A refresh
+-- therefore tracks its own transaction's changes apart, by changelog position
+-- (_views.applied_own_xid / applied_own_seq), and this snapshot must not cover them.
+-- STABLE: it runs under the caller's statement snapshot.
+CREATE FUNCTION eventview._snapshot_without_own() RETURNS pg_snapshot
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE
+        WHEN own IS NULL OR NOT pg_visible_in_snapshot(own, s) THEN s
+        ELSE (least(pg_snapshot_xmin(s)::text::numeric, own::text::numeric)::text || ':' ||
+              pg_snapshot_xmax(s)::text || ':' ||
+              array_to_string(ARRAY(
+                  SELECT x FROM (
+                      SELECT pg_snapshot_xip(s)::text::numeric AS x
+                      UNION
+                      SELECT own::text::numeric
+                  ) xs
+                  ORDER BY x), ','))::pg_snapshot
+    END
+    FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS own) cur
+$$;
+
 -- One row per event table.
 CREATE TABLE eventview._sources (
     source_id       serial PRIMARY KEY,
     relid           regclass NOT NULL UNIQUE,
     retention       interval,
     delta_retention interval NOT NULL DEFAULT '7 days',
-    created_at      timestamptz NOT NULL DEFAULT now()
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    -- The field observer's cursor over the changelog (same meaning as in _views).
+    observed_snapshot pg_snapshot NOT NULL DEFAULT eventview._snapshot_without_own(),
+    observed_own_xid  xid8 DEFAULT pg_current_xact_id_if_assigned(),
+    observed_own_seq  bigint
 );
 COMMENT ON TABLE eventview._sources IS 'pg_eventview: registered event tables (see eventview.event_tables)';
 
@@ -52,6 +79,38 @@ CREATE TABLE eventview._fields (
 );
 COMMENT ON TABLE eventview._fields IS 'pg_eventview: logical fields declared with define_field';
 
+-- Observed payload shapes, per event type and version.
+CREATE TABLE eventview._observed (
+    source_id     integer NOT NULL REFERENCES eventview._sources ON DELETE CASCADE,
+    event_type    text NOT NULL,
+    event_version integer NOT NULL,
+    path          text NOT NULL,
+    json_type     text NOT NULL,
+    first_seen    timestamptz NOT NULL,
+    last_seen     timestamptz NOT NULL,
+    seen          bigint NOT NULL,
+    PRIMARY KEY (source_id, event_type, event_version, path, json_type)
+);
+CREATE TABLE eventview._observed_versions (
+    source_id     integer NOT NULL REFERENCES eventview._sources ON DELETE CASCADE,
+    event_type    text NOT NULL,
+    event_version integer NOT NULL,
+    events        bigint NOT NULL,
+    PRIMARY KEY (source_id, event_type, event_version)
+);
+CREATE TABLE eventview.drift (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    source        regclass,
+    event_type    text NOT NULL,
+    event_version integer NOT NULL,
+    path          text NOT NULL,
+    change        text NOT NULL CHECK (change IN ('added', 'type_changed', 'missing')),
+    old_type      text,
+    new_type      text,
+    detected_at   timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE eventview.drift IS 'pg_eventview: payload paths that appeared, changed JSON type, or went missing';
+
 -- Events a view's type policy (or, later, the ingest gate) refused.
 CREATE TABLE eventview.quarantine (
     id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -71,6 +130,37 @@ SELECT pg_catalog.pg_extension_config_dump('eventview._views', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._views_view_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview.quarantine', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._fields', '');
+SELECT pg_catalog.pg_extension_config_dump('eventview._observed', '');
+SELECT pg_catalog.pg_extension_config_dump('eventview._observed_versions', '');
+SELECT pg_catalog.pg_extension_config_dump('eventview.drift', '');
+
+-- The distinct (path, JSON type) pairs of a payload, paths written $.a.b, ['odd key'] for names
+-- that are not plain identifiers, and [*] for array elements (recorded once, not per index).
+-- Bounded: at most max_depth levels and max_paths pairs per payload, so wide or deep payloads
+-- cost a bounded amount.
+CREATE FUNCTION eventview._payload_paths(doc jsonb, max_depth integer DEFAULT 32, max_paths integer DEFAULT 1000)
+RETURNS TABLE(path text, json_type text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE walk(path, value, depth) AS (
+        SELECT '$'::text, doc, 0
+        UNION ALL
+        SELECT w.path || c.step, c.value, w.depth + 1
+        FROM walk w
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN e.key ~ '^[A-Za-z_][A-Za-z0-9_]*$' THEN '.' || e.key
+                        ELSE '[''' || replace(replace(e.key, E'\\', E'\\\\'), '''', E'\\''') || ''']' END AS step,
+                   e.value
+            FROM jsonb_each(CASE WHEN jsonb_typeof(w.value) = 'object' THEN w.value END) AS e
+            UNION ALL
+            SELECT '[*]', a.value
+            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(w.value) = 'array' THEN w.value END) AS a
+        ) c
+        WHERE w.depth < max_depth
+    )
+    SELECT DISTINCT path, jsonb_typeof(value) FROM walk WHERE depth > 0
+    ORDER BY 1, 2
+    LIMIT max_paths
+$$;
 
 -- An RFC 3339 timestamp ("2026-11-30T10:00:00Z", "...+02:00") from a JSON string, or NULL when
 -- the value is anything else. Postgres-only inputs such as 'now' or 'yesterday' are not RFC 3339.
@@ -93,28 +183,6 @@ EXCEPTION WHEN others THEN
 END
 $$;
 
--- The statement's snapshot, with the calling transaction's own xid marked as in progress.
--- Postgres leaves our own xid out of a snapshot's in-progress list, so it may read as visible;
--- but our own changes are not committed and more may follow in this transaction. A refresh
--- therefore tracks its own transaction's changes apart, by changelog position
--- (_views.applied_own_xid / applied_own_seq), and this snapshot must not cover them.
--- STABLE: it runs under the caller's statement snapshot.
-CREATE FUNCTION eventview._snapshot_without_own() RETURNS pg_snapshot
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE
-        WHEN own IS NULL OR NOT pg_visible_in_snapshot(own, s) THEN s
-        ELSE (least(pg_snapshot_xmin(s)::text::numeric, own::text::numeric)::text || ':' ||
-              pg_snapshot_xmax(s)::text || ':' ||
-              array_to_string(ARRAY(
-                  SELECT x FROM (
-                      SELECT pg_snapshot_xip(s)::text::numeric AS x
-                      UNION
-                      SELECT own::text::numeric
-                  ) xs
-                  ORDER BY x), ','))::pg_snapshot
-    END
-    FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS own) cur
-$$;
 
 -- The schema-qualified name of a view's relation, as eventview.quarantine.view_name records it
 -- (qualified, so it does not depend on the search_path of whoever refreshed).
@@ -187,6 +255,12 @@ FROM eventview._views v
 JOIN eventview._sources s USING (source_id)
 CROSS JOIN LATERAL eventview._pending(v.view_id) p;
 COMMENT ON VIEW eventview.views IS 'pg_eventview: incremental views, their freshness and counters';
+
+CREATE VIEW eventview.observed_fields AS
+SELECT s.relid AS source, o.event_type, o.event_version, o.path, o.json_type,
+       o.first_seen, o.last_seen, o.seen
+FROM eventview._observed o JOIN eventview._sources s USING (source_id);
+COMMENT ON VIEW eventview.observed_fields IS 'pg_eventview: payload paths and JSON types seen, per event type and version';
 
 CREATE VIEW eventview.event_tables AS
 SELECT s.relid AS name,

@@ -158,6 +158,22 @@ pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     })?)
 }
 
+/// Every event table, oldest first.
+pub fn all_sources() -> EvResult<Vec<Source>> {
+    let rows = Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select("SELECT source_id, relid::oid FROM eventview._sources ORDER BY source_id", None, &[])? {
+            if let (Some(id), Some(relid)) = (row.get::<i32>(1)?, row.get::<pg_sys::Oid>(2)?) {
+                out.push((id, relid));
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?;
+    rows.into_iter()
+        .map(|(source_id, relid)| Ok(Source { source_id, table_sql: relation::qualified(relid)? }))
+        .collect()
+}
+
 /// Every view, as relid, oldest first.
 pub fn all_views() -> EvResult<Vec<pg_sys::Oid>> {
     Ok(Spi::connect(|client| {

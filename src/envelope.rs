@@ -51,6 +51,13 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
     for (_, relid) in readers {
         views::drop_view_by_relid(relid)?;
     }
+    // What was recorded about the table goes with it (its regclass would dangle otherwise).
+    spi_util::run(
+        "WITH s AS (SELECT relid FROM eventview._sources WHERE source_id = $1),
+              d AS (DELETE FROM eventview.drift WHERE source = (SELECT relid FROM s) RETURNING 1)
+         DELETE FROM eventview.quarantine WHERE source = (SELECT relid FROM s)",
+        &[source.source_id.into()],
+    )?;
     spi_util::run_all(&envelope_sql::drop_capture(source.source_id))?;
     spi_util::run_all(&[format!("DROP TABLE {}", source.table_sql)])?;
     catalog::delete_source(source.source_id)

@@ -20,6 +20,7 @@ mod errors;
 mod fields;
 mod gucs;
 mod jsonpath_eval;
+mod observer;
 mod refresh;
 mod relation;
 mod spi_util;

@@ -19,6 +19,7 @@ use crate::catalog::{self, ViewRecord};
 use crate::core::definition::TypePolicy;
 use crate::core::sqlgen::{Mode, ViewSql};
 use crate::errors::{EvError, EvResult};
+use crate::observer;
 use crate::spi_util;
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::prelude::*;
@@ -87,6 +88,7 @@ fn relname(view: &ViewRecord) -> EvResult<String> {
 /// (changed event rows) it consumed.
 pub fn refresh(name: &str) -> EvResult<i64> {
     let view = catalog::view_by_name(name, true)?;
+    observer::observe(view.source.source_id, &view.source.table_sql)?;
     refresh_locked(&view)
 }
 
@@ -98,6 +100,9 @@ fn refresh_locked(view: &ViewRecord) -> EvResult<i64> {
 }
 
 pub fn refresh_all() -> EvResult<i64> {
+    for source in catalog::all_sources()? {
+        observer::observe(source.source_id, &source.table_sql)?;
+    }
     let mut total = 0;
     for relid in catalog::all_views()? {
         if let Some(view) = catalog::view_by_relid(relid, true)? {

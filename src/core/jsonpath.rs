@@ -81,6 +81,28 @@ pub fn plan(text: &str) -> Result<PathPlan, PathError> {
 }
 
 impl PathPlan {
+    /// The path as `eventview.observed_fields` writes it (`$.a.b`, `$['odd key']`, indexes as
+    /// `[*]`), for simple paths; None for rich ones.
+    pub fn observed_form(&self) -> Option<String> {
+        let PathPlan::Simple(steps) = self else { return None };
+        let mut out = String::from("$");
+        for step in steps {
+            match step {
+                Step::Member(name) if is_plain_name(name) => {
+                    out.push('.');
+                    out.push_str(name);
+                }
+                Step::Member(name) => {
+                    out.push_str("['");
+                    out.push_str(&name.replace('\\', "\\\\").replace('\'', "\\'"));
+                    out.push_str("']");
+                }
+                Step::Index(_) => out.push_str("[*]"),
+            }
+        }
+        Some(out)
+    }
+
     /// SQL for the selected jsonb value of `doc` (a trusted column expression), NULL when nothing
     /// is selected.
     pub fn to_sql(&self, doc: &str) -> String {
@@ -105,9 +127,23 @@ impl PathPlan {
     }
 }
 
+fn is_plain_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn observed_form_matches_payload_paths() {
+        assert_eq!(plan("$.item.sku").unwrap().observed_form().unwrap(), "$.item.sku");
+        assert_eq!(plan("$.tags[3]").unwrap().observed_form().unwrap(), "$.tags[*]");
+        assert_eq!(plan("$[\"a b\"][\"it's\"]").unwrap().observed_form().unwrap(), "$['a b']['it\\'s']");
+        assert_eq!(plan("$..x").unwrap().observed_form(), None);
+    }
 
     #[test]
     fn member_and_index_paths_compile_to_arrows() {

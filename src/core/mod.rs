@@ -1,10 +1,12 @@
 //! The pure core: everything that needs no running Postgres. No pgrx imports here, so it is
 //! tested with plain `cargo test` and its generated SQL can be read and snapshot-tested.
 
+pub mod batch;
 pub mod definition;
 pub mod envelope_sql;
 pub mod jsonpath;
 pub mod names;
+pub mod observe_sql;
 pub mod ordered_json;
 pub mod quote;
 pub mod sqlgen;

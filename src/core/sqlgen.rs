@@ -27,7 +27,7 @@
 
 use super::definition::{AggKind, FieldRef, Measure, TypePolicy, ViewDefinition};
 use super::values::{value_sql, Use};
-use super::{names, quote};
+use super::{batch, names, quote};
 
 /// Where the rows of an apply come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,11 +48,6 @@ pub struct ViewSql<'a> {
     /// Quoted, schema-qualified name of the event table.
     pub source_table: String,
 }
-
-/// The statement's snapshot without our own transaction, and our own xid (see `_snapshot_without_own`).
-const SNAP_CTE: &str = "snap AS MATERIALIZED (
-    SELECT eventview._snapshot_without_own() AS s, pg_catalog.pg_current_xact_id_if_assigned() AS own
-)";
 
 const BUCKET_EXPR: &str = "pg_catalog.date_bin($1::interval, occurred_at, '2000-01-01 00:00:00+00'::timestamptz)";
 
@@ -249,32 +244,17 @@ impl<'a> ViewSql<'a> {
     }
 
     fn rows_delta(&self) -> String {
-        let log = names::changelog(self.source_id);
         let src = &self.source_table;
-        let vid = self.view_id;
+        let batch = batch::ctes(
+            self.source_id,
+            &format!(
+                "SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+    FROM eventview._views WHERE view_id = {}",
+                self.view_id
+            ),
+        );
         format!(
-            "{SNAP_CTE},
-applied AS MATERIALIZED (
-    SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
-    FROM eventview._views WHERE view_id = {vid}
-),
-chg AS MATERIALIZED (
-    SELECT c.seq, c.xid, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
-           c.old_producer, c.old_occurred_at, c.old_payload
-    FROM {log} c
-    WHERE ((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
-            AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap)))
-           OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM applied))
-      AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
-           OR coalesce(c.xid = (SELECT own FROM snap), false))
-      AND NOT (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM applied))
-               OR coalesce(c.xid = (SELECT own FROM applied) AND c.seq <= (SELECT own_seq FROM applied), false))
-),
-ids AS MATERIALIZED (
-    SELECT seq, op, unnest(event_ids) AS event_id FROM chg WHERE op = 'I'
-    UNION ALL
-    SELECT seq, op, event_id FROM chg WHERE op <> 'I'
-),
+            "{batch},
 firsts AS (SELECT DISTINCT ON (event_id) event_id, seq, op FROM ids ORDER BY event_id, seq),
 delta_rows AS (
     SELECT -1 AS sign, true AS from_delta, c.event_id, c.old_event_type AS event_type,
@@ -323,7 +303,7 @@ delta_rows AS (
                 "delta_rows".to_string()
             }
             Mode::Full => {
-                ctes.push(SNAP_CTE.to_string());
+                ctes.push(batch::SNAP_CTE.to_string());
                 ctes.push(self.rows_full(false));
                 "full_rows".to_string()
             }
@@ -535,9 +515,7 @@ delta_rows AS (
                 "(SELECT max(seq) FROM {} WHERE xid = (SELECT own FROM snap))",
                 names::changelog(self.source_id)
             ),
-            _ => "greatest((SELECT max(seq) FROM chg WHERE xid = (SELECT own FROM snap)),
-                          (SELECT own_seq FROM applied WHERE own = (SELECT own FROM snap)))"
-                .to_string(),
+            _ => batch::OWN_SEQ_AFTER_DELTA.to_string(),
         };
         ctes.push(format!(
             "st AS (

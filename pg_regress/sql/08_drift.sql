@@ -1,0 +1,40 @@
+\set VERBOSITY terse
+-- Observed fields and drift: recorded when changes are processed, never on insert.
+SET TimeZone = 'UTC';
+SELECT eventview.create_event_table('shapes');
+SELECT eventview.create_view('shape_qty', 'shapes', group_by => '{"sku": "$.sku"}', measures => '{"q": "sum($.qty)"}');
+INSERT INTO shapes (event_type, event_version, payload) VALUES
+  ('cart', 1, '{"sku": "A", "qty": 1, "items": [{"id": 1}, {"id": 2}], "odd key": {"it''s": true}}'),
+  ('cart', 1, '{"sku": "B", "qty": 2, "items": []}');
+-- Nothing is observed on the insert path.
+SELECT count(*) AS observed_before_refresh FROM eventview.observed_fields WHERE source = 'shapes'::regclass;
+SELECT eventview.refresh('shape_qty');
+SELECT source, event_type, event_version, path, json_type, seen FROM eventview.observed_fields
+WHERE source = 'shapes'::regclass ORDER BY path, json_type;
+SELECT source, event_type, event_version, path, change, old_type, new_type FROM eventview.drift
+WHERE source = 'shapes'::regclass ORDER BY id;
+SELECT max(id) AS last_drift FROM eventview.drift \gset
+-- A new version adds a field; a producer changes a type; a path views read goes missing.
+INSERT INTO shapes (event_type, event_version, payload) VALUES
+  ('cart', 2, '{"sku": "A", "qty": 1, "coupon": "BF"}'),
+  ('cart', 1, '{"sku": "C", "qty": "3", "items": []}'),
+  ('cart', 1, '{"qty": 4, "items": []}');
+SELECT eventview.refresh_all();
+SELECT event_type, event_version, path, change, old_type, new_type FROM eventview.drift
+WHERE source = 'shapes'::regclass AND id > :last_drift ORDER BY id;
+SELECT path, json_type, seen FROM eventview.observed_fields
+WHERE source = 'shapes'::regclass AND event_version = 1 ORDER BY path, json_type;
+-- Refreshing again observes nothing twice.
+SELECT eventview.refresh('shape_qty');
+SELECT sum(seen) AS total_seen FROM eventview.observed_fields WHERE source = 'shapes'::regclass;
+-- Wide and deep payloads cost a bounded amount: depth and path count are capped.
+INSERT INTO shapes (event_type, payload)
+SELECT 'wide', jsonb_object_agg('k' || i, i) FROM generate_series(1, 5000) i;
+INSERT INTO shapes (event_type, payload)
+SELECT 'deep', (repeat('{"a":', 200) || '1' || repeat('}', 200))::jsonb;
+SELECT eventview.refresh('shape_qty');
+SELECT event_type, count(*) AS paths, max(length(path)) AS longest FROM eventview.observed_fields
+WHERE source = 'shapes'::regclass AND event_type IN ('wide', 'deep') GROUP BY 1 ORDER BY 1;
+-- Dropping the event table forgets its observations and drift.
+SELECT eventview.drop_event_table('shapes', cascade => true);
+SELECT count(*) AS dangling FROM eventview.drift WHERE source::oid NOT IN (SELECT oid FROM pg_class);

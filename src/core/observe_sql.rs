@@ -1,0 +1,115 @@
+//! SQL of the field observer: records every payload path and JSON type per event type and
+//! version (`eventview.observed_fields`) and what changed (`eventview.drift`), as changes are
+//! processed by a refresh, never on the insert path.
+//!
+//! Algorithm: the observer is one more consumer of the source's changelog (its cursor lives in
+//! `eventview._sources.observed_*`, with the batch semantics of `batch`). For the new state of
+//! every inserted or updated event in the batch, `eventview._payload_paths` lists its distinct
+//! (path, JSON type) pairs (arrays as `[*]`, bounded depth and count). Compared with what was
+//! observed before for the same event type and version:
+//! - a path never seen before: `added`;
+//! - a known path with a JSON type never seen before for it: `type_changed` (old type: the one
+//!   seen last);
+//! - a path some view reads, present in every earlier event of that type and version, absent
+//!   from some new one: `missing`.
+
+use super::batch;
+
+/// The observer statement for one source. $1: the paths views read, normalized (text[]).
+/// Returns (events observed, drift rows recorded).
+pub fn observe(source_id: i32, source_table: &str) -> String {
+    let sid = source_id;
+    let batch = batch::ctes(
+        source_id,
+        &format!(
+            "SELECT observed_snapshot AS s, observed_own_xid AS own, observed_own_seq AS own_seq
+    FROM eventview._sources WHERE source_id = {sid}"
+        ),
+    );
+    format!(
+        "WITH {batch},
+fresh AS (
+    SELECT e.event_type, e.event_version, e.payload
+    FROM (SELECT DISTINCT event_id FROM ids WHERE op <> 'D') k
+    JOIN {source_table} e ON e.event_id = k.event_id
+),
+vers AS (SELECT event_type, event_version, count(*) AS n FROM fresh GROUP BY 1, 2),
+obs AS (
+    SELECT f.event_type, f.event_version, p.path, p.json_type, count(*) AS n
+    FROM fresh f CROSS JOIN LATERAL eventview._payload_paths(f.payload) p
+    GROUP BY 1, 2, 3, 4
+),
+prev_vers AS (
+    SELECT v.event_type, v.event_version, coalesce(o.events, 0) AS events
+    FROM vers v LEFT JOIN eventview._observed_versions o
+      ON o.source_id = {sid} AND o.event_type = v.event_type AND o.event_version = v.event_version
+),
+prev_paths AS (
+    SELECT o.event_type, o.event_version, o.path, sum(o.seen) AS seen,
+           (array_agg(o.json_type ORDER BY o.last_seen DESC, o.seen DESC, o.json_type))[1] AS last_type
+    FROM eventview._observed o JOIN vers v USING (event_type, event_version)
+    WHERE o.source_id = {sid}
+    GROUP BY 1, 2, 3
+),
+added AS (
+    SELECT DISTINCT ON (o.event_type, o.event_version, o.path) o.event_type, o.event_version, o.path, o.json_type
+    FROM obs o LEFT JOIN prev_paths p USING (event_type, event_version, path)
+    WHERE p.path IS NULL
+    ORDER BY o.event_type, o.event_version, o.path, o.n DESC, o.json_type
+),
+changed AS (
+    SELECT o.event_type, o.event_version, o.path, p.last_type AS old_type, o.json_type AS new_type
+    FROM obs o JOIN prev_paths p USING (event_type, event_version, path)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM eventview._observed x
+        WHERE x.source_id = {sid} AND x.event_type = o.event_type AND x.event_version = o.event_version
+          AND x.path = o.path AND x.json_type = o.json_type)
+),
+missing AS (
+    SELECT p.event_type, p.event_version, p.path, p.last_type AS old_type
+    FROM prev_paths p
+    JOIN prev_vers pv USING (event_type, event_version)
+    JOIN vers nv USING (event_type, event_version)
+    WHERE pv.events > 0 AND p.seen >= pv.events AND p.path = ANY ($1::text[])
+      AND coalesce((SELECT sum(o.n) FROM obs o
+                    WHERE o.event_type = p.event_type AND o.event_version = p.event_version
+                      AND o.path = p.path), 0) < nv.n
+),
+drifted AS (
+    INSERT INTO eventview.drift (source, event_type, event_version, path, change, old_type, new_type)
+    SELECT (SELECT relid FROM eventview._sources WHERE source_id = {sid}), event_type, event_version, path, change, old_type, new_type
+    FROM (
+        SELECT event_type, event_version, path, 'added' AS change, NULL::text AS old_type, json_type AS new_type FROM added
+        UNION ALL
+        SELECT event_type, event_version, path, 'type_changed', old_type, new_type FROM changed
+        UNION ALL
+        SELECT event_type, event_version, path, 'missing', old_type, NULL FROM missing
+    ) d
+    ORDER BY event_type, event_version, path, change, new_type
+    RETURNING 1
+),
+seen_paths AS (
+    INSERT INTO eventview._observed AS t (source_id, event_type, event_version, path, json_type, first_seen, last_seen, seen)
+    SELECT {sid}, event_type, event_version, path, json_type, now(), now(), n FROM obs
+    ON CONFLICT (source_id, event_type, event_version, path, json_type)
+    DO UPDATE SET last_seen = EXCLUDED.last_seen, seen = t.seen + EXCLUDED.seen
+    RETURNING 1
+),
+seen_versions AS (
+    INSERT INTO eventview._observed_versions AS t (source_id, event_type, event_version, events)
+    SELECT {sid}, event_type, event_version, n FROM vers
+    ON CONFLICT (source_id, event_type, event_version) DO UPDATE SET events = t.events + EXCLUDED.events
+    RETURNING 1
+),
+st AS (
+    UPDATE eventview._sources
+    SET observed_snapshot = (SELECT s FROM snap),
+        observed_own_xid = (SELECT own FROM snap),
+        observed_own_seq = CASE WHEN (SELECT own FROM snap) IS NOT NULL THEN {own_seq} END
+    WHERE source_id = {sid}
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fresh) AS observed, (SELECT count(*) FROM drifted) AS drift_rows",
+        own_seq = batch::OWN_SEQ_AFTER_DELTA
+    )
+}

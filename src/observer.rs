@@ -1,0 +1,45 @@
+//! The field observer: brings `eventview.observed_fields` and `eventview.drift` up to date with
+//! the changes of one source (see `core::observe_sql`). Runs inside refresh, never on insert.
+
+use crate::catalog;
+use crate::core::definition::FieldRef;
+use crate::core::observe_sql;
+use crate::errors::EvResult;
+use crate::spi_util;
+
+/// Observes the source's pending changes once. Concurrent observers of one source serialize on
+/// the source's catalog row.
+pub fn observe(source_id: i32, source_table: &str) -> EvResult<()> {
+    spi_util::run("SELECT 1 FROM eventview._sources WHERE source_id = $1 FOR UPDATE", &[source_id.into()])?;
+    let read_paths = paths_read_by_views(source_id)?;
+    spi_util::run(&observe_sql::observe(source_id, source_table), &[read_paths.into()])
+}
+
+/// Every simple payload path that some view of the source reads (directly or through a logical
+/// field's declarations), in observed form: `missing` drift is only about these.
+fn paths_read_by_views(source_id: i32) -> EvResult<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for (_, relid) in catalog::views_of_source(source_id)? {
+        let Some(view) = catalog::view_by_relid(relid, false)? else { continue };
+        let def = &view.definition;
+        let refs = def
+            .group_by
+            .iter()
+            .map(|g| &g.field)
+            .chain(def.measures.iter().filter_map(|m| m.field.as_ref()))
+            .chain(def.filter.iter().map(|f| &f.field));
+        for r in refs {
+            let forms: Vec<String> = match r {
+                FieldRef::Path { plan, .. } => plan.observed_form().into_iter().collect(),
+                FieldRef::Logical(f) => f.variants.iter().filter_map(|v| v.plan.observed_form()).collect(),
+                FieldRef::Envelope(_) => vec![],
+            };
+            for form in forms {
+                if !out.contains(&form) {
+                    out.push(form);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
