@@ -101,6 +101,12 @@ pub fn event_table_sql(name: &str) -> Result<String, ErrorReport> {
     at_boundary(|| crate::catalog::source_by_name(name).map(|s| s.table_sql))
 }
 
+/// The internal id of the incremental view named `name` (42P01 / 22023 otherwise).
+#[pg_extern(name = "_view_id", stable, parallel_safe)]
+pub fn view_id(name: &str) -> Result<i32, ErrorReport> {
+    at_boundary(|| crate::catalog::view_by_name(name, false).map(|v| v.view_id))
+}
+
 /// First match of a JSONPath that native operators cannot evaluate (see `core::jsonpath`).
 #[pg_extern(immutable, strict, parallel_safe)]
 fn jsonpath_first(doc: pgrx::JsonB, path: &str) -> Result<Option<pgrx::JsonB>, ErrorReport> {

@@ -33,6 +33,7 @@ mod tests;
 
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
 extension_sql_file!("../sql/ingest.sql", name = "ingest", requires = [api::event_table_sql]);
+extension_sql_file!("../sql/maintenance.sql", name = "maintenance", requires = [api::event_table_sql, api::view_id]);
 extension_sql_file!("../sql/api.sql", name = "api", finalize);
 
 #[pg_guard]

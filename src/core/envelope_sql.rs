@@ -88,8 +88,12 @@ pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
       FROM (SELECT event_id FROM new_rows EXCEPT SELECT event_id FROM old_rows) moved
     HAVING count(*) > 0;"
     );
+    // eventview.prune() deletes expired raw events with capture off: not a retraction.
     let delete_body = format!(
-        "    INSERT INTO {log} (op, {OLD_COLUMNS})
+        "    IF current_setting('eventview.pruning', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO {log} (op, {OLD_COLUMNS})
     SELECT 'D', {ROW_COLUMNS} FROM old_rows;"
     );
     // TG_RELID rather than the name at creation time, so a renamed table keeps working.

@@ -1,0 +1,58 @@
+\set VERBOSITY terse
+-- schedule, run_maintenance, prune.
+SET TimeZone = 'UTC';
+SELECT eventview.create_event_table('ops', retention => '30 days', delta_retention => '1 hour');
+SELECT eventview.create_view('ops_daily', 'ops', measures => '{"n": "count(*)"}', time_bucket => '1 day');
+SELECT eventview.create_view('ops_manual', 'ops', measures => '{"n": "count(*)"}');
+SELECT eventview.schedule('ops_daily', '1 minute');
+SELECT name, schedule FROM eventview.views WHERE source = 'ops'::regclass ORDER BY name::text;
+INSERT INTO ops (event_type, occurred_at, payload) VALUES
+  ('a', now() - interval '90 days', '{}'),
+  ('a', now() - interval '60 days', '{}'),
+  ('a', now() - interval '1 day', '{}');
+-- Only the scheduled view is refreshed by run_maintenance.
+SELECT eventview.run_maintenance();
+SELECT name, pending_changes, last_refresh_at IS NOT NULL AS refreshed FROM eventview.views
+WHERE source = 'ops'::regclass ORDER BY name::text;
+SELECT sum(n) FROM ops_daily;
+-- It is not due again until its interval elapsed.
+INSERT INTO ops (event_type, payload) VALUES ('a', '{}');
+SELECT eventview.run_maintenance();
+SELECT pending_changes FROM eventview.views WHERE name = 'ops_daily'::regclass;
+
+-- prune: raw events past retention go, without retracting them from views.
+-- Changelog records go only when every view has applied them and they are older than delta_retention.
+SELECT eventview.prune('ops') AS pruned;
+SELECT count(*) AS events_left FROM ops;
+SELECT eventview.refresh('ops_daily');
+SELECT sum(n) AS still_counted FROM ops_daily;
+SELECT eventview.refresh('ops_manual');
+SELECT sum(n) AS manual_counted FROM ops_manual;
+-- A view that had not applied the pruned events yet never sees them: it agrees with the table.
+-- Age the changelog: now everything applied by every view and old enough goes.
+DO $$ BEGIN
+  EXECUTE format('UPDATE eventview._changes_%s SET logged_at = logged_at - interval ''2 hours''',
+                 (SELECT source_id FROM eventview._sources WHERE relid = 'ops'::regclass));
+END $$;
+INSERT INTO ops (event_type, payload) VALUES ('a', '{}');
+SELECT eventview.prune('ops') AS pruned;
+SELECT pending_changes FROM eventview.views WHERE name = 'ops_manual'::regclass;
+SELECT eventview.refresh('ops_manual');
+SELECT sum(n) AS manual_counted FROM ops_manual;
+
+-- A failing view records its error; the others keep refreshing.
+SELECT eventview.create_view('ops_strict', 'ops', measures => '{"s": "sum($.v)"}', on_type_error => 'fail');
+SELECT eventview.schedule('ops_strict', '1 second');
+SELECT eventview.schedule('ops_manual', '1 second');
+INSERT INTO ops (event_type, payload) VALUES ('a', '{"v": "oops"}');
+SELECT pg_sleep(1.1);
+SELECT eventview.run_maintenance();
+SELECT name, pending_changes, last_error FROM eventview.views
+WHERE name IN ('ops_strict'::regclass, 'ops_manual'::regclass) ORDER BY name::text;
+
+-- Refusals.
+SELECT try($$SELECT eventview.schedule('ops_daily', '-1 minute')$$);
+SELECT try($$SELECT eventview.schedule('nope', '1 minute')$$);
+SELECT try($$SELECT eventview.prune('nope')$$);
+SELECT eventview.schedule('ops_daily', NULL);
+SELECT schedule FROM eventview.views WHERE name = 'ops_daily'::regclass;

@@ -1,0 +1,118 @@
+-- Scheduling and retention: schedule(), run_maintenance(), prune().
+-- run_maintenance is what the background worker and pg_cron call.
+
+CREATE FUNCTION eventview.schedule(name text, every interval) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_view_id integer := eventview._view_id(name);
+BEGIN
+    IF every IS NOT NULL AND every <= interval '0' THEN
+        RAISE EXCEPTION 'invalid schedule: % is not a positive interval', every
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL to unschedule.';
+    END IF;
+    UPDATE eventview._views SET schedule = every WHERE view_id = v_view_id;
+END
+$$;
+COMMENT ON FUNCTION eventview.schedule(text, interval) IS
+'Refreshes the view every interval from run_maintenance (the background worker or pg_cron); NULL unschedules';
+
+-- Algorithm (pruning the changelog): a record can go once every consumer of its source (each
+-- view and the field observer) has applied it, and it is older than delta_retention. Applied
+-- means: its transaction is visible in the consumer's applied snapshot, or it is the consumer's
+-- own transaction's record up to own_seq. Deleting works in batches of at most batch_size
+-- records per statement, so no statement holds many row locks or writes a huge transaction.
+-- Raw events older than retention are deleted with capture switched off for this transaction
+-- only: pruning history is not a retraction, views keep what they aggregated.
+CREATE FUNCTION eventview.prune(source text DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    s record;
+    n bigint;
+    total bigint := 0;
+    batch_size constant integer := 10000;
+BEGIN
+    FOR s IN
+        SELECT src.source_id, src.relid, src.retention, src.delta_retention,
+               eventview._event_table_sql(src.relid::text) AS table_sql
+        FROM eventview._sources src
+        WHERE source IS NULL OR src.relid = eventview._event_table_sql(source)::regclass
+        ORDER BY src.source_id
+    LOOP
+        LOOP
+            EXECUTE format($q$
+                WITH consumers AS (
+                    SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+                    FROM eventview._views WHERE source_id = $1
+                    UNION ALL
+                    SELECT observed_snapshot, observed_own_xid, observed_own_seq
+                    FROM eventview._sources WHERE source_id = $1
+                ),
+                doomed AS (
+                    SELECT c.ctid FROM eventview._changes_%s c
+                    WHERE c.logged_at < now() - $2
+                      AND c.xid < (SELECT min(pg_snapshot_xmax(s)) FROM consumers)
+                      AND NOT EXISTS (
+                          SELECT 1 FROM consumers k
+                          WHERE NOT (pg_visible_in_snapshot(c.xid, k.s)
+                                     OR coalesce(c.xid = k.own AND c.seq <= k.own_seq, false)))
+                    LIMIT $3
+                )
+                , gone AS (DELETE FROM eventview._changes_%s WHERE ctid IN (SELECT ctid FROM doomed) RETURNING 1)
+                SELECT count(*) FROM gone
+            $q$, s.source_id, s.source_id) INTO n USING s.source_id, s.delta_retention, batch_size;
+            total := total + n;
+            EXIT WHEN n < batch_size;
+        END LOOP;
+        IF s.retention IS NOT NULL THEN
+            PERFORM set_config('eventview.pruning', 'on', true);
+            LOOP
+                -- (Counted with RETURNING: the capture trigger's own SPI use resets ROW_COUNT.)
+                EXECUTE format(
+                    'WITH gone AS (DELETE FROM %s WHERE event_id IN
+                         (SELECT event_id FROM %s WHERE occurred_at < now() - $1 LIMIT $2) RETURNING 1)
+                     SELECT count(*) FROM gone',
+                    s.table_sql, s.table_sql) INTO n USING s.retention, batch_size;
+                total := total + n;
+                EXIT WHEN n < batch_size;
+            END LOOP;
+            PERFORM set_config('eventview.pruning', 'off', true);
+        END IF;
+    END LOOP;
+    RETURN total;
+END
+$$;
+COMMENT ON FUNCTION eventview.prune(text) IS
+'Deletes changelog records every view has applied (older than delta_retention) and raw events older than retention; returns rows pruned';
+
+-- Refreshes every view whose schedule is due, each in its own subtransaction so that one
+-- failing view records its error in last_error and the others go on; then prunes. A view that
+-- another session is refreshing right now is skipped, never waited for.
+CREATE FUNCTION eventview.run_maintenance() RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN
+        SELECT view_id, relid FROM eventview._views
+        WHERE schedule IS NOT NULL
+          AND (last_refresh_at IS NULL OR last_refresh_at + schedule <= clock_timestamp())
+        ORDER BY coalesce(last_refresh_at, '-infinity'), view_id
+    LOOP
+        BEGIN
+            PERFORM 1 FROM eventview._views WHERE view_id = v.view_id FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                PERFORM eventview._refresh(format('%I.%I', n.nspname, c.relname))
+                FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE c.oid = v.relid;
+            END IF;
+        EXCEPTION WHEN others THEN
+            UPDATE eventview._views
+            SET last_error = SQLERRM, last_refresh_at = clock_timestamp()
+            WHERE view_id = v.view_id;
+        END;
+    END LOOP;
+    PERFORM eventview.prune();
+END
+$$;
+COMMENT ON FUNCTION eventview.run_maintenance() IS
+'Refreshes every view whose schedule is due, then prunes; called by the background worker and by pg_cron';
