@@ -8,6 +8,7 @@
 //!   spi_util, errors           SPI helpers; the error type and its SQLSTATE mapping
 //!   core           pure: definitions, JSONPath planning, quoting, SQL generation
 //!   jsonpath_eval  per-backend evaluation of rich JSONPaths
+//!   scheduler, gucs  the background worker and configuration parameters
 
 use pgrx::prelude::*;
 
@@ -23,6 +24,7 @@ mod jsonpath_eval;
 mod observer;
 mod refresh;
 mod relation;
+mod scheduler;
 mod spi_util;
 mod views;
 
@@ -38,7 +40,12 @@ extension_sql_file!("../sql/api.sql", name = "api", finalize);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    gucs::define();
+    // SAFETY: reading a Postgres global during library load, in the loading process.
+    let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    gucs::define(preloading);
+    if preloading {
+        scheduler::register_workers();
+    }
 }
 
 /// Test-harness hooks required by `cargo pgrx test`.

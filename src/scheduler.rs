@@ -1,0 +1,62 @@
+//! The background worker: with `shared_preload_libraries = 'pg_eventview'`, one worker per
+//! database listed in `eventview.databases` calls `eventview.run_maintenance()` every
+//! `eventview.naptime`, the same function pg_cron calls, so both paths run the same code.
+//!
+//! Loop (after pg_cron's launcher): wait on the latch for naptime (SIGTERM ends the loop at
+//! once); on SIGHUP reload the configuration (naptime and `eventview.worker` take effect at the
+//! next tick); run one tick in its own transaction. A database without the extension is left
+//! alone. Errors inside one view are recorded by run_maintenance and do not stop the others;
+//! anything else ends the worker, which the postmaster restarts after `RESTART_AFTER` (this
+//! also covers a database listed before it exists).
+
+use crate::gucs;
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use pgrx::prelude::*;
+use std::time::Duration;
+
+/// How long the postmaster waits before restarting a worker that exited with an error.
+const RESTART_AFTER: Duration = Duration::from_secs(5);
+
+/// Registers one worker per database. Only valid while shared_preload_libraries is processed.
+pub fn register_workers() {
+    for db in gucs::worker_databases() {
+        BackgroundWorkerBuilder::new(&format!("pg_eventview worker {db}"))
+            .set_type("pg_eventview worker")
+            .set_function("eventview_worker_main")
+            .set_library("pg_eventview")
+            .set_extra(&db)
+            .enable_spi_access()
+            .set_restart_time(Some(RESTART_AFTER))
+            .load();
+    }
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let db = BackgroundWorker::get_extra().to_string();
+    BackgroundWorker::connect_worker_to_spi(Some(&db), None);
+    log!("pg_eventview worker started in database \"{db}\"");
+    while BackgroundWorker::wait_latch(Some(gucs::naptime())) {
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: called from the worker's main loop, outside any transaction, as the
+            // postmaster's own SIGHUP handling does.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        if !gucs::WORKER_ENABLED.get() {
+            continue;
+        }
+        BackgroundWorker::transaction(|| {
+            let installed = Spi::get_one::<bool>(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview')",
+            );
+            if let Ok(Some(true)) = installed {
+                if let Err(e) = Spi::run("SELECT eventview.run_maintenance()") {
+                    warning!("pg_eventview worker: run_maintenance failed: {e}");
+                }
+            }
+        });
+    }
+    log!("pg_eventview worker in database \"{db}\" stopping");
+}
