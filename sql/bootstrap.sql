@@ -273,3 +273,13 @@ LEFT JOIN eventview._views v USING (source_id)
 LEFT JOIN LATERAL eventview._pending(v.view_id) p ON true
 GROUP BY s.source_id, s.relid, s.retention, s.delta_retention;
 COMMENT ON VIEW eventview.event_tables IS 'pg_eventview: event tables and the changes their views have not applied yet';
+
+-- DROP EXTENSION keeps what it does not own: the changelogs, capture functions and view storage
+-- created at run time stay in schema eventview (they hold user data). When the extension is
+-- created again over them, new ids start past every leftover name so nothing collides.
+SELECT pg_catalog.setval('eventview._sources_source_id_seq',
+    coalesce((SELECT max(substring(relname FROM '^_changes_([0-9]+)$')::int)
+              FROM pg_catalog.pg_class WHERE relnamespace = 'eventview'::regnamespace), 0) + 1, false);
+SELECT pg_catalog.setval('eventview._views_view_id_seq',
+    coalesce((SELECT max(substring(relname FROM '^_v([0-9]+)_data$')::int)
+              FROM pg_catalog.pg_class WHERE relnamespace = 'eventview'::regnamespace), 0) + 1, false);

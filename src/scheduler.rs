@@ -58,5 +58,9 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
             }
         });
     }
+    // Exit code 1: a worker terminated on its own (pg_terminate_backend) is restarted by the
+    // postmaster after RESTART_AFTER; during server shutdown nothing is restarted anyway.
     log!("pg_eventview worker in database \"{db}\" stopping");
+    // SAFETY: ends this worker process; nothing is held outside a transaction here.
+    unsafe { pg_sys::proc_exit(1) };
 }

@@ -1,0 +1,175 @@
+"""The background worker and the pg_cron path, on real clusters with preloaded libraries.
+
+Each test module starts its own cluster (scripts/cluster.sh) with the settings it needs. Time
+is only ever waited for with a deadline and polling: the assertions are about what happened,
+not about how fast.
+"""
+
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER_SH = REPO / "scripts" / "cluster.sh"
+
+
+class PreloadedCluster:
+    def __init__(self, directory, port, *conf):
+        self.dir, self.port = directory, port
+        subprocess.run(["bash", str(CLUSTER_SH), "start", directory, str(port), *conf], check=True)
+
+    def connect(self, dbname="postgres"):
+        return psycopg.connect(f"host={self.dir} port={self.port} user=postgres dbname={dbname}", autocommit=True)
+
+    def log(self):
+        return Path(self.dir, "server.log").read_text(errors="replace")
+
+    def stop(self):
+        subprocess.run(["bash", str(CLUSTER_SH), "stop", self.dir], check=False)
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def one(conn, sql, *args):
+    row = conn.execute(sql, args).fetchone()
+    return None if row is None else row[0]
+
+
+@pytest.fixture(scope="module")
+def worker_cluster():
+    c = PreloadedCluster(
+        "/tmp/pg_eventview_it_worker", 55451,
+        "shared_preload_libraries = 'pg_eventview'",
+        "eventview.databases = 'postgres, evw'",
+        "eventview.naptime = '200ms'",
+    )
+    with c.connect() as conn:
+        conn.execute("CREATE DATABASE evw")
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def evw(worker_cluster):
+    with worker_cluster.connect("evw") as conn:
+        # DROP EXTENSION keeps run-time objects (changelogs, view storage): remove them too.
+        conn.execute("DROP EXTENSION IF EXISTS pg_eventview CASCADE")
+        conn.execute("DROP SCHEMA IF EXISTS eventview CASCADE")
+        conn.execute("DROP TABLE IF EXISTS ev, ev2 CASCADE")
+        conn.execute("CREATE EXTENSION pg_eventview")
+        yield conn
+
+
+def worker_pid(conn):
+    return one(conn, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_eventview worker' AND datname = 'evw'")
+
+
+def test_scheduled_view_catches_up_without_a_manual_call(evw):
+    evw.execute("SELECT eventview.create_event_table('ev')")
+    evw.execute("SELECT eventview.create_view('v', 'ev', measures => '{\"n\": \"count(*)\"}')")
+    evw.execute("SELECT eventview.schedule('v', '200 milliseconds')")
+    evw.execute("INSERT INTO ev (event_type, payload) SELECT 'a', '{}' FROM generate_series(1, 500)")
+    wait_for(lambda: one(evw, "SELECT coalesce(sum(n), 0) FROM v") == 500, 10, "the worker to refresh v")
+    assert one(evw, "SELECT pending_changes FROM eventview.views WHERE name = 'v'::regclass") == 0
+    # Unscheduled views are left alone.
+    evw.execute("SELECT eventview.create_view('manual', 'ev')")
+    evw.execute("INSERT INTO ev (event_type, payload) VALUES ('a', '{}')")
+    wait_for(lambda: one(evw, "SELECT sum(n) FROM v") == 501, 10, "the worker to refresh v again")
+    assert one(evw, "SELECT pending_changes FROM eventview.views WHERE name = 'manual'::regclass") == 1
+
+
+def test_a_failing_view_does_not_stop_the_others(evw):
+    evw.execute("SELECT eventview.create_event_table('ev')")
+    evw.execute("SELECT eventview.create_view('bad', 'ev', measures => '{\"s\": \"sum($.v)\"}', on_type_error => 'fail')")
+    evw.execute("SELECT eventview.create_view('good', 'ev')")
+    evw.execute("SELECT eventview.schedule('bad', '100 milliseconds')")
+    evw.execute("SELECT eventview.schedule('good', '100 milliseconds')")
+    evw.execute("INSERT INTO ev (event_type, payload) VALUES ('a', '{\"v\": \"oops\"}'), ('a', '{\"v\": 1}')")
+    wait_for(lambda: one(evw, "SELECT coalesce(sum(events), 0) FROM good") == 2, 10, "good to refresh")
+    wait_for(lambda: one(evw, "SELECT last_error FROM eventview.views WHERE name = 'bad'::regclass"), 10, "bad's error")
+    assert "needs a JSON number" in one(evw, "SELECT last_error FROM eventview.views WHERE name = 'bad'::regclass")
+    assert one(evw, "SELECT count(*) FROM bad") == 0
+    # Later events keep flowing into the healthy view.
+    evw.execute("INSERT INTO ev (event_type, payload) VALUES ('a', '{}')")
+    wait_for(lambda: one(evw, "SELECT sum(events) FROM good") == 3, 10, "good to keep refreshing")
+
+
+def test_worker_restarts_after_sigterm_and_carries_on(worker_cluster, evw):
+    evw.execute("SELECT eventview.create_event_table('ev')")
+    evw.execute("SELECT eventview.create_view('v', 'ev')")
+    evw.execute("SELECT eventview.schedule('v', '100 milliseconds')")
+    old = wait_for(lambda: worker_pid(evw), 15, "the worker of evw")
+    assert one(evw, "SELECT pg_terminate_backend(%s)", old)
+    wait_for(lambda: one(evw, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", old) == 0, 5, "the worker to stop")
+    new = wait_for(lambda: worker_pid(evw), 20, "the worker to be restarted")
+    assert new != old
+    evw.execute("INSERT INTO ev (event_type, payload) VALUES ('a', '{}')")
+    wait_for(lambda: one(evw, "SELECT coalesce(sum(events), 0) FROM v") == 1, 10, "the restarted worker to refresh")
+
+
+def test_drop_extension_with_the_worker_running(worker_cluster, evw):
+    evw.execute("SELECT eventview.create_event_table('ev')")
+    evw.execute("SELECT eventview.create_view('v', 'ev')")
+    evw.execute("SELECT eventview.schedule('v', '100 milliseconds')")
+    pid = wait_for(lambda: worker_pid(evw), 15, "the worker of evw")
+    evw.execute("DROP EXTENSION pg_eventview CASCADE")
+    time.sleep(1)  # several naptimes: the worker must idle, not fail, in a database without the extension
+    assert worker_pid(evw) == pid
+    # Re-creating over the leftovers of the first installation: new ids do not collide.
+    evw.execute("CREATE EXTENSION pg_eventview")
+    evw.execute("SELECT eventview.create_event_table('ev2')")
+    evw.execute("SELECT eventview.create_view('v2', 'ev2')")
+    evw.execute("SELECT eventview.schedule('v2', '100 milliseconds')")
+    evw.execute("INSERT INTO ev2 (event_type, payload) VALUES ('a', '{}')")
+    wait_for(lambda: one(evw, "SELECT coalesce(sum(events), 0) FROM v2") == 1, 10, "maintenance after re-creating the extension")
+
+
+def test_worker_off_on_reload(worker_cluster, evw):
+    evw.execute("SELECT eventview.create_event_table('ev')")
+    evw.execute("SELECT eventview.create_view('v', 'ev')")
+    evw.execute("SELECT eventview.schedule('v', '100 milliseconds')")
+    with worker_cluster.connect() as admin:
+        admin.execute("ALTER SYSTEM SET eventview.worker = off")
+        admin.execute("SELECT pg_reload_conf()")
+        try:
+            time.sleep(1)
+            evw.execute("INSERT INTO ev (event_type, payload) VALUES ('a', '{}')")
+            time.sleep(1.5)
+            assert one(evw, "SELECT count(*) FROM v") == 0, "the worker refreshed while eventview.worker = off"
+        finally:
+            admin.execute("ALTER SYSTEM RESET eventview.worker")
+            admin.execute("SELECT pg_reload_conf()")
+    wait_for(lambda: one(evw, "SELECT coalesce(sum(events), 0) FROM v") == 1, 10, "the worker to resume after reload")
+
+
+def test_pg_cron_keeps_views_fresh_without_the_worker():
+    c = PreloadedCluster(
+        "/tmp/pg_eventview_it_cron", 55452,
+        "shared_preload_libraries = 'pg_cron'",
+        "cron.database_name = 'postgres'",
+    )
+    try:
+        with c.connect() as conn:
+            conn.execute("CREATE EXTENSION pg_cron")
+            conn.execute("CREATE EXTENSION pg_eventview")
+            conn.execute("SELECT eventview.create_event_table('ev')")
+            conn.execute("SELECT eventview.create_view('v', 'ev')")
+            conn.execute("SELECT eventview.schedule('v', '1 second')")
+            conn.execute("SELECT cron.schedule('eventview', '* * * * *', 'SELECT eventview.run_maintenance()')")
+            conn.execute("INSERT INTO ev (event_type, payload) VALUES ('a', '{}'), ('b', '{}')")
+            # pg_cron 1.4 runs jobs on minute boundaries: wait for the next one.
+            wait_for(lambda: one(conn, "SELECT coalesce(sum(events), 0) FROM v") == 2, 75, "pg_cron to run run_maintenance")
+            assert one(conn, "SELECT count(*) FROM cron.job_run_details WHERE status = 'succeeded'") >= 1
+    finally:
+        c.stop()
