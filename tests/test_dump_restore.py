@@ -1,0 +1,85 @@
+"""pg_dump -Fc of a database using pg_eventview, pg_restore into a new database: no errors, and
+the restored database carries on (contract section 6, "Dump and restore")."""
+
+import subprocess
+
+BIN = "/usr/lib/postgresql/15/bin"
+
+
+def rows(conn, sql):
+    return conn.execute(sql).fetchall()
+
+
+def run_client(cluster, *cmd):
+    full = [*cmd, "-h", cluster.dir, "-p", str(cluster.port), "-U", "postgres"]
+    return subprocess.run(full, capture_output=True, text=True)
+
+
+def test_dump_restore_with_pending_changes(cluster, new_db, tmp_path):
+    src_info = new_db("_src")
+    src_name = src_info.rsplit("dbname=", 1)[1]
+    with cluster.connect(src_name) as c:
+        c.execute("SET TimeZone = 'UTC'")
+        c.execute("CREATE SCHEMA shop")
+        c.execute("SELECT eventview.create_event_table('shop.events', retention => '400 days')")
+        c.execute("SELECT eventview.define_field('shop.events', 'sku', '$.sku')")
+        c.execute("SELECT eventview.define_field('shop.events', 'sku', '$.item.sku', version => 2)")
+        c.execute("""SELECT eventview.create_view('shop.by_sku', 'shop.events', group_by => '{"sku": "sku"}',
+                     measures => '{"n": "count(*)", "q": "sum($.qty)", "hi": "max($.qty)", "u": "count_distinct($.user)"}',
+                     time_bucket => '1 day')""")
+        c.execute("SELECT eventview.schedule('shop.by_sku', '5 minutes')")
+        c.execute("""INSERT INTO shop.events (event_type, event_version, occurred_at, payload)
+                     SELECT 'cart', 1 + i % 2, '2026-11-01'::timestamptz + i * interval '1 hour',
+                            CASE WHEN i % 2 = 0 THEN jsonb_build_object('sku', 's' || i % 7, 'qty', i % 5, 'user', i % 3)
+                                 ELSE jsonb_build_object('item', jsonb_build_object('sku', 's' || i % 7), 'qty', i % 5, 'user', i % 3) END
+                     FROM generate_series(1, 300) i""")
+        c.execute("INSERT INTO shop.events (event_type, payload) VALUES ('cart', '{\"sku\": \"bad\", \"qty\": \"x\"}')")
+        c.execute("SELECT eventview.refresh('shop.by_sku')")
+        # Pending at dump time: inserts, an update and a delete not yet applied.
+        c.execute("""INSERT INTO shop.events (event_type, occurred_at, payload)
+                     SELECT 'cart', '2026-11-20'::timestamptz + i * interval '1 hour', jsonb_build_object('sku', 'p' || i % 3, 'qty', i)
+                     FROM generate_series(1, 40) i""")
+        c.execute("UPDATE shop.events SET payload = payload || '{\"qty\": 100}' WHERE event_id = 5")
+        c.execute("DELETE FROM shop.events WHERE event_id = 6")
+        pending = rows(c, "SELECT pending_changes FROM eventview.views")[0][0]
+        assert pending == 42
+        before_view = rows(c, "SELECT * FROM shop.by_sku ORDER BY 1, 2")
+        before_fields = rows(c, "SELECT field, event_type, event_version, path FROM eventview._fields ORDER BY 1, 2, 3")
+        before_quarantine = rows(c, "SELECT view_name, event_id, reason FROM eventview.quarantine ORDER BY id")
+        before_observed = rows(c, "SELECT event_type, event_version, path, json_type, seen FROM eventview.observed_fields ORDER BY 1, 2, 3, 4")
+        before_drift = rows(c, "SELECT event_type, event_version, path, change FROM eventview.drift ORDER BY id")
+
+    dump = tmp_path / "db.dump"
+    r = run_client(cluster, f"{BIN}/pg_dump", "-Fc", "-f", str(dump), "-d", src_name)
+    assert r.returncode == 0, r.stderr
+    with cluster.connect() as c:
+        c.execute('CREATE DATABASE "it_restored"')
+    try:
+        r = run_client(cluster, f"{BIN}/pg_restore", "--exit-on-error", "-d", "it_restored", str(dump))
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        with cluster.connect("it_restored") as c:
+            c.execute("SET TimeZone = 'UTC'")
+            assert rows(c, "SELECT * FROM shop.by_sku ORDER BY 1, 2") == before_view
+            assert rows(c, "SELECT pending_changes FROM eventview.views")[0][0] == 42
+            assert rows(c, "SELECT field, event_type, event_version, path FROM eventview._fields ORDER BY 1, 2, 3") == before_fields
+            assert rows(c, "SELECT view_name, event_id, reason FROM eventview.quarantine ORDER BY id") == before_quarantine
+            assert rows(c, "SELECT event_type, event_version, path, json_type, seen FROM eventview.observed_fields ORDER BY 1, 2, 3, 4") == before_observed
+            assert rows(c, "SELECT event_type, event_version, path, change FROM eventview.drift ORDER BY id") == before_drift
+            assert rows(c, "SELECT schedule FROM eventview.views")[0][0] is not None
+            # Pending changes are applied exactly once; capture continues.
+            assert rows(c, "SELECT eventview.refresh('shop.by_sku')")[0][0] == 42
+            assert rows(c, "SELECT eventview.refresh('shop.by_sku')")[0][0] == 0
+            c.execute("INSERT INTO shop.events (event_type, payload) VALUES ('cart', '{\"sku\": \"new\", \"qty\": 1, \"user\": 9}')")
+            assert rows(c, "SELECT eventview.refresh('shop.by_sku')")[0][0] == 1
+            scratch = """
+                SELECT date_bin('1 day', occurred_at, '2000-01-01 00:00:00+00'),
+                       CASE WHEN event_version = 2 THEN payload #>> '{item,sku}' ELSE payload ->> 'sku' END,
+                       count(*), sum((payload->'qty')::numeric), max((payload->'qty')::numeric),
+                       count(DISTINCT payload->'user')
+                FROM shop.events WHERE jsonb_typeof(payload->'qty') = 'number'
+                GROUP BY 1, 2"""
+            diff = rows(c, f"SELECT count(*) FROM ((SELECT * FROM shop.by_sku EXCEPT ALL {scratch}) UNION ALL ({scratch} EXCEPT ALL SELECT * FROM shop.by_sku)) d")
+            assert diff[0][0] == 0
+    finally:
+        with cluster.connect() as c:
+            c.execute('DROP DATABASE IF EXISTS "it_restored" WITH (FORCE)')
