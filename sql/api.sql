@@ -90,3 +90,9 @@ COMMENT ON FUNCTION eventview.alter_view(text, boolean, text) IS
 
 -- Internal functions are not for direct use.
 REVOKE ALL ON FUNCTION eventview._create_event_table(text, interval, interval) FROM PUBLIC;
+
+CREATE FUNCTION eventview.jsonpath_first(doc jsonb, path text) RETURNS jsonb
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT eventview._jsonpath_first(doc::text, path) $$;
+COMMENT ON FUNCTION eventview.jsonpath_first(jsonb, text) IS
+'First value an RFC 9535 JSONPath selects in doc, in document order (NULL when none), as views evaluate rich paths';

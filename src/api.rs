@@ -107,15 +107,17 @@ pub fn view_id(name: &str) -> Result<i32, ErrorReport> {
     at_boundary(|| crate::catalog::view_by_name(name, false).map(|v| v.view_id))
 }
 
-/// First match of a JSONPath that native operators cannot evaluate (see `core::jsonpath`).
-#[pg_extern(immutable, strict, parallel_safe)]
-fn jsonpath_first(doc: pgrx::JsonB, path: &str) -> Result<Option<pgrx::JsonB>, ErrorReport> {
-    jsonpath_first_impl(doc, path)
-}
-
-fn jsonpath_first_impl(doc: pgrx::JsonB, path: &str) -> Result<Option<pgrx::JsonB>, ErrorReport> {
+/// First match of a JSONPath that native operators cannot evaluate (see `core::jsonpath`),
+/// taking the document as JSON text: a document too deep to evaluate gets a clear 22023 error
+/// naming the path, not an internal one. `eventview.jsonpath_first(jsonb, text)` wraps it.
+#[pg_extern(name = "_jsonpath_first", immutable, strict, parallel_safe)]
+fn jsonpath_first(doc: &str, path: &str) -> Result<Option<pgrx::JsonB>, ErrorReport> {
     at_boundary(|| {
-        jsonpath_eval::first_match(&doc.0, path)
+        let value: serde_json::Value = serde_json::from_str(doc).map_err(|e| {
+            crate::errors::EvError::invalid(format!("cannot evaluate JSONPath \"{path}\" on this payload: {e}"))
+                .with_hint("Paths with wildcards, filters or descendants (..) are evaluated on payloads nested at most 128 levels deep; use a path of names and indexes.")
+        })?;
+        jsonpath_eval::first_match(&value, path)
             .map(|v| v.map(pgrx::JsonB))
             .map_err(|e| crate::errors::EvError::invalid(format!("invalid JSONPath \"{path}\": {e}")))
     })

@@ -1,6 +1,10 @@
 //! Evaluation of JSONPaths that do not compile to native operators (wildcards, filters,
 //! descendants, slices). Compiled paths are cached per backend: a refresh calls this once per
 //! event with the same few paths.
+//!
+//! serde_json is built with `preserve_order` (object members iterate in the order of the jsonb
+//! text, which is jsonb's own order, so "first match" agrees with `jsonb_path_query_first`) and
+//! `arbitrary_precision` (numbers keep their exact text: `12.50` stays `12.50`, `1e400` parses).
 
 use crate::core::jsonpath;
 use jsonpath_rust::parser::model::JpQuery;
@@ -36,6 +40,14 @@ pub fn first_match(doc: &serde_json::Value, path: &str) -> Result<Option<serde_j
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn first_match_follows_member_order_and_keeps_numbers_exact() {
+        let doc: serde_json::Value = serde_json::from_str(r#"{"item": {"sku": "i"}, "details": {"sku": "d"}, "n": [12.50, 1e400]}"#).unwrap();
+        assert_eq!(first_match(&doc, "$..sku").unwrap(), Some(json!("i")));
+        assert_eq!(first_match(&doc, "$.n[*]").unwrap().unwrap().to_string(), "12.50");
+        assert!(first_match(&doc, "$.n[1]").unwrap().unwrap().is_number(), "1e400 beyond f64 still parses");
+    }
 
     #[test]
     fn first_match_in_document_order() {

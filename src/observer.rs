@@ -7,10 +7,18 @@ use crate::core::observe_sql;
 use crate::errors::EvResult;
 use crate::spi_util;
 
-/// Observes the source's pending changes once. Concurrent observers of one source serialize on
-/// the source's catalog row.
+/// Observes the source's pending changes once. When another session is observing the same
+/// source right now, this one skips (that session, or the next refresh, covers the changes):
+/// refreshes of different views never wait on each other here. NO KEY UPDATE: the lock must not
+/// conflict with the KEY SHARE locks that foreign keys to `_sources` take.
 pub fn observe(source_id: i32, source_table: &str) -> EvResult<()> {
-    spi_util::run("SELECT 1 FROM eventview._sources WHERE source_id = $1 FOR UPDATE", &[source_id.into()])?;
+    let locked = spi_util::one::<i32>(
+        "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR NO KEY UPDATE SKIP LOCKED",
+        &[source_id.into()],
+    )?;
+    if locked.is_none() {
+        return Ok(());
+    }
     let read_paths = paths_read_by_views(source_id)?;
     spi_util::run(&observe_sql::observe(source_id, source_table), &[read_paths.into()])
 }

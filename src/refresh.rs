@@ -87,8 +87,10 @@ fn relname(view: &ViewRecord) -> EvResult<String> {
 /// Applies the pending changes of the view named `name`; returns how many change records
 /// (changed event rows) it consumed.
 pub fn refresh(name: &str) -> EvResult<i64> {
+    // Lock order everywhere: the source's observer row, then the view's row.
+    let unlocked = catalog::view_by_name(name, false)?;
+    observer::observe(unlocked.source.source_id, &unlocked.source.table_sql)?;
     let view = catalog::view_by_name(name, true)?;
-    observer::observe(view.source.source_id, &view.source.table_sql)?;
     refresh_locked(&view)
 }
 

@@ -73,7 +73,8 @@ pub fn plan(text: &str) -> Result<PathPlan, PathError> {
     for segment in &query.segments {
         match segment {
             Segment::Selector(Selector::Name(name)) => steps.push(Step::Member(name.clone())),
-            Segment::Selector(Selector::Index(i)) => steps.push(Step::Index(*i)),
+            // `->` takes an int; a larger index (RFC 9535 allows up to 2^53) goes to the evaluator.
+            Segment::Selector(Selector::Index(i)) if i32::try_from(*i).is_ok() => steps.push(Step::Index(*i)),
             _ => return Ok(PathPlan::Rich(text.to_string())),
         }
     }
@@ -121,7 +122,7 @@ impl PathPlan {
                 format!("({sql})")
             }
             PathPlan::Rich(text) => {
-                format!("eventview.jsonpath_first({doc}, {})", quote::literal(text))
+                format!("eventview._jsonpath_first({doc}::text, {})", quote::literal(text))
             }
         }
     }
@@ -160,12 +161,12 @@ mod tests {
 
     #[test]
     fn rich_paths_go_through_the_evaluator() {
-        for p in ["$.items[*].sku", "$..sku", "$.a[?@.b == 1]", "$.a[1:3]", "$['a','b']"] {
+        for p in ["$.items[*].sku", "$..sku", "$.a[?@.b == 1]", "$.a[1:3]", "$['a','b']", "$.a[99999999999]"] {
             assert!(matches!(plan(p).unwrap(), PathPlan::Rich(_)), "{p}");
         }
         assert_eq!(
             plan("$..x").unwrap().to_sql("payload"),
-            "eventview.jsonpath_first(payload, '$..x')"
+            "eventview._jsonpath_first(payload::text, '$..x')"
         );
     }
 
