@@ -59,10 +59,12 @@ const ROW_COLUMNS: &str = "event_id, event_type, event_version, producer, occurr
 
 fn capture_function(source_id: i32, op: &str, body: &str) -> String {
     let func = names::capture_function(source_id, op);
-    // SECURITY DEFINER: producers need no privilege on the changelog; search_path is pinned.
+    // SECURITY DEFINER: producers need no privilege on the changelog. Instead of pinning
+    // search_path with SET (a configuration save and restore on every statement of the hottest
+    // path), every function and operator in the bodies is schema-qualified, relations are
+    // qualified or transition tables, so no search_path can redirect them.
     format!(
-        "CREATE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $capture$
+        "CREATE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $capture$
 BEGIN
 {body}
     RETURN NULL;
@@ -76,7 +78,7 @@ pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
     let log = names::changelog(source_id);
     let insert_body = format!(
         "    INSERT INTO {log} (op, event_ids)
-    SELECT 'I', array_agg(event_id) FROM new_rows HAVING count(*) > 0;"
+    SELECT 'I', pg_catalog.array_agg(event_id) FROM new_rows HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;"
     );
     // An UPDATE may set event_id to DEFAULT, which gives the row a new identity: the old id is
     // retracted (its 'U' record finds no row any more) and the new id is logged as inserted.
@@ -84,13 +86,13 @@ pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
         "    INSERT INTO {log} (op, {OLD_COLUMNS})
     SELECT 'U', {ROW_COLUMNS} FROM old_rows;
     INSERT INTO {log} (op, event_ids)
-    SELECT 'I', array_agg(event_id)
+    SELECT 'I', pg_catalog.array_agg(event_id)
       FROM (SELECT event_id FROM new_rows EXCEPT SELECT event_id FROM old_rows) moved
-    HAVING count(*) > 0;"
+    HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;"
     );
     // eventview.prune() deletes expired raw events with capture off: not a retraction.
     let delete_body = format!(
-        "    IF current_setting('eventview.pruning', true) = 'on' THEN
+        "    IF pg_catalog.current_setting('eventview.pruning', true) OPERATOR(pg_catalog.=) 'on' THEN
         RETURN NULL;
     END IF;
     INSERT INTO {log} (op, {OLD_COLUMNS})
@@ -98,8 +100,8 @@ pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
     );
     // TG_RELID rather than the name at creation time, so a renamed table keeps working.
     let truncate_body = format!(
-        "    EXECUTE format('INSERT INTO {log} (op, {OLD_COLUMNS}) SELECT ''D'', {ROW_COLUMNS} FROM %s',
-                   TG_RELID::regclass);"
+        "    EXECUTE pg_catalog.format('INSERT INTO {log} (op, {OLD_COLUMNS}) SELECT ''D'', {ROW_COLUMNS} FROM %s',
+                   TG_RELID::pg_catalog.regclass);"
     );
     let trigger = |name: &str, when: &str, op: &str| {
         format!(
@@ -146,5 +148,7 @@ mod tests {
         assert!(ddl.contains("AFTER INSERT ON \"shop\".\"events\" REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT"));
         assert!(ddl.contains("BEFORE TRUNCATE ON \"shop\".\"events\"  FOR EACH STATEMENT"));
         assert!(ddl.contains("SECURITY DEFINER"));
+        // Nothing in a SECURITY DEFINER body may be resolved through search_path.
+        assert!(!ddl.contains(" array_agg(") && !ddl.contains("HAVING count("));
     }
 }
