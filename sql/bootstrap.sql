@@ -134,33 +134,6 @@ SELECT pg_catalog.pg_extension_config_dump('eventview._observed', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._observed_versions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview.drift', '');
 
--- The distinct (path, JSON type) pairs of a payload, paths written $.a.b, ['odd key'] for names
--- that are not plain identifiers, and [*] for array elements (recorded once, not per index).
--- Bounded: at most max_depth levels and max_paths pairs per payload, so wide or deep payloads
--- cost a bounded amount.
-CREATE FUNCTION eventview._payload_paths(doc jsonb, max_depth integer DEFAULT 32, max_paths integer DEFAULT 1000)
-RETURNS TABLE(path text, json_type text)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-    WITH RECURSIVE walk(path, value, depth) AS (
-        SELECT '$'::text, doc, 0
-        UNION ALL
-        SELECT w.path || c.step, c.value, w.depth + 1
-        FROM walk w
-        CROSS JOIN LATERAL (
-            SELECT CASE WHEN e.key ~ '^[A-Za-z_][A-Za-z0-9_]*$' THEN '.' || e.key
-                        ELSE '[''' || replace(replace(e.key, E'\\', E'\\\\'), '''', E'\\''') || ''']' END AS step,
-                   e.value
-            FROM jsonb_each(CASE WHEN jsonb_typeof(w.value) = 'object' THEN w.value END) AS e
-            UNION ALL
-            SELECT '[*]', a.value
-            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(w.value) = 'array' THEN w.value END) AS a
-        ) c
-        WHERE w.depth < max_depth
-    )
-    SELECT DISTINCT path, jsonb_typeof(value) FROM walk WHERE depth > 0
-    ORDER BY 1, 2
-    LIMIT max_paths
-$$;
 
 -- An RFC 3339 timestamp ("2026-11-30T10:00:00Z", "...+02:00") from a JSON string, or NULL when
 -- the value is anything else. Postgres-only inputs such as 'now' or 'yesterday' are not RFC 3339.
