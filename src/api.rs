@@ -101,6 +101,31 @@ pub fn event_table_sql(name: &str) -> Result<String, ErrorReport> {
     at_boundary(|| crate::catalog::source_by_name(name).map(|s| s.table_sql))
 }
 
+/// The observer's payload walk over one batch (see `shapes`).
+#[pg_extern(name = "_payload_shapes", immutable, parallel_safe)]
+fn payload_shapes(
+    event_types: Vec<Option<String>>,
+    event_versions: Vec<Option<i32>>,
+    payloads: Vec<Option<String>>,
+) -> TableIterator<
+    'static,
+    (
+        name!(event_type, String),
+        name!(event_version, i32),
+        name!(path, String),
+        name!(json_type, String),
+        name!(events, i64),
+    ),
+> {
+    let (rows, unparsable) = crate::shapes::shapes(&event_types, &event_versions, &payloads);
+    if unparsable > 0 {
+        pgrx::warning!(
+            "pg_eventview: {unparsable} payload(s) nested deeper than 128 levels were not walked for observed_fields"
+        );
+    }
+    TableIterator::new(rows.into_iter().map(|((t, v, p, k), n)| (t, v, p, k.to_string(), n)))
+}
+
 /// The internal id of the incremental view named `name` (42P01 / 22023 otherwise).
 #[pg_extern(name = "_view_id", stable, parallel_safe)]
 pub fn view_id(name: &str) -> Result<i32, ErrorReport> {

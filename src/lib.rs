@@ -25,6 +25,7 @@ mod observer;
 mod refresh;
 mod relation;
 mod scheduler;
+mod shapes;
 mod spi_util;
 mod views;
 

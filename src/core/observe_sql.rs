@@ -4,9 +4,9 @@
 //!
 //! Algorithm: the observer is one more consumer of the source's changelog (its cursor lives in
 //! `eventview._sources.observed_*`, with the batch semantics of `batch`). For the new state of
-//! every inserted or updated event in the batch, one recursive walk lists its distinct
-//! (path, JSON type) pairs (arrays as `[*]`; at most MAX_DEPTH levels and MAX_MEMBERS members
-//! of each object or array, so wide or deep payloads cost a bounded amount). Compared with what was
+//! every inserted or updated event in the batch, `eventview._payload_shapes` (Rust, one call per
+//! batch, see `shapes.rs`) lists its distinct (path, JSON type) pairs (arrays as `[*]`; at most
+//! MAX_DEPTH levels and MAX_MEMBERS members of each object or array). Compared with what was
 //! observed before for the same event type and version:
 //! - a path never seen before: `added`;
 //! - a known path with a JSON type never seen before for it: `type_changed` (old type: the one
@@ -33,38 +33,18 @@ pub fn observe(source_id: i32, source_table: &str) -> String {
         ),
     );
     format!(
-        "WITH RECURSIVE {batch},
+        "WITH {batch},
 fresh AS (
     SELECT e.event_id, e.event_type, e.event_version, e.payload
     FROM (SELECT DISTINCT event_id FROM ids WHERE op <> 'D') k
     JOIN {source_table} e ON e.event_id = k.event_id
 ),
 vers AS (SELECT event_type, event_version, count(*) AS n FROM fresh GROUP BY 1, 2),
--- One set-based walk over all fresh payloads (a per-event function call costs ~50 us in
--- recursion setup alone). Bounded: {MAX_DEPTH} levels, the first {MAX_MEMBERS} members of each
--- object and elements of each array.
-walk (event_id, event_type, event_version, path, value, depth) AS (
-    SELECT event_id, event_type, event_version, '$'::text, payload, 0 FROM fresh
-    UNION ALL
-    SELECT w.event_id, w.event_type, w.event_version, w.path || c.step, c.value, w.depth + 1
-    FROM walk w
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN e.key ~ '^[A-Za-z_][A-Za-z0-9_]*$' THEN '.' || e.key
-                    ELSE '[''' || replace(replace(e.key, E'\\\\', E'\\\\\\\\'), '''', E'\\\\''') || ''']' END AS step,
-               e.value
-        FROM jsonb_each(CASE WHEN jsonb_typeof(w.value) = 'object' THEN w.value END) WITH ORDINALITY AS e(key, value, ord)
-        WHERE e.ord <= {MAX_MEMBERS}
-        UNION ALL
-        SELECT '[*]', a.value
-        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(w.value) = 'array' THEN w.value END) WITH ORDINALITY AS a(value, ord)
-        WHERE a.ord <= {MAX_MEMBERS}
-    ) c
-    WHERE w.depth < {MAX_DEPTH}
-),
 obs AS (
-    SELECT event_type, event_version, path, jsonb_typeof(value) AS json_type, count(DISTINCT event_id) AS n
-    FROM walk WHERE depth > 0
-    GROUP BY 1, 2, 3, 4
+    SELECT w.event_type, w.event_version, w.path, w.json_type, w.events AS n
+    FROM (SELECT array_agg(event_type) AS t, array_agg(event_version) AS v, array_agg(payload::text) AS p
+          FROM fresh) f
+    CROSS JOIN LATERAL eventview._payload_shapes(f.t, f.v, f.p) w
 ),
 prev_vers AS (
     SELECT v.event_type, v.event_version, coalesce(o.events, 0) AS events
