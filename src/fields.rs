@@ -85,14 +85,7 @@ fn views_reading(source_id: i32, name: &str) -> EvResult<Vec<String>> {
     let mut out = Vec::new();
     for (_, relid) in catalog::views_of_source(source_id)? {
         let Some(view) = catalog::view_by_relid(relid, false)? else { continue };
-        let def = &view.definition;
-        let reads = def
-            .group_by
-            .iter()
-            .map(|g| &g.field)
-            .chain(def.measures.iter().filter_map(|m| m.field.as_ref()))
-            .chain(def.filter.iter().map(|f| &f.field))
-            .any(|r| matches!(r, FieldRef::Logical(f) if f.name == name));
+        let reads = view.definition.references().any(|r| matches!(r, FieldRef::Logical(f) if f.name == name));
         if reads {
             out.push(crate::envelope::regclass_text(relid)?);
         }

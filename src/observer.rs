@@ -29,14 +29,7 @@ fn paths_read_by_views(source_id: i32) -> EvResult<Vec<String>> {
     let mut out: Vec<String> = Vec::new();
     for (_, relid) in catalog::views_of_source(source_id)? {
         let Some(view) = catalog::view_by_relid(relid, false)? else { continue };
-        let def = &view.definition;
-        let refs = def
-            .group_by
-            .iter()
-            .map(|g| &g.field)
-            .chain(def.measures.iter().filter_map(|m| m.field.as_ref()))
-            .chain(def.filter.iter().map(|f| &f.field));
-        for r in refs {
+        for r in view.definition.references() {
             let forms: Vec<String> = match r {
                 FieldRef::Path { plan, .. } => plan.observed_form().into_iter().collect(),
                 FieldRef::Logical(f) => f.variants.iter().filter_map(|v| v.plan.observed_form()).collect(),

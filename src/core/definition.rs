@@ -344,6 +344,17 @@ pub struct ViewDefinition {
     pub on_type_error: TypePolicy,
 }
 
+impl ViewDefinition {
+    /// Every field reference the view reads: group keys, measure inputs, filter terms.
+    pub fn references(&self) -> impl Iterator<Item = &FieldRef> {
+        self.group_by
+            .iter()
+            .map(|g| &g.field)
+            .chain(self.measures.iter().filter_map(|m| m.field.as_ref()))
+            .chain(self.filter.iter().map(|f| &f.field))
+    }
+}
+
 /// The raw arguments of `create_view`, as text where they are JSON.
 pub struct DefinitionInput<'a> {
     pub fields: &'a dyn FieldCatalog,

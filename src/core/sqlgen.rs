@@ -93,9 +93,8 @@ impl<'a> ViewSql<'a> {
             .filter(|(_, m)| matches!(m.kind, AggKind::Min | AggKind::Max | AggKind::CountDistinct))
     }
 
-    /// DDL of the storage table and value multisets.
-    pub fn create_storage(&self) -> Vec<String> {
-        let data = self.data();
+    /// Column definitions of the group key, shared by storage and multisets.
+    fn key_column_ddl(&self) -> Vec<String> {
         let mut cols = vec!["__k boolean NOT NULL DEFAULT true".to_string()];
         if self.def.bucketed {
             cols.push("bucket timestamptz NOT NULL".into());
@@ -104,6 +103,13 @@ impl<'a> ViewSql<'a> {
             cols.push(format!("g{} {} NOT NULL", i + 1, g.sql_type().name()));
             cols.push(format!("g{}_null boolean NOT NULL", i + 1));
         }
+        cols
+    }
+
+    /// DDL of the storage table and value multisets.
+    pub fn create_storage(&self) -> Vec<String> {
+        let data = self.data();
+        let mut cols = self.key_column_ddl();
         cols.push("__count bigint NOT NULL".into());
         for (i, m) in self.def.measures.iter().enumerate() {
             let n = i + 1;
@@ -127,14 +133,7 @@ impl<'a> ViewSql<'a> {
         ];
         for (n, m) in self.multiset_measures() {
             let values = names::view_values(self.view_id, n);
-            let mut vcols = vec!["__k boolean NOT NULL".to_string()];
-            if self.def.bucketed {
-                vcols.push("bucket timestamptz NOT NULL".into());
-            }
-            for (i, g) in self.def.group_by.iter().enumerate() {
-                vcols.push(format!("g{} {} NOT NULL", i + 1, g.sql_type().name()));
-                vcols.push(format!("g{}_null boolean NOT NULL", i + 1));
-            }
+            let mut vcols = self.key_column_ddl();
             vcols.push(format!("v {} NOT NULL", m.value_type().name()));
             vcols.push("n bigint NOT NULL".into());
             if m.kind == AggKind::CountDistinct {
@@ -193,14 +192,7 @@ impl<'a> ViewSql<'a> {
     /// the f stage evaluates the i-th once per event into jsonb column `j<i>`.
     fn refs(&self) -> Vec<&FieldRef> {
         let mut out: Vec<&FieldRef> = Vec::new();
-        let refs = self
-            .def
-            .group_by
-            .iter()
-            .map(|g| &g.field)
-            .chain(self.def.measures.iter().filter_map(|m| m.field.as_ref()))
-            .chain(self.def.filter.iter().map(|f| &f.field));
-        for r in refs {
+        for r in self.def.references() {
             if !matches!(r, FieldRef::Envelope(_)) && !out.iter().any(|o| o.display() == r.display()) {
                 out.push(r);
             }
