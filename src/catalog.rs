@@ -58,6 +58,9 @@ pub struct ViewRecord {
     pub source: Source,
     pub definition: ViewDefinition,
     pub time_bucket: Option<Interval>,
+    /// Raw events older than this may have been pruned (`now() - retention`), if the source
+    /// has a retention.
+    pub retention_horizon: Option<pgrx::datum::TimestampWithTimeZone>,
 }
 
 /// Loads a view by its user relation; with `lock`, takes the row lock that serializes
@@ -91,7 +94,8 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
                              THEN ARRAY(SELECT json_array_elements_text(v.definition -> 'event_types')) END,
                         json_typeof(v.definition -> 'event_types'),
                         (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
-                        v.on_type_error, v.time_bucket
+                        v.on_type_error, v.time_bucket,
+                        (now() - s.retention)::timestamptz
                  FROM eventview._views v JOIN eventview._sources s USING (source_id)
                  WHERE v.view_id = $1",
                 Some(1),
@@ -110,9 +114,10 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             t.get::<String>(9)?,
             t.get::<String>(10)?,
             t.get::<Interval>(11)?,
+            t.get::<pgrx::datum::TimestampWithTimeZone>(12)?,
         ))
     })?;
-    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket) = row;
+    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, horizon) = row;
     let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
     let fields = fields_of_source(source_id.ok_or_else(missing)?)?;
     let definition = parse_definition(&DefinitionInput {
@@ -138,6 +143,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         },
         definition,
         time_bucket: bucket,
+        retention_horizon: horizon,
     })
 }
 

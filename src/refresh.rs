@@ -123,6 +123,20 @@ pub fn rebuild(
 ) -> EvResult<i64> {
     let view = catalog::view_by_name(name, true)?;
     let started = Instant::now();
+    let mut from = from;
+    if view.definition.bucketed {
+        // Recompute only from raw events still retained: pruned history stays as aggregated.
+        if let Some(horizon) = view.retention_horizon {
+            if from.is_none_or(|f| f < horizon) {
+                pgrx::notice!(
+                    "rebuild of {} starts at the retention horizon {}: older events may have been pruned, their buckets are kept as they are",
+                    relname(&view)?,
+                    horizon
+                );
+                from = Some(horizon);
+            }
+        }
+    }
     let windowed = from.is_some() || to.is_some();
     if windowed && !view.definition.bucketed {
         return Err(EvError::invalid(format!(

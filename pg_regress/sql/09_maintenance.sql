@@ -28,6 +28,9 @@ SELECT pending_changes FROM eventview.views WHERE name = 'ops_daily'::regclass;
 SELECT eventview.prune('ops') AS pruned;
 SELECT eventview.refresh('ops_daily');
 SELECT sum(n) AS still_counted FROM ops_daily;
+-- rebuild starts at the retention horizon (with a NOTICE): the pruned days keep their counts.
+SELECT eventview.rebuild('ops_daily') > 0 AS rebuilt;
+SELECT sum(n) AS still_counted_after_rebuild FROM ops_daily;
 SELECT eventview.refresh('ops_manual');
 SELECT sum(n) AS manual_counted FROM ops_manual;
 -- A view that had not applied the pruned events yet never sees them: it agrees with the table.
