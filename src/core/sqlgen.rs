@@ -146,7 +146,6 @@ impl<'a> ViewSql<'a> {
                 "CREATE UNIQUE INDEX _v{vid}_m{n}_key ON {values} ({}, v)",
                 self.key_list()
             ));
-            out.push(format!("CREATE INDEX _v{vid}_m{n}_empty ON {values} (__k) WHERE n = 0"));
         }
         out
     }
@@ -530,17 +529,24 @@ delta_rows AS (
     pub fn fixup(&self) -> Vec<String> {
         let data = self.data();
         let mut out = Vec::new();
+        // Emptied multiset entries can only be in groups that took a retraction: find them
+        // through the dirty groups and the multiset's key index. (No partial index on n = 0:
+        // it would make every update of n a non-HOT update.)
+        let key_match: Vec<String> = std::iter::once("__k".to_string())
+            .chain(self.keys().columns)
+            .map(|k| format!("a.{k} = t.{k}"))
+            .collect();
         for (n, _) in self.multiset_measures() {
-            out.push(format!("DELETE FROM {} WHERE n = 0", names::view_values(self.view_id, n)));
+            out.push(format!(
+                "DELETE FROM {} a USING {data} t WHERE t.__dirty AND {} AND a.n = 0",
+                names::view_values(self.view_id, n),
+                key_match.join(" AND ")
+            ));
         }
         out.push(format!("DELETE FROM {data} WHERE __dirty AND __count = 0"));
         let mut sets = Vec::new();
         for (n, m) in self.minmax_measures() {
             let values = names::view_values(self.view_id, n);
-            let key_match: Vec<String> = std::iter::once("__k".to_string())
-                .chain(self.keys().columns)
-                .map(|k| format!("a.{k} = t.{k}"))
-                .collect();
             let dir = if m.kind == AggKind::Min { "ASC" } else { "DESC" };
             sets.push(format!(
                 "m{n}_val = (SELECT a.v FROM {values} a WHERE {} ORDER BY a.v {dir} LIMIT 1)",
@@ -671,7 +677,7 @@ mod tests {
     fn fixup_recomputes_extremes_from_the_multiset() {
         let d = def(r#"{"sku": "$.sku"}"#, r#"{"lo": "min($.p)"}"#, None, false);
         let f = sql(&d).fixup().join(";\n");
-        assert!(f.contains("DELETE FROM eventview._v3_m1 WHERE n = 0"));
+        assert!(f.contains("DELETE FROM eventview._v3_m1 a USING eventview._v3_data t WHERE t.__dirty AND a.__k = t.__k AND a.g1 = t.g1 AND a.g1_null = t.g1_null AND a.n = 0"));
         assert!(f.contains("ORDER BY a.v ASC LIMIT 1"));
         assert!(f.contains("a.g1_null = t.g1_null"));
     }
