@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pg_eventview benchmark suite: starts a throwaway cluster, runs bench/bench.py, stops the cluster.
-#   bash bench/run.sh            full run (1M / 4M events, ~15-20 min on 2 cores)
-#   bash bench/run.sh --quick    smoke run (100k / 200k events, ~2-3 min)
+#   bash bench/run.sh            full run (1M / 4M events, ~10 min on 2 cores)
+#   bash bench/run.sh --quick    smoke run (100k / 200k events, ~1.5 min)
 # Other arguments go to bench.py (see `python3 bench/bench.py --help`).
 # Uses the pg_eventview that is installed in the system PostgreSQL 15; never builds it.
 set -euo pipefail
@@ -9,7 +9,13 @@ cd "$(dirname "$0")/.."
 DIR=${BENCH_DIR:-/tmp/pg_eventview_bench}
 PORT=${BENCH_PORT:-55440}
 
-trap 'bash scripts/cluster.sh stop "$DIR"' EXIT
+# The cluster is throwaway: stopped and deleted on exit (it holds several GB after a full run);
+# BENCH_KEEP=1 keeps the data directory for inspection.
+cleanup() {
+  bash scripts/cluster.sh stop "$DIR"
+  if [ "${BENCH_KEEP:-0}" != 1 ]; then rm -rf "$DIR"; fi
+}
+trap cleanup EXIT
 echo "bench: starting cluster in $DIR on port $PORT" >&2
 bash scripts/cluster.sh start "$DIR" "$PORT" \
   "shared_buffers = '1GB'" \
