@@ -3,9 +3,16 @@
 #   bash bench/run.sh            full run (1M / 4M events, ~10 min on 2 cores)
 #   bash bench/run.sh --quick    smoke run (100k / 200k events, ~1.5 min)
 # Other arguments go to bench.py (see `python3 bench/bench.py --help`).
-# Uses the pg_eventview that is installed in the system PostgreSQL 15; never builds it.
+# Installs what is missing and a release build of pg_eventview first (BENCH_NO_INSTALL=1 uses
+# whatever is installed in the system PostgreSQL 15 as it is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${BENCH_NO_INSTALL:-0}" != 1 ]; then
+  bash scripts/setup.sh
+  echo "bench: installing a release build of pg_eventview" >&2
+  cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/tmp/pg_eventview_bench_install.log 2>&1 \
+    || { tail -40 /tmp/pg_eventview_bench_install.log; exit 1; }
+fi
 DIR=${BENCH_DIR:-/tmp/pg_eventview_bench}
 PORT=${BENCH_PORT:-55440}
 
