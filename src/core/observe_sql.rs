@@ -20,6 +20,8 @@ use super::batch;
 pub const MAX_DEPTH: u32 = 32;
 /// Members of one object (or elements of one array) the observer walks.
 pub const MAX_MEMBERS: u32 = 1000;
+/// Payloads handed to one call of the walk.
+pub const CHUNK: u32 = 5000;
 
 /// The observer statement for one source. $1: the paths views read, normalized (text[]).
 /// Returns (events observed, drift rows recorded).
@@ -40,11 +42,18 @@ fresh AS (
     JOIN {source_table} e ON e.event_id = k.event_id
 ),
 vers AS (SELECT event_type, event_version, count(*) AS n FROM fresh GROUP BY 1, 2),
+-- The walk takes chunks of CHUNK payloads per call: one call per event would cost a function
+-- call each, one call per batch would build one array of every payload (a backlog of millions
+-- would pass the 1 GB limit of a single value).
 obs AS (
-    SELECT w.event_type, w.event_version, w.path, w.json_type, w.events AS n
-    FROM (SELECT array_agg(event_type) AS t, array_agg(event_version) AS v, array_agg(payload::text) AS p
-          FROM fresh) f
+    SELECT w.event_type, w.event_version, w.path, w.json_type, sum(w.events)::bigint AS n
+    FROM (
+        SELECT array_agg(event_type) AS t, array_agg(event_version) AS v, array_agg(payload::text) AS p
+        FROM (SELECT event_type, event_version, payload, (row_number() OVER ()) / {CHUNK} AS chunk FROM fresh) numbered
+        GROUP BY chunk
+    ) f
     CROSS JOIN LATERAL eventview._payload_shapes(f.t, f.v, f.p) w
+    GROUP BY 1, 2, 3, 4
 ),
 prev_vers AS (
     SELECT v.event_type, v.event_version, coalesce(o.events, 0) AS events
