@@ -175,7 +175,9 @@ impl<'a> ViewSql<'a> {
                 AggKind::CountStar => "__count".to_string(),
                 AggKind::Count => format!("m{n}_n"),
                 AggKind::Sum => format!("CASE WHEN m{n}_n > 0 THEN m{n}_sum END"),
-                AggKind::Avg => format!("CASE WHEN m{n}_n > 0 THEN m{n}_sum / m{n}_n END"),
+                // trim_scale: the stored sum keeps the largest scale of any value ever added,
+                // even retracted ones; numeric division takes its precision from its inputs.
+                AggKind::Avg => format!("CASE WHEN m{n}_n > 0 THEN trim_scale(m{n}_sum) / m{n}_n END"),
                 AggKind::Min | AggKind::Max | AggKind::CountDistinct => format!("m{n}_val"),
             };
             cols.push(format!("{expr} AS {}", quote::ident(&m.name)));
@@ -644,7 +646,7 @@ mod tests {
         let d = def(r#"{"Sku \"x\"": "$.sku"}"#, r#"{"a": "avg($.p)", "s": "sum(event_version)"}"#, None, false);
         let v = sql(&d).create_user_view("\"public\".\"v\"");
         assert!(v.contains("AS \"Sku \"\"x\"\"\""));
-        assert!(v.contains("CASE WHEN m1_n > 0 THEN m1_sum / m1_n END AS \"a\""));
+        assert!(v.contains("CASE WHEN m1_n > 0 THEN trim_scale(m1_sum) / m1_n END AS \"a\""));
     }
 
     #[test]

@@ -113,7 +113,11 @@ fn convert(raw: &str, t: SqlType) -> (String, Option<String>, String) {
             )
         }
         SqlType::Double => {
-            let fits = format!("(abs({raw}::numeric) <= 1.7976931348623157e308)");
+            // Within double precision's range both ways: too large overflows, and a nonzero
+            // number below DBL_MIN would underflow (the cast raises an error for both).
+            let fits = format!(
+                "(abs({raw}::numeric) <= 1.7976931348623157e308 AND ({raw}::numeric = 0 OR abs({raw}::numeric) >= 2.2250738585072014e-308))"
+            );
             (
                 format!("CASE WHEN {kind} = 'number' AND {fits} THEN {raw}::numeric::double precision END"),
                 Some(format!("({kind} NOT IN ('number', 'null') OR ({kind} = 'number' AND NOT {fits}))")),
