@@ -147,7 +147,7 @@ BEGIN
         RETURN NULL;
     END IF;
     s := j #>> '{}';
-    IF s !~ '^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$' THEN
+    IF s !~ '^\d{4}-\d{2}-\d{2}[Tt ]([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$' THEN
         RETURN NULL;
     END IF;
     RETURN s::timestamptz;

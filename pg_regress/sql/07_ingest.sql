@@ -13,6 +13,7 @@ SELECT * FROM eventview.ingest('gate', '[
   {"type": "b", "payload": {}, "occurred_at": "yesterday"},
   {"type": "b", "payload": {}, "occurred_at": "now"},
   {"type": "b", "payload": {}, "occurred_at": "2026-11-30 10:00:00"},
+  {"type": "b", "payload": {}, "occurred_at": "2026-01-01T24:00:00Z"},
   {"type": "b", "payload": {}, "occurred_at": "2026-11-30T10:00:00+02:00", "version": 2, "producer": "ios"},
   {"type": "b", "payload": {}, "version": 1.5},
   {"type": "b", "payload": {}, "version": 0},
