@@ -62,7 +62,11 @@ CREATE TABLE eventview._views (
     skipped          bigint NOT NULL DEFAULT 0,
     last_error       text,
     -- Set when a field the view reads is redeclared; cleared by a full rebuild.
-    rebuild_note     text
+    rebuild_note     text,
+    -- Scheduled refreshes that failed in a row, and when run_maintenance may try again
+    -- (exponential backoff); both cleared by a successful refresh.
+    failures         integer NOT NULL DEFAULT 0,
+    retry_at         timestamptz
 );
 COMMENT ON TABLE eventview._views IS 'pg_eventview: incremental views (see eventview.views)';
 

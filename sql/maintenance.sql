@@ -87,15 +87,21 @@ COMMENT ON FUNCTION eventview.prune(text) IS
 -- Refreshes every view whose schedule is due, each in its own subtransaction so that one
 -- failing view records its error in last_error and the others go on; then prunes. A view that
 -- another session is refreshing right now is skipped, never waited for.
+--
+-- Backoff: after n scheduled refreshes failed in a row, the next try waits
+-- schedule * 2^(n-1), at most max(schedule, 1 hour); a view that keeps failing (a producer
+-- sending what its type policy 'fail' refuses, a dropped dependency) costs little and its
+-- error stays in last_error. Any successful refresh, manual ones included, ends the backoff.
 CREATE FUNCTION eventview.run_maintenance() RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v record;
 BEGIN
     FOR v IN
-        SELECT view_id, relid FROM eventview._views
+        SELECT view_id, relid, schedule, failures FROM eventview._views
         WHERE schedule IS NOT NULL
           AND (last_refresh_at IS NULL OR last_refresh_at + schedule <= clock_timestamp())
+          AND (retry_at IS NULL OR retry_at <= clock_timestamp())
         ORDER BY coalesce(last_refresh_at, '-infinity'), view_id
     LOOP
         BEGIN
@@ -107,7 +113,11 @@ BEGIN
             END IF;
         EXCEPTION WHEN others THEN
             UPDATE eventview._views
-            SET last_error = SQLERRM, last_refresh_at = clock_timestamp()
+            SET last_error = SQLERRM,
+                failures = v.failures + 1,
+                retry_at = clock_timestamp()
+                           + least(v.schedule * power(2, least(v.failures, 20)),
+                                   greatest(v.schedule, interval '1 hour'))
             WHERE view_id = v.view_id;
         END;
     END LOOP;

@@ -3,11 +3,19 @@
 //! wrappers cast), which keeps key order and duplicates for the definition parser. The public signatures (names, defaults, regclass results) are
 //! declared in `sql/api.sql`, which wraps these `_`-prefixed functions.
 
-use crate::errors::at_boundary;
+use crate::errors::EvResult;
 use crate::{envelope, fields, jsonpath_eval, refresh, views};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
+
+/// Every entry point: checks the catalog is at the library's version, runs `f`, maps its error.
+fn at_boundary<T>(f: impl FnOnce() -> EvResult<T>) -> Result<T, ErrorReport> {
+    crate::errors::at_boundary(|| {
+        crate::catalog::require_current_version()?;
+        f()
+    })
+}
 
 #[pg_extern(name = "_create_event_table", volatile, parallel_unsafe)]
 fn create_event_table(
@@ -120,7 +128,7 @@ fn payload_shapes(
     let (rows, unparsable) = crate::shapes::shapes(&event_types, &event_versions, &payloads);
     if unparsable > 0 {
         pgrx::warning!(
-            "pg_eventview: {unparsable} payload(s) nested deeper than 128 levels were not walked for observed_fields"
+            "pg_eventview: {unparsable} payload(s) could not be read as JSON and were not walked for observed_fields"
         );
     }
     TableIterator::new(rows.into_iter().map(|((t, v, p, k), n)| (t, v, p, k.to_string(), n)))
@@ -132,6 +140,27 @@ pub fn view_id(name: &str) -> Result<i32, ErrorReport> {
     at_boundary(|| crate::catalog::view_by_name(name, false).map(|v| v.view_id))
 }
 
+/// First match of a JSONPath that native operators cannot evaluate (see `core::jsonpath`), as
+/// a refresh evaluates it: NULL for a payload nested too deep to evaluate, which the refresh then
+/// tells apart from a missing value with `_jsonpath_too_deep` and handles per its type policy.
+#[pg_extern(name = "_jsonpath_match", immutable, strict, parallel_safe)]
+fn jsonpath_match(doc: &str, path: &str) -> Result<Option<pgrx::JsonB>, ErrorReport> {
+    at_boundary(|| {
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(doc) else {
+            return Ok(None);
+        };
+        jsonpath_eval::first_match(&value, path)
+            .map(|v| v.map(pgrx::JsonB))
+            .map_err(|e| crate::errors::EvError::invalid(format!("invalid JSONPath \"{path}\": {e}")))
+    })
+}
+
+/// Whether a payload nests deeper than rich JSONPaths can evaluate (`core::jsonpath::RICH_MAX_NESTING`).
+#[pg_extern(name = "_jsonpath_too_deep", immutable, strict, parallel_safe)]
+fn jsonpath_too_deep(doc: &str) -> bool {
+    jsonpath_eval::too_deep(doc)
+}
+
 /// First match of a JSONPath that native operators cannot evaluate (see `core::jsonpath`),
 /// taking the document as JSON text: a document too deep to evaluate gets a clear 22023 error
 /// naming the path, not an internal one. `eventview.jsonpath_first(jsonb, text)` wraps it.
@@ -140,7 +169,7 @@ fn jsonpath_first(doc: &str, path: &str) -> Result<Option<pgrx::JsonB>, ErrorRep
     at_boundary(|| {
         let value: serde_json::Value = serde_json::from_str(doc).map_err(|e| {
             crate::errors::EvError::invalid(format!("cannot evaluate JSONPath \"{path}\" on this payload: {e}"))
-                .with_hint("Paths with wildcards, filters or descendants (..) are evaluated on payloads nested at most 128 levels deep; use a path of names and indexes.")
+                .with_hint("Paths with wildcards, filters or descendants (..) are evaluated on payloads nested at most 127 levels deep; use a path of names and indexes.")
         })?;
         jsonpath_eval::first_match(&value, path)
             .map(|v| v.map(pgrx::JsonB))

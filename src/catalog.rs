@@ -11,6 +11,37 @@ use crate::spi_util;
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
+thread_local! {
+    /// Set once this backend saw the catalog at the library's version (it cannot go back).
+    static CATALOG_MATCHES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The library generates SQL against the catalog of its own version. After a new build is
+/// installed, a database still at an older version must be updated first: say so clearly
+/// instead of failing on a missing column or function. Capture triggers are plain SQL and go
+/// on working meanwhile; nothing is lost, changes wait in the changelog.
+pub fn require_current_version() -> EvResult<()> {
+    if CATALOG_MATCHES.get() {
+        return Ok(());
+    }
+    let library = env!("CARGO_PKG_VERSION");
+    let installed: Option<String> =
+        spi_util::one("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview'", &[])?;
+    match installed {
+        Some(v) if v == library => {
+            CATALOG_MATCHES.set(true);
+            Ok(())
+        }
+        Some(v) => Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("pg_eventview is at version {v} in this database, but the installed library is version {library}"),
+        )
+        .with_hint("Run ALTER EXTENSION pg_eventview UPDATE; capture keeps recording changes until then.")),
+        // Inside CREATE EXTENSION, before pg_extension has the row: nothing to compare with.
+        None => Ok(()),
+    }
+}
+
 /// A registered event table.
 pub struct Source {
     pub source_id: i32,
@@ -206,7 +237,7 @@ pub fn delete_view(view_id: i32) -> EvResult<()> {
 pub fn record_refresh(view_id: i32, elapsed_ms: f64) -> EvResult<()> {
     spi_util::run(
         "UPDATE eventview._views SET last_refresh_at = clock_timestamp(), last_refresh_ms = $2,
-                last_error = NULL WHERE view_id = $1",
+                last_error = NULL, failures = 0, retry_at = NULL WHERE view_id = $1",
         &[view_id.into(), elapsed_ms.into()],
     )
 }

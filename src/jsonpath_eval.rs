@@ -12,6 +12,41 @@ use jsonpath_rust::query::js_path_process;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+/// Deepest nesting serde_json parses (its recursion limit): a payload nested deeper cannot be
+/// evaluated by a rich path, and the refresh reports it per event under the view's type policy.
+const MAX_NESTING: usize = jsonpath::RICH_MAX_NESTING;
+
+/// Whether `json` (valid JSON text) nests objects and arrays deeper than MAX_NESTING. A byte scan,
+/// iterative: it must work on exactly the payloads the parser cannot take.
+pub fn too_deep(json: &str) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in json.as_bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Enough for every rich path of every view a backend refreshes; cleared when full.
 const CACHE_CAPACITY: usize = 256;
 
@@ -47,6 +82,17 @@ mod tests {
         assert_eq!(first_match(&doc, "$..sku").unwrap(), Some(json!("i")));
         assert_eq!(first_match(&doc, "$.n[*]").unwrap().unwrap().to_string(), "12.50");
         assert!(first_match(&doc, "$.n[1]").unwrap().unwrap().is_number(), "1e400 beyond f64 still parses");
+    }
+
+    #[test]
+    fn too_deep_is_exactly_what_the_parser_refuses() {
+        for levels in [1, 127, 128, 129, 130, 10_000] {
+            for (open, close) in [("[", "]"), ("{\"a\": ", "}"), ("{\"[{\\\"\": [", "]}")] {
+                let doc = format!("{}1{}", open.repeat(levels), close.repeat(levels));
+                let parsed = serde_json::from_str::<serde_json::Value>(&doc).is_ok();
+                assert_eq!(too_deep(&doc), !parsed, "{levels} levels of {open}");
+            }
+        }
     }
 
     #[test]

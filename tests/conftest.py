@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"
@@ -39,8 +40,9 @@ class Cluster:
             return f"(no server log: {e})"
         return "\n".join(text.splitlines()[-lines:])
 
-    def create_database(self, hint: str = "t") -> str:
-        """Creates a fresh database with the extension; returns its connection string."""
+    def create_database(self, hint: str = "t", version: str | None = None) -> str:
+        """Creates a fresh database with the extension (at `version`, default the current one);
+        returns its connection string."""
         base = re.sub(r"[^a-z0-9_]", "_", hint.lower())[:40]
         name = f"it_{next(self._names)}_{base}"
         with self.connect() as conn:
@@ -50,7 +52,10 @@ class Cluster:
         for _ in range(30):
             try:
                 with self.connect(name) as conn:
-                    conn.execute("CREATE EXTENSION pg_eventview")
+                    if version is None:
+                        conn.execute("CREATE EXTENSION pg_eventview")
+                    else:
+                        conn.execute(sql.SQL("CREATE EXTENSION pg_eventview VERSION {}").format(sql.Literal(version)))
                 return self.conninfo(name)
             except psycopg.Error as e:  # pragma: no cover - only while a reinstall is in flight
                 last = e
@@ -84,8 +89,8 @@ def new_db(cluster, request):
     The databases are dropped after the test."""
     made = []
 
-    def make(suffix: str = "") -> str:
-        info = cluster.create_database(request.node.name + suffix)
+    def make(suffix: str = "", version: str | None = None) -> str:
+        info = cluster.create_database(request.node.name + suffix, version)
         made.append(info)
         return info
 

@@ -3,28 +3,32 @@
 //! (a panic would surface as SQLSTATE XX000) and that whatever is accepted generates SQL whose
 //! quoting is balanced. Deterministic: a failure names its seed and input.
 
+/// xorshift64*: small, deterministic, good enough to explore inputs (shared by the seeded tests).
+#[cfg(test)]
+pub(crate) struct Rng(pub u64);
+
+#[cfg(test)]
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::Rng;
     use crate::core::definition::{parse_definition, DefinitionInput, NoFields};
     use crate::core::jsonpath;
     use crate::core::sqlgen::{Mode, ViewSql};
-
-    /// xorshift64*: small, deterministic, good enough to explore inputs.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-            items[self.below(items.len())]
-        }
-    }
 
     const PATH_ATOMS: &[&str] = &[
         "$", ".", "..", "a", "sku", "[", "]", "0", "-1", "*", "?", "@", "==", "'", "\"", "\\", ",", ":",

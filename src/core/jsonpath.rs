@@ -4,8 +4,9 @@
 //! compiles to a chain of native `->` operators. `->` has exactly the RFC semantics for such
 //! segments: a name on a non-object and an index on a non-array select nothing (SQL NULL), and a
 //! negative index counts from the end. Anything richer (wildcards, slices, filters, descendants,
-//! unions) is evaluated by `eventview.jsonpath_first`, which yields the first match in document
-//! order as `jsonb_path_query_first` would.
+//! unions) is evaluated by `eventview._jsonpath_match` (jsonpath-rust), which yields the first
+//! match in document order as `jsonb_path_query_first` would; it cannot evaluate a payload nested
+//! deeper than 128 levels, which a refresh reports per event (see `sqlgen`).
 
 use super::quote;
 use jsonpath_rust::parser::model::{JpQuery, Segment, Selector};
@@ -23,13 +24,17 @@ pub enum Step {
 pub enum PathPlan {
     /// Native `->` chain.
     Simple(Vec<Step>),
-    /// Evaluated by `eventview.jsonpath_first(payload, path)`.
+    /// Evaluated by `eventview._jsonpath_match(payload, path)`.
     Rich(String),
 }
 
 /// Why a path was refused.
 #[derive(Debug, PartialEq)]
 pub struct PathError(pub String);
+
+/// Deepest nesting of a payload a rich path can be evaluated on (the recursion limit of the
+/// JSON parser the evaluation uses).
+pub const RICH_MAX_NESTING: usize = 127;
 
 /// Upper bound on the path text we accept: a reference is a column expression, not a program.
 pub const MAX_PATH_LEN: usize = 4096;
@@ -106,6 +111,10 @@ impl PathPlan {
 
     /// SQL for the selected jsonb value of `doc` (a trusted column expression), NULL when nothing
     /// is selected.
+    pub fn is_rich(&self) -> bool {
+        matches!(self, PathPlan::Rich(_))
+    }
+
     pub fn to_sql(&self, doc: &str) -> String {
         match self {
             PathPlan::Simple(steps) => {
@@ -122,7 +131,7 @@ impl PathPlan {
                 format!("({sql})")
             }
             PathPlan::Rich(text) => {
-                format!("eventview._jsonpath_first({doc}::text, {})", quote::literal(text))
+                format!("eventview._jsonpath_match({doc}::text, {})", quote::literal(text))
             }
         }
     }
@@ -166,7 +175,7 @@ mod tests {
         }
         assert_eq!(
             plan("$..x").unwrap().to_sql("payload"),
-            "eventview._jsonpath_first(payload::text, '$..x')"
+            "eventview._jsonpath_match(payload::text, '$..x')"
         );
     }
 

@@ -3,7 +3,7 @@
 
 pub mod batch;
 pub mod definition;
-mod fuzz;
+pub(crate) mod fuzz;
 pub mod envelope_sql;
 pub mod jsonpath;
 pub mod names;

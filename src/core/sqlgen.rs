@@ -25,9 +25,9 @@
 //! Then, only when a group took a retraction, the fix-up statements delete emptied groups and
 //! multiset entries and recompute min/max of those groups from their multisets.
 
-use super::definition::{AggKind, FieldRef, Measure, TypePolicy, ViewDefinition};
+use super::definition::{AggKind, FieldRef, FieldVariant, Measure, TypePolicy, ViewDefinition};
 use super::values::{value_sql, Use};
-use super::{batch, names, quote};
+use super::{batch, jsonpath, names, quote};
 
 /// Where the rows of an apply come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,22 +218,50 @@ impl<'a> ViewSql<'a> {
         match field {
             FieldRef::Path { plan, .. } => plan.to_sql("r.payload"),
             FieldRef::Logical(f) => {
-                let mut whens = Vec::new();
-                for v in &f.variants {
-                    let mut conds = Vec::new();
-                    if let Some(t) = &v.event_type {
-                        conds.push(format!("r.event_type = {}", quote::literal(t)));
-                    }
-                    if let Some(ver) = v.version {
-                        conds.push(format!("r.event_version = {ver}"));
-                    }
-                    let cond = if conds.is_empty() { "true".to_string() } else { conds.join(" AND ") };
-                    whens.push(format!("WHEN {cond} THEN {}", v.plan.to_sql("r.payload")));
-                }
+                let whens: Vec<String> = f
+                    .variants
+                    .iter()
+                    .map(|v| format!("WHEN {} THEN {}", Self::variant_applies(v, "r."), v.plan.to_sql("r.payload")))
+                    .collect();
                 format!("CASE {} END", whens.join(" "))
             }
             FieldRef::Envelope(e) => format!("to_jsonb(r.{})", e.column()),
         }
+    }
+
+    /// Condition (on the columns of row alias `prefix`) under which a logical field resolves to
+    /// variant `v`; tried in the order of `LogicalField::variants`.
+    fn variant_applies(v: &FieldVariant, prefix: &str) -> String {
+        let mut conds = Vec::new();
+        if let Some(t) = &v.event_type {
+            conds.push(format!("{prefix}event_type = {}", quote::literal(t)));
+        }
+        if let Some(ver) = v.version {
+            conds.push(format!("{prefix}event_version = {ver}"));
+        }
+        if conds.is_empty() { "true".to_string() } else { conds.join(" AND ") }
+    }
+
+    /// For a reference that may be evaluated by a rich JSONPath: the condition (in stage c)
+    /// under which its NULL value means "payload too deep to evaluate", not "missing", and the
+    /// reason recorded then. Such an event is a type error: never a silent NULL.
+    fn too_deep_check(field: &FieldRef, raw: &str) -> Option<(String, String)> {
+        let (rich, what) = match field {
+            FieldRef::Path { plan, text } if plan.is_rich() => ("true".to_string(), format!("JSONPath {text}")),
+            FieldRef::Logical(f) if f.variants.iter().any(|v| v.plan.is_rich()) => {
+                let whens: Vec<String> =
+                    f.variants.iter().map(|v| format!("WHEN {} THEN {}", Self::variant_applies(v, ""), v.plan.is_rich())).collect();
+                (format!("CASE {} END", whens.join(" ")), format!("field \"{}\"", f.name))
+            }
+            _ => return None,
+        };
+        Some((
+            format!("({raw} IS NULL AND {rich} AND eventview._jsonpath_too_deep(payload::text))"),
+            quote::literal(&format!(
+                "{what} cannot be evaluated: the payload is nested deeper than {} levels",
+                jsonpath::RICH_MAX_NESTING
+            )),
+        ))
     }
 
     fn rows_delta(&self) -> String {
@@ -313,6 +341,11 @@ delta_rows AS (
         for (i, r) in refs.iter().enumerate() {
             f_cols.push(format!("{} AS j{}", Self::raw_sql(r), i + 1));
         }
+        let too_deep: Vec<(String, String)> =
+            refs.iter().filter_map(|r| Self::too_deep_check(r, &self.raw_column(&refs, r))).collect();
+        if !too_deep.is_empty() {
+            f_cols.push("r.payload".into());
+        }
         let mut f_where = Vec::new();
         if let Some(types) = &def.event_types {
             let list: Vec<String> = types.iter().map(|t| quote::literal(t)).collect();
@@ -330,7 +363,7 @@ delta_rows AS (
 
         // c: keys, measure inputs and the type check of each event the filter keeps.
         let mut c_cols = vec!["sign".to_string(), "event_id".to_string()];
-        let mut checks: Vec<(String, String)> = Vec::new();
+        let mut checks: Vec<(String, String)> = too_deep.clone();
         if def.bucketed {
             c_cols.push(format!("{BUCKET_EXPR} AS bucket"));
         }
@@ -370,7 +403,11 @@ delta_rows AS (
             };
             let values: Vec<String> =
                 term.values.iter().map(|v| quote::typed_literal(&v.to_string(), "jsonb")).collect();
-            c_where.push(format!("{lhs} IN ({})", values.join(", ")));
+            // An event whose filter field cannot be evaluated passes on to its type check.
+            match Self::too_deep_check(&term.field, &lhs) {
+                Some((deep, _)) => c_where.push(format!("({lhs} IN ({}) OR {deep})", values.join(", "))),
+                None => c_where.push(format!("{lhs} IN ({})", values.join(", "))),
+            }
         }
         let c_where = if c_where.is_empty() { String::new() } else { format!("\n    WHERE {}", c_where.join("\n      AND ")) };
         ctes.push(format!("c AS (\n    SELECT {}\n    FROM f{c_where}\n)", c_cols.join(",\n           ")));

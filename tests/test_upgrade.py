@@ -1,0 +1,229 @@
+"""Upgrades (issue 4, item 8): `ALTER EXTENSION pg_eventview UPDATE` from every released version
+to the current one.
+
+Released install scripts are kept under sql/ (pg_eventview--<version>.sql, never edited) and
+installed here next to the current build, so an old release can be created as a user has it.
+Two properties:
+- the updated extension is the same as a fresh install of the current version: same functions
+  (with bodies), tables and columns, views, constraints, indexes, comments, grants and extension
+  members;
+- a database with event tables, views and pending changes created under the old version keeps
+  going after the update: views refresh to the same result as an aggregate from scratch, capture
+  continues, declarations and schedules survive.
+"""
+
+import contextlib
+import filecmp
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PG_CONFIG = "/usr/lib/postgresql/15/bin/pg_config"
+EXTENSION_DIR = Path(subprocess.check_output([PG_CONFIG, "--sharedir"], text=True).strip()) / "extension"
+LIBRARY = Path(subprocess.check_output([PG_CONFIG, "--pkglibdir"], text=True).strip()) / "pg_eventview.so"
+
+# The commit each release was cut from: its library is built to create data as that release did.
+RELEASE_COMMITS = {"0.1.0": "276fcd18cf5586e22dd5754bb379858cb19d7425"}
+
+
+def released_versions():
+    return sorted(
+        m.group(1)
+        for f in (REPO / "sql").glob("pg_eventview--*.sql")
+        if (m := re.fullmatch(r"pg_eventview--([^-]+)\.sql", f.name))
+    )
+
+
+def current_version():
+    text = (REPO / "Cargo.toml").read_text()
+    return re.search(r'^version = "([^"]+)"', text, re.M).group(1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def released_scripts():
+    """Puts the released install scripts (and the upgrade scripts) where CREATE EXTENSION
+    looks, as a user who installed those releases has them."""
+    for f in (REPO / "sql").glob("pg_eventview--*.sql"):
+        target = EXTENSION_DIR / f.name
+        if not target.exists() or not filecmp.cmp(f, target, shallow=False):
+            shutil.copyfile(f, target)
+
+
+def release_library(version):
+    """The shared library of an old release, built once from its commit (debug build, own
+    target directory so the current build is not disturbed; about two minutes the first time)."""
+    out = REPO / "target" / "releases" / version / "pg_eventview.so"
+    if out.exists():
+        return out
+    target = REPO / "target" / "releases" / "cargo-target"
+    commit = RELEASE_COMMITS[version]
+    if subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", commit + "^{commit}"]).returncode != 0:
+        # A shallow clone: fetch the history the release commit is in.
+        subprocess.run(["git", "-C", str(REPO), "fetch", "--quiet", "--unshallow"], check=False)
+    with tempfile.TemporaryDirectory() as src:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", commit],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+        env = dict(os.environ, CARGO_TARGET_DIR=str(target))
+        build = subprocess.run(["cargo", "build", "--lib", "--features", "pg15", "--no-default-features"],
+                               cwd=src, env=env, capture_output=True, text=True)
+        assert build.returncode == 0, build.stderr[-3000:]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(target / "debug" / "libpg_eventview.so", out)
+    return out
+
+
+@contextlib.contextmanager
+def library_of(version):
+    """Installs the library of release `version` in place of the current one (new connections
+    load it), and puts the current one back afterwards whatever happens."""
+    old = release_library(version)
+    backup = LIBRARY.with_name("pg_eventview.so.current")
+    shutil.copyfile(LIBRARY, backup)
+    try:
+        shutil.copyfile(old, LIBRARY.with_name("pg_eventview.so.tmp"))
+        os.replace(LIBRARY.with_name("pg_eventview.so.tmp"), LIBRARY)
+        yield
+    finally:
+        os.replace(backup, LIBRARY)
+
+
+# One line per property of the extension's objects; compared as sorted lists.
+DESCRIBE = r"""
+WITH ext AS (SELECT oid FROM pg_extension WHERE extname = 'pg_eventview'),
+members AS (
+    SELECT d.classid, d.objid FROM pg_depend d, ext
+    WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid AND d.deptype = 'e'
+)
+SELECT 'member ' || pg_describe_object(classid, objid, 0) FROM members
+UNION ALL
+SELECT 'function ' || p.oid::regprocedure || E'\n' || pg_get_functiondef(p.oid)
+       || E'\nacl ' || coalesce(p.proacl::text, '-') || E'\ncomment ' || coalesce(obj_description(p.oid, 'pg_proc'), '-')
+FROM pg_proc p WHERE p.pronamespace = 'eventview'::regnamespace
+UNION ALL
+SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' acl ' || coalesce(c.relacl::text, '-')
+       || ' comment ' || coalesce(obj_description(c.oid, 'pg_class'), '-')
+       || CASE WHEN c.relkind = 'v' THEN E'\n' || pg_get_viewdef(c.oid) ELSE '' END
+FROM pg_class c WHERE c.relnamespace = 'eventview'::regnamespace
+UNION ALL
+SELECT format('column %s.%s #%s %s notnull=%s default=%s', c.relname, a.attname, a.attnum,
+              format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid))
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE c.relnamespace = 'eventview'::regnamespace AND c.relkind IN ('r', 'v', 'p')
+  AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+FROM pg_constraint WHERE connamespace = 'eventview'::regnamespace
+UNION ALL
+SELECT 'index ' || pg_get_indexdef(indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE c.relnamespace = 'eventview'::regnamespace
+UNION ALL
+SELECT 'config ' || extconfig::regclass[]::text || ' ' || coalesce(array_to_string(extcondition, ';'), '-')
+FROM pg_extension WHERE extname = 'pg_eventview'
+"""
+
+
+def describe(conn):
+    return sorted(r[0] for r in conn.execute(DESCRIBE).fetchall())
+
+
+@pytest.mark.parametrize("old", released_versions())
+def test_update_equals_a_fresh_install(cluster, new_db, old):
+    assert old != current_version(), "the current version must not have a frozen install script"
+    updated = new_db("_updated", version=old)
+    fresh = new_db("_fresh")
+    with cluster.connect(updated.rsplit("dbname=", 1)[1]) as u, cluster.connect(fresh.rsplit("dbname=", 1)[1]) as f:
+        assert u.execute("SELECT extversion FROM pg_extension WHERE extname = 'pg_eventview'").fetchone()[0] == old
+        u.execute("ALTER EXTENSION pg_eventview UPDATE")
+        assert u.execute("SELECT extversion FROM pg_extension WHERE extname = 'pg_eventview'").fetchone()[0] == current_version()
+        got, want = describe(u), describe(f)
+        missing = [x for x in want if x not in got]
+        extra = [x for x in got if x not in want]
+        assert not missing and not extra, f"after UPDATE from {old}:\nmissing {missing}\nextra {extra}"
+
+
+FROM_SCRATCH = """
+SELECT date_bin('1 day', occurred_at AT TIME ZONE 'UTC', '2000-01-01') AT TIME ZONE 'UTC' AS bucket,
+       CASE WHEN event_version = 1 THEN payload->>'sku' ELSE payload->'item'->>'sku' END AS sku,
+       count(*) AS n, sum((payload->>'qty')::numeric) AS q, max((payload->>'qty')::numeric) AS hi,
+       count(DISTINCT payload->'user') AS u
+FROM shop.events WHERE event_type = 'cart'
+GROUP BY 1, 2 ORDER BY 1, 2 NULLS FIRST
+"""
+
+VIEW = "SELECT bucket, sku, n, q, hi, u FROM shop.by_sku ORDER BY 1, 2 NULLS FIRST"
+
+
+def insert_events(c, first, last, day):
+    c.execute(
+        """INSERT INTO shop.events (event_type, event_version, occurred_at, payload)
+           SELECT 'cart', 1 + i %% 2, %s::timestamptz + i * interval '1 hour',
+                  CASE WHEN i %% 2 = 0 THEN jsonb_build_object('sku', 's' || i %% 7, 'qty', i %% 5, 'user', i %% 3)
+                       ELSE jsonb_build_object('item', jsonb_build_object('sku', 's' || i %% 7), 'qty', i %% 5, 'user', i %% 3) END
+           FROM generate_series(%s::int, %s::int) i""",
+        [day, first, last],
+    )
+
+
+@pytest.mark.parametrize("old", released_versions())
+def test_views_carry_on_across_the_update(cluster, new_db, old):
+    # Created and used by the old release, library and catalog, as a user has it.
+    with library_of(old):
+        info = new_db(version=old)
+        with cluster.connect(info.rsplit("dbname=", 1)[1]) as c:
+            c.execute("SET TimeZone = 'UTC'")
+            c.execute("CREATE SCHEMA shop")
+            c.execute("SELECT eventview.create_event_table('shop.events')")
+            c.execute("SELECT eventview.define_field('shop.events', 'sku', '$.sku')")
+            c.execute("SELECT eventview.define_field('shop.events', 'sku', '$.item.sku', version => 2)")
+            c.execute("""SELECT eventview.create_view('shop.by_sku', 'shop.events', group_by => '{"sku": "sku"}',
+                         measures => '{"n": "count(*)", "q": "sum($.qty)", "hi": "max($.qty)", "u": "count_distinct($.user)"}',
+                         event_types => ARRAY['cart'], time_bucket => '1 day')""")
+            c.execute("""SELECT eventview.create_view('shop.deep', 'shop.events', group_by => '{"k": "$..k"}',
+                         measures => '{"n": "count(*)"}')""")
+            c.execute("SELECT eventview.schedule('shop.by_sku', '1 minute')")
+            insert_events(c, 1, 200, "2026-11-01")
+            c.execute("SELECT eventview.refresh('shop.by_sku')")
+            assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
+            # Pending at update time: inserts, an update, a delete (of the current maximum).
+            insert_events(c, 201, 300, "2026-11-10")
+            c.execute("UPDATE shop.events SET payload = payload || '{\"qty\": 40}' WHERE event_id = 3")
+            c.execute("DELETE FROM shop.events WHERE event_id = 4")
+
+    with cluster.connect(info.rsplit("dbname=", 1)[1]) as c:
+        c.execute("SET TimeZone = 'UTC'")
+        # The new library on the old catalog: producers go on, the API asks for the update.
+        insert_events(c, 301, 320, "2026-11-15")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            c.execute("SELECT eventview.refresh('shop.by_sku')")
+        assert "ALTER EXTENSION pg_eventview UPDATE" in refused.value.diag.message_hint
+
+        c.execute("ALTER EXTENSION pg_eventview UPDATE")
+        assert c.execute("SELECT extversion FROM pg_extension WHERE extname = 'pg_eventview'").fetchone()[0] == current_version()
+
+        assert c.execute("SELECT eventview.refresh('shop.by_sku')").fetchone()[0] > 0
+        assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
+        # Capture continues; retraction of an extreme after the update.
+        insert_events(c, 321, 350, "2026-11-20")
+        c.execute("DELETE FROM shop.events WHERE event_id = 3")
+        c.execute("SELECT eventview.refresh('shop.by_sku')")
+        assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
+        # Declarations and schedules survived; scheduling runs.
+        assert c.execute("SELECT schedule FROM eventview.views WHERE name = 'shop.by_sku'::regclass").fetchone()[0] is not None
+        c.execute("SELECT eventview.run_maintenance()")
+        # Behaviour of the new version on a view made by the old one: a payload too deep for a
+        # rich path is quarantined, not a refresh error.
+        c.execute("""INSERT INTO shop.events (event_type, payload)
+                     VALUES ('other', (repeat('{"a":', 200) || '{"k": 1}' || repeat('}', 200))::jsonb)""")
+        c.execute("SELECT eventview.refresh('shop.deep')")
+        reasons = [r[0] for r in c.execute(
+            "SELECT reason FROM eventview.quarantine WHERE view_name = 'shop.deep'").fetchall()]
+        assert reasons == ["JSONPath $..k cannot be evaluated: the payload is nested deeper than 127 levels"]
