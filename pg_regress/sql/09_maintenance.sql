@@ -54,6 +54,29 @@ SELECT pg_sleep(1.1);
 SELECT eventview.run_maintenance();
 SELECT name, pending_changes, last_error FROM eventview.views
 WHERE name IN ('ops_strict'::regclass, 'ops_manual'::regclass) ORDER BY name::text;
+-- A view that keeps failing backs off: the n-th failure in a row waits schedule * 2^(n-1)
+-- (at most max(schedule, 1 hour)) before the next try. Time passing is simulated by moving
+-- retry_at into the past.
+SELECT eventview.schedule('ops_strict', '10 minutes');
+CREATE FUNCTION backoff_state() RETURNS TABLE (failures integer, minutes_to_retry numeric) LANGUAGE sql AS $$
+  SELECT failures, round(extract(epoch FROM retry_at - clock_timestamp()) / 60)
+  FROM eventview._views WHERE relid = 'ops_strict'::regclass $$;
+SELECT * FROM backoff_state();
+SELECT eventview.run_maintenance();
+SELECT * FROM backoff_state();
+UPDATE eventview._views SET retry_at = now() - interval '1 second' WHERE relid = 'ops_strict'::regclass;
+SELECT eventview.run_maintenance();
+SELECT * FROM backoff_state();
+UPDATE eventview._views SET retry_at = now() - interval '1 second', failures = 9 WHERE relid = 'ops_strict'::regclass;
+SELECT eventview.run_maintenance();
+SELECT * FROM backoff_state();
+-- Not due yet: run_maintenance leaves it alone.
+SELECT eventview.run_maintenance();
+SELECT * FROM backoff_state();
+-- A successful refresh ends the backoff.
+SELECT eventview.alter_view('ops_strict', on_type_error => 'skip');
+SELECT eventview.refresh('ops_strict');
+SELECT * FROM backoff_state();
 
 -- Refusals.
 SELECT try($$SELECT eventview.schedule('ops_daily', '-1 minute')$$);
