@@ -106,6 +106,29 @@ $gen$;
 """
 
 
+# Scenario 6 baseline: the INSERT a producer would write to load a JSON array of envelopes without
+# the gate: same defaults, same key handling, no validation.
+GATE_BASELINE_SQL = """INSERT INTO gate_base (event_key, event_type, event_version, producer, occurred_at, payload)
+SELECT e->>'key', e->>'type', coalesce((e->>'version')::int, 1), coalesce(e->>'producer', current_user),
+       coalesce((e->>'occurred_at')::timestamptz, now()), e->'payload'
+FROM jsonb_array_elements(%s::jsonb) AS e
+ON CONFLICT (event_key) DO NOTHING"""
+
+# Bad envelopes of scenario 6, one kind after the other: each is refused by the gate for a
+# different reason.
+BAD_ENVELOPES = [
+    lambda env: {k: v for k, v in env.items() if k != "type"},     # no type
+    lambda env: {**env, "payload": json.dumps(env["payload"])},  # payload a string, not an object
+    lambda env: {**env, "occurred_at": "yesterday"},              # not RFC 3339
+    lambda env: {**env, "version": "2"},                          # version a string
+    lambda env: {**env, "key": 42},                               # key not a string
+]
+
+
+def bad_envelope(text, kind):
+    return json.dumps(BAD_ENVELOPES[kind % len(BAD_ENVELOPES)](json.loads(text)))
+
+
 GEN = "bench_gen(%s, %s::timestamptz - %s::interval, %s::timestamptz, 0.35, %s)"
 
 
@@ -159,6 +182,54 @@ def view_json(d):
     return json.dumps(d)
 
 
+def source_setup(conn, table, fields):
+    """Field declarations for a new event table (only with logical fields)."""
+    if fields.logical:
+        for sql in (
+            f"SELECT eventview.define_field('{table}', 'sku', '$.sku', version => 1)",
+            f"SELECT eventview.define_field('{table}', 'sku', '$.item.sku', version => 2)",
+            f"SELECT eventview.define_field('{table}', 'qty', '$.qty', version => 1, type => 'numeric')",
+            f"SELECT eventview.define_field('{table}', 'qty', '$.item.quantity', version => 2, type => 'numeric')",
+        ):
+            q(conn, sql)
+
+
+def view_specs(prefix, fields):
+    """The three views every event table in this benchmark feeds, as (name, group_by, measures,
+    event_types, time_bucket). event_types is always given explicitly (listing every type where
+    the view wants them all), so a client can tell which events each view counts."""
+    return [
+        (f"{prefix}_sku_daily", {"sku": fields.sku_ref},
+         {"events": "count(*)", "qty": f"sum({fields.qty_ref})", "avg_price": "avg($.price)",
+          "max_price": "max($.price)"}, TYPES, "1 day"),
+        (f"{prefix}_country_type", {"country": "$.country", "event_type": "event_type"},
+         {"events": "count(*)", "revenue": "sum($.price)"}, TYPES, None),
+        (f"{prefix}_campaign_hourly", {"campaign": "$.campaign"},
+         {"events": "count(*)", "min_price": "min($.price)"}, ["add_to_cart", "purchase"], "1 hour"),
+    ]
+
+
+def create_views(conn, table, prefix, fields):
+    """Creates the views of view_specs over `table`; returns their names."""
+    specs = view_specs(prefix, fields)
+    for name, group_by, measures, types, bucket in specs:
+        q(conn,
+          "SELECT eventview.create_view(%s, %s, group_by => %s::json, measures => %s::json, "
+          "event_types => %s::text[], time_bucket => %s::interval)",
+          (name, table, view_json(group_by), view_json(measures), types, bucket))
+    return [spec[0] for spec in specs]
+
+
+def choose_fields(conn, mode):
+    """--fields: 'logical', 'paths', or 'auto' (logical when the installed extension has define_field)."""
+    if mode == "auto":
+        logical = q1(conn, "SELECT count(*) FROM pg_proc WHERE proname = 'define_field' "
+                           "AND pronamespace = 'eventview'::regnamespace") > 0
+    else:
+        logical = mode == "logical"
+    return Fields(logical)
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -192,8 +263,9 @@ class Bench:
                     times[label].append(t)
         return times
 
-    def add(self, scenario, baseline, bt, st, target, kind, met_rule):
-        """kind 'slower': ratio = subject/baseline; 'faster': speedup = baseline/subject."""
+    def add(self, scenario, baseline, bt, st, target, kind, met_rule, events=None):
+        """kind 'slower': ratio = subject/baseline; 'faster': speedup = baseline/subject.
+        With `events`, the median cells also show events per second."""
         bm, sm = statistics.median(bt), statistics.median(st)
         if kind == "slower":
             ratio = sm / bm
@@ -202,39 +274,17 @@ class Bench:
             ratio = bm / sm
             ratio_s = f"{ratio:.1f}x faster" if ratio >= 1 else f"{1 / ratio:.1f}x slower"
         met = met_rule(ratio)
-        self.results.append((scenario, baseline, fmt(bm), fmt(sm), ratio_s, target,
-                             "meets" if met else "misses"))
+        cells = [fmt(bm), fmt(sm)]
+        if events:
+            cells = [f"{cell} ({events / m:,.0f} events/s)" for cell, m in zip(cells, (bm, sm))]
+        self.results.append((scenario, baseline, *cells, ratio_s, target, "meets" if met else "misses"))
         return ratio
 
     def source_setup(self, table, fields):
-        """Field declarations for a new event table (only with logical fields)."""
-        if fields.logical:
-            for sql in (
-                f"SELECT eventview.define_field('{table}', 'sku', '$.sku', version => 1)",
-                f"SELECT eventview.define_field('{table}', 'sku', '$.item.sku', version => 2)",
-                f"SELECT eventview.define_field('{table}', 'qty', '$.qty', version => 1, type => 'numeric')",
-                f"SELECT eventview.define_field('{table}', 'qty', '$.item.quantity', version => 2, type => 'numeric')",
-            ):
-                q(self.conn, sql)
+        source_setup(self.conn, table, fields)
 
     def create_views(self, table, prefix, fields):
-        """The three views every event table in this benchmark feeds. event_types is always given
-        explicitly (listing every type where the view wants them all)."""
-        views = [
-            (f"{prefix}_sku_daily", {"sku": fields.sku_ref},
-             {"events": "count(*)", "qty": f"sum({fields.qty_ref})", "avg_price": "avg($.price)",
-              "max_price": "max($.price)"}, TYPES, "1 day"),
-            (f"{prefix}_country_type", {"country": "$.country", "event_type": "event_type"},
-             {"events": "count(*)", "revenue": "sum($.price)"}, TYPES, None),
-            (f"{prefix}_campaign_hourly", {"campaign": "$.campaign"},
-             {"events": "count(*)", "min_price": "min($.price)"}, ["add_to_cart", "purchase"], "1 hour"),
-        ]
-        for name, group_by, measures, types, bucket in views:
-            q(self.conn,
-              "SELECT eventview.create_view(%s, %s, group_by => %s::json, measures => %s::json, "
-              "event_types => %s::text[], time_bucket => %s::interval)",
-              (name, table, view_json(group_by), view_json(measures), types, bucket))
-        return [v[0] for v in views]
+        return create_views(self.conn, table, prefix, fields)
 
     def load(self, table, rows, t_from_days=30, chunk=250_000):
         done = 0
@@ -260,13 +310,7 @@ class Bench:
         q(c, GENERATOR_SQL)
         q(c, "SELECT setseed(0.42)")
         random.seed(42)
-        has_define = q1(c, "SELECT count(*) FROM pg_proc WHERE proname = 'define_field' "
-                           "AND pronamespace = 'eventview'::regnamespace") > 0
-        if self.args.fields == "auto":
-            logical = has_define
-        else:
-            logical = self.args.fields == "logical"
-        self.fields = Fields(logical)
+        self.fields = choose_fields(c, self.args.fields)
         log(f"fields: {self.fields.describe()}")
 
     # ---------------------------------------------------------------------------- scenario 1
@@ -373,6 +417,132 @@ class Bench:
         self.add(f"4. {n_threads} concurrent producers, {n_batches} x {rows}-row batches each ({total:,} events)",
                  "same producers, plain table", t["plain"], t["captured"], "<= 1.2x", "slower",
                  lambda r: r <= 1.2)
+
+    # ---------------------------------------------------------------------------- scenario 6
+    def scenario_gate(self):
+        """The ingest gate (eventview.ingest) against the INSERT a producer would write without it.
+        Both sides are event tables with capture, the same 3 views and the same prefill; both
+        statements take the same JSON text as their only parameter and skip known keys (ON CONFLICT
+        DO NOTHING), so the ratio is the cost of the gate's validation, defaults, quarantine and
+        duplicate counting."""
+        a, c = self.args, self.conn
+        self.gate_setup()
+        totals = {"inserted": 0, "quarantined": 0}
+        state = {}
+
+        def between(mixed):
+            def prepare(i):
+                state["gate"], state["base"], state["expected"] = self.gate_batch(i, mixed)
+                totals["inserted"] += state["expected"][0]
+                totals["quarantined"] += state["expected"][2]
+            return prepare
+
+        def gate(i):
+            t0 = time.perf_counter()
+            got = c.execute("SELECT * FROM eventview.ingest('gate_ev', %s::jsonb)", (state["gate"],),
+                            prepare=False).fetchone()
+            t = time.perf_counter() - t0
+            if tuple(got) != state["expected"]:
+                self.notes.append(f"Scenario 6 round {i}: eventview.ingest returned (inserted, duplicates, "
+                                  f"quarantined) = {tuple(got)}, expected {state['expected']}.")
+            return t
+
+        def baseline(i):
+            t0 = time.perf_counter()
+            n = c.execute(GATE_BASELINE_SQL, (state["base"],), prepare=False).rowcount
+            t = time.perf_counter() - t0
+            if n != state["expected"][0]:
+                self.notes.append(f"Scenario 6 round {i}: the baseline INSERT inserted {n} rows, "
+                                  f"expected {state['expected'][0]}.")
+            return t
+
+        fns = [("INSERT ... SELECT FROM jsonb_array_elements", baseline), ("eventview.ingest", gate)]
+        for mixed, label, desc in ((False, "6a", f"{a.batch:,} good envelopes"),
+                                   (True, "6b", f"{a.batch:,} envelopes, 1% bad, 2% duplicate keys")):
+            log(f"scenario 6: eventview.ingest of {desc}, {a.ingest_pairs} pairs")
+            t = self.pairs(fns, a.ingest_pairs, between(mixed))
+            self.details.append((f"{label} eventview.ingest of {desc}", t))
+            inserted = state["expected"][0]   # the same in every round
+            self.add(f"{label}. Ingest gate, {desc}", "INSERT ... SELECT FROM jsonb_array_elements($1) ... ON CONFLICT "
+                     "DO NOTHING, same captured table + 3 views" + (" (bad envelopes left out)" if mixed else ""),
+                     t["INSERT ... SELECT FROM jsonb_array_elements"], t["eventview.ingest"], "<= 1.5x", "slower",
+                     lambda r: r <= 1.5, events=inserted)
+        self.gate_check(totals)
+
+    def gate_setup(self):
+        """gate_ev (fed through eventview.ingest) and gate_base (fed by the baseline INSERT): two
+        event tables with the same prefill (keyed pre-1, pre-2, ...) and the same 3 views; and the
+        envelopes of one batch, kept as JSON text without their key."""
+        a, c, f = self.args, self.conn, self.fields
+        log("scenario 6 setup: gate_ev (eventview.ingest) and gate_base (INSERT ... SELECT), 3 views each")
+        q(c, "CREATE TABLE gate_prefill (ord serial, event_type text, event_version integer, producer text, "
+             "occurred_at timestamptz, payload jsonb)")
+        q(c, f"INSERT INTO gate_prefill ({COLS}) SELECT * FROM {GEN}", self.gen(a.ingest_prefill, "30 days"))
+        for table, prefix in (("gate_ev", "gate"), ("gate_base", "gbase")):
+            q(c, "SELECT eventview.create_event_table(%s)", (table,))
+            self.source_setup(table, f)
+            q(c, f"INSERT INTO {table} (event_key, {COLS}) SELECT 'pre-' || ord, {COLS} FROM gate_prefill ORDER BY ord")
+            self.create_views(table, prefix, f)
+            q(c, f"VACUUM ANALYZE {table}")
+        q(c, "CREATE TABLE gate_stage (ord serial, event_type text, event_version integer, producer text, "
+             "occurred_at timestamptz, payload jsonb)")
+        q(c, f"INSERT INTO gate_stage ({COLS}) SELECT * FROM {GEN}", self.gen(a.batch, "1 day"))
+        # occurred_at as RFC 3339 in UTC, as a producer would send it.
+        rows = q(c, """SELECT jsonb_build_object('type', event_type, 'version', event_version, 'producer', producer,
+                           'occurred_at', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                           'payload', payload)::text
+                       FROM gate_stage ORDER BY ord""")
+        self.gate_envelopes = [r[0] for r in rows]
+        size = sum(len(e) for e in self.gate_envelopes) / len(self.gate_envelopes)
+        self.notes.append(f"Scenario 6: envelopes of {size:.0f} bytes of JSON text on average "
+                          f"(about {size * len(self.gate_envelopes) / 1e6:.1f} MB per {a.batch:,}-envelope call); "
+                          f"prefill {a.ingest_prefill:,} events per table.")
+
+    def gate_batch(self, i, mixed):
+        """Round i's batch: (JSON text for the gate, JSON text for the baseline, expected
+        (inserted, duplicates, quarantined)). Keys are new every round, so every round inserts.
+        In a mixed batch, every 100 envelopes hold one bad envelope, one key repeated from earlier
+        in the batch and one key already in the table (from the prefill). The baseline gets the
+        same array without the bad envelopes: a plain INSERT cannot take them (the first one
+        aborts the statement), so the gate's quarantine work is part of what the ratio shows."""
+        tag = "m" if mixed else "c"
+        gate, base = [], []
+        bad = dup = 0
+        for n, env in enumerate(self.gate_envelopes):
+            slot, key = n % 100, f"{tag}{i}-{n}"
+            if mixed and slot == 37:
+                gate.append(bad_envelope(env, n // 100))
+                bad += 1
+                continue
+            if mixed and slot == 61:
+                key, dup = f"{tag}{i}-{n - 50}", dup + 1
+            elif mixed and slot == 83:
+                key, dup = f"pre-{(i * 100 + n // 100) % self.args.ingest_prefill + 1}", dup + 1
+            text = '{"key": "%s", %s' % (key, env[1:])
+            gate.append(text)
+            base.append(text)
+        return "[" + ",".join(gate) + "]", "[" + ",".join(base) + "]", (len(gate) - bad - dup, dup, bad)
+
+    def gate_check(self, totals):
+        """After scenario 6 (informational): both tables hold the prefill plus what every round
+        (warm-up included) was expected to insert, the same rows, and the gate's quarantine holds
+        every bad envelope."""
+        c, a = self.conn, self.args
+        want = a.ingest_prefill + totals["inserted"]
+        n_gate, n_base, n_quar = q(c, """SELECT (SELECT count(*) FROM gate_ev), (SELECT count(*) FROM gate_base),
+                                               (SELECT count(*) FROM eventview.quarantine
+                                                WHERE source = 'gate_ev'::regclass AND view_name IS NULL)""")[0]
+        cols = "event_key, event_type, event_version, producer, occurred_at, payload"
+        diff = q1(c, f"""SELECT count(*) FROM (
+                (SELECT {cols} FROM gate_ev EXCEPT ALL SELECT {cols} FROM gate_base)
+                UNION ALL
+                (SELECT {cols} FROM gate_base EXCEPT ALL SELECT {cols} FROM gate_ev)) d""")
+        ok = n_gate == want and n_base == want and n_quar == totals["quarantined"] and diff == 0
+        self.notes.append(
+            f"Check after scenario 6: {'OK' if ok else 'MISMATCH'}: gate_ev holds {n_gate:,} events, gate_base "
+            f"{n_base:,}, expected {want:,} each; the rows are "
+            f"{'identical' if diff == 0 else f'different ({diff} rows)'} (key, type, version, producer, "
+            f"occurred_at, payload); {n_quar:,} envelopes quarantined at ingest, expected {totals['quarantined']:,}.")
 
     # ---------------------------------------------------------------------------- scenarios 2, 3, 5
     def main_setup(self):
@@ -710,40 +880,7 @@ class Bench:
 
     # ---------------------------------------------------------------------------- report
     def machine(self):
-        mem_kb = 0
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    mem_kb = int(line.split()[1])
-        cpu = "unknown"
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-        version = q1(self.conn, "SHOW server_version")
-        label, mtime = self.so_at_start
-        build = f"{label}, installed {mtime}"
-        now_label, now_mtime = so_info()
-        if now_mtime != mtime:
-            self.notes.append(f"pg_eventview.so was reinstalled during the run ({now_mtime}); this run's "
-                              f"connections kept the library they had loaded at start.")
-        try:
-            rev = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                 text=True).stdout.strip()
-            dirty = subprocess.run(["git", "-C", HERE, "status", "--porcelain", "--", "src", "sql"],
-                                   capture_output=True, text=True).stdout.strip()
-            rev += " + uncommitted changes" if dirty else ""
-        except OSError:
-            rev = "?"
-        settings = q(self.conn, "SELECT name, setting, unit FROM pg_settings WHERE name IN "
-                                "('shared_buffers', 'work_mem', 'max_wal_size', 'fsync', 'jit', 'autovacuum') ORDER BY name")
-        s = ", ".join(f"{n}={v}{(' ' + u) if u and n != 'shared_buffers' else ''}" for n, v, u in settings)
-        s = s.replace("shared_buffers=131072", "shared_buffers=1GB")
-        return (f"nproc {os.cpu_count()}, memory {mem_kb / 1024 / 1024:.1f} GiB, CPU {cpu}, PostgreSQL {version}, "
-                f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, pg_eventview {build} (git {rev}), "
-                f"{platform.python_implementation()} {platform.python_version()} / psycopg {psycopg.__version__}, "
-                f"load average {self.load_at_start:.2f} at start, {os.getloadavg()[0]:.2f} at end"), s
+        return machine_line(self.conn, self.so_at_start, self.load_at_start, self.notes)
 
     def report(self, total):
         a = self.args
@@ -752,7 +889,7 @@ class Bench:
         lines.append(f"# pg_eventview benchmark results{' (--quick)' if a.quick else ''}\n")
         lines.append(f"Machine: {machine}\n")
         lines.append(f"Cluster settings: {settings}\n")
-        lines.append(f"Method: {a.pairs} timed rounds (ingest scenarios 1 and 4: {a.ingest_pairs}) after 1 untimed "
+        lines.append(f"Method: {a.pairs} timed rounds (ingest scenarios 1, 4 and 6: {a.ingest_pairs}) after 1 untimed "
                      f"warm-up round; baseline and subject "
                      f"alternate within each round (order reversed every other round); medians; "
                      f"ratio = subject / baseline unless marked faster. Targets are informational. "
@@ -774,7 +911,7 @@ class Bench:
                 lines.append(f"  - {label}: " + ", ".join(f"{x * 1000:.1f}" for x in xs)
                              + f" (median {statistics.median(xs) * 1000:.1f})")
             # Per-round ratios: each pair ran back to back, so slow drifts in machine load cancel out.
-            subj = next((k for k in ("captured", "eventview.refresh") if k in t), None)
+            subj = next((k for k in ("captured", "eventview.refresh", "eventview.ingest") if k in t), None)
             for label, xs in t.items():
                 if subj and label != subj:
                     rs = [y / x for x, y in zip(xs, t[subj])]
@@ -800,6 +937,51 @@ class Bench:
                               FROM ev WHERE event_version = 1 GROUP BY 1) s""")[0]
         self.notes.append(f"SKU skew (version-1 events): the 50 hottest SKUs carry {top[0]}% of events; "
                           f"{top[1]:,} distinct SKUs seen.")
+
+# Cluster settings shown under the machine line: what moves the numbers besides the hardware.
+REPORTED_SETTINGS = ("shared_buffers", "work_mem", "max_wal_size", "fsync", "jit", "autovacuum")
+
+
+def machine_line(conn, so_at_start, load_at_start, notes, settings=REPORTED_SETTINGS):
+    """The machine line of a results file and a line of cluster settings: nproc, memory, CPU,
+    PostgreSQL version, date, which pg_eventview.so ran (debug or release, install time), git
+    revision, load average at start (`load_at_start`) and now. A reinstall of the library since
+    `so_at_start` (from so_info()) is added to `notes`: connections keep the library they loaded."""
+    mem_kb = 0
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    version = q1(conn, "SHOW server_version")
+    label, mtime = so_at_start
+    build = f"{label}, installed {mtime}"
+    now_label, now_mtime = so_info()
+    if now_mtime != mtime:
+        notes.append(f"pg_eventview.so was reinstalled during the run ({now_mtime}); this run's "
+                     f"connections kept the library they had loaded at start.")
+    try:
+        rev = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", HERE, "status", "--porcelain", "--", "src", "sql"],
+                               capture_output=True, text=True).stdout.strip()
+        rev += " + uncommitted changes" if dirty else ""
+    except OSError:
+        rev = "?"
+    # shared_buffers in pg_settings counts 8kB pages: show it as written (1GB) instead.
+    rows = q(conn, "SELECT name, CASE WHEN name = 'shared_buffers' THEN current_setting(name) ELSE setting END, "
+                   "CASE WHEN name = 'shared_buffers' THEN NULL ELSE unit END "
+                   "FROM pg_settings WHERE name = ANY(%s) ORDER BY name", (list(settings),))
+    s = ", ".join(f"{n}={v}{(' ' + u) if u else ''}" for n, v, u in rows)
+    return (f"nproc {os.cpu_count()}, memory {mem_kb / 1024 / 1024:.1f} GiB, CPU {cpu}, PostgreSQL {version}, "
+            f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, pg_eventview {build} (git {rev}), "
+            f"{platform.python_implementation()} {platform.python_version()} / psycopg {psycopg.__version__}, "
+            f"load average {load_at_start:.2f} at start, {os.getloadavg()[0]:.2f} at end"), s
 
 
 def so_info():
@@ -854,7 +1036,7 @@ def main():
                         "processes their changelog) instead of with the capture triggers disabled")
     p.add_argument("--no-explain", dest="explain", action="store_false",
                    help="skip the auto_explain capture of one refresh per kind")
-    p.add_argument("--only", default="1,2,3,4,5", help="comma-separated scenarios to run (5 needs 2)")
+    p.add_argument("--only", default="1,2,3,4,5,6", help="comma-separated scenarios to run (4 needs 1, 5 needs 2)")
     p.add_argument("--out", default=os.path.join(HERE, "results.md"))
     a = p.parse_args()
     a.pairs = a.pairs or (3 if a.quick else 7)
@@ -878,6 +1060,8 @@ def main():
         b.scenario_ingest()
     if "4" in only:
         b.scenario_concurrent()
+    if "6" in only:
+        b.scenario_gate()
     if {"2", "3", "5"} & only:
         b.main_setup()
         if "2" in only or "5" in only:

@@ -19,6 +19,12 @@ IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'jsonpath_too_deep_wrapper';
 
+-- Progress NOTICEs from inside a full recomputation (rebuild, create_view's initial fill).
+CREATE FUNCTION eventview."_progress_tick"() RETURNS bool
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'progress_tick_wrapper';
+
 -- Exponential backoff of scheduled refreshes that keep failing.
 ALTER TABLE eventview._views
     ADD COLUMN failures integer NOT NULL DEFAULT 0,

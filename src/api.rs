@@ -155,6 +155,12 @@ fn jsonpath_match(doc: &str, path: &str) -> Result<Option<pgrx::JsonB>, ErrorRep
     })
 }
 
+/// Counts one event read by a full recomputation and reports progress (see `progress`).
+#[pg_extern(name = "_progress_tick", volatile, parallel_unsafe)]
+fn progress_tick() -> bool {
+    crate::progress::tick()
+}
+
 /// Whether a payload nests deeper than rich JSONPaths can evaluate (`core::jsonpath::RICH_MAX_NESTING`).
 #[pg_extern(name = "_jsonpath_too_deep", immutable, strict, parallel_safe)]
 fn jsonpath_too_deep(doc: &str) -> bool {

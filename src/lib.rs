@@ -8,6 +8,7 @@
 //!   spi_util, errors           SPI helpers; the error type and its SQLSTATE mapping
 //!   core           pure: definitions, JSONPath planning, quoting, SQL generation
 //!   jsonpath_eval  per-backend evaluation of rich JSONPaths
+//!   progress       NOTICEs from inside long recomputations
 //!   scheduler, gucs  the background worker and configuration parameters
 
 use pgrx::prelude::*;
@@ -22,6 +23,7 @@ mod fields;
 mod gucs;
 mod jsonpath_eval;
 mod observer;
+mod progress;
 mod refresh;
 mod relation;
 mod scheduler;

@@ -20,6 +20,7 @@ use crate::core::definition::TypePolicy;
 use crate::core::sqlgen::{Mode, ViewSql};
 use crate::errors::{EvError, EvResult};
 use crate::observer;
+use crate::progress;
 use crate::spi_util;
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::prelude::*;
@@ -59,6 +60,11 @@ pub fn apply(
         spi_util::run_all(&[sql.forget_type_errors()])?;
     }
     let statement = sql.apply(mode);
+    if mode == Mode::Full {
+        let estimate: Option<f32> =
+            spi_util::one("SELECT reltuples FROM pg_catalog.pg_class WHERE oid = $1::regclass", &[view.source.table_sql.as_str().into()])?;
+        progress::start(format!("recomputing {}", relname(view)?), estimate.map(|e| e as i64));
+    }
     let (consumed, groups_written, dirty, first_error) = Spi::connect_mut(|client| {
         let row = client.update(&statement, Some(1), &args)?.first();
         Ok::<_, pgrx::spi::SpiError>((
@@ -68,6 +74,7 @@ pub fn apply(
             row.get::<String>(4)?,
         ))
     })?;
+    progress::finish();
     if view.definition.on_type_error == TypePolicy::Fail {
         if let Some(reason) = first_error {
             return Err(EvError::invalid(format!("type error in view {}: {reason}", relname(view)?))

@@ -292,6 +292,7 @@ delta_rows AS (
 
     fn rows_full(&self, window: bool) -> String {
         let src = &self.source_table;
+        // A full recomputation reports its progress (`eventview._progress_tick`, always true).
         let bounds = if window {
             // The range on occurred_at is implied by the bucket range and lets an index help.
             format!(
@@ -299,7 +300,7 @@ delta_rows AS (
                 b = BUCKET_EXPR.replace("occurred_at", "e.occurred_at")
             )
         } else {
-            String::new()
+            "\n    WHERE eventview._progress_tick()".to_string()
         };
         format!(
             "full_rows AS (

@@ -1,0 +1,37 @@
+"""A long recomputation reports its progress (issue 4, item 7): a full rebuild (and the initial
+fill of create_view over existing events) raises a NOTICE every 100,000 events read, with the
+share of the table's estimated size, and says when it is done."""
+
+import re
+
+
+def test_rebuild_reports_progress(cluster, db):
+    with cluster.connect(db.rsplit("dbname=", 1)[1]) as c:
+        notices = []
+        c.add_notice_handler(lambda d: notices.append(d.message_primary))
+        c.execute("SELECT eventview.create_event_table('big')")
+        c.execute("""INSERT INTO big (event_type, payload)
+                     SELECT 'e', jsonb_build_object('k', i % 10) FROM generate_series(1, 250000) i""")
+        c.execute("ANALYZE big")
+        c.execute("""SELECT eventview.create_view('big_by_k', 'big', group_by => '{"k": "$.k"}',
+                     measures => '{"n": "count(*)"}')""")
+        filled = [n for n in notices if "recomputing big_by_k" in n]
+        assert filled[:2] == [
+            "recomputing big_by_k: 100000 events read of about 250000 (40%)",
+            "recomputing big_by_k: 200000 events read of about 250000 (80%)",
+        ], notices
+        assert re.fullmatch(r"recomputing big_by_k: done, 250000 events read in [0-9.]+ s", filled[2]), filled
+
+        notices.clear()
+        c.execute("SELECT eventview.rebuild('big_by_k')")
+        assert [n for n in notices if "events read of about" in n] == [
+            "recomputing big_by_k: 100000 events read of about 250000 (40%)",
+            "recomputing big_by_k: 200000 events read of about 250000 (80%)",
+        ], notices
+        assert c.execute("SELECT sum(n) FROM big_by_k").fetchone()[0] == 250000
+
+        # An incremental refresh reads only its delta and reports nothing.
+        notices.clear()
+        c.execute("INSERT INTO big (event_type, payload) VALUES ('e', '{\"k\": 1}')")
+        c.execute("SELECT eventview.refresh('big_by_k')")
+        assert not [n for n in notices if "recomputing" in n], notices
