@@ -25,6 +25,22 @@ STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'progress_tick_wrapper';
 
+-- Capture functions of existing event tables are SECURITY DEFINER: pin their search_path as
+-- 0.2.0 creates them.
+DO $pin$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'eventview'::regnamespace AND p.prosecdef
+          AND p.proname ~ '^_capture_[0-9]+_(insert|update|delete|truncate)$'
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, pg_temp', f);
+    END LOOP;
+END
+$pin$;
+
 -- Exponential backoff of scheduled refreshes that keep failing.
 ALTER TABLE eventview._views
     ADD COLUMN failures integer NOT NULL DEFAULT 0,

@@ -75,6 +75,7 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
                 "UPDATE eventview._views SET rebuild_note = $2 WHERE relid = $1::regclass",
                 &[view.as_str().into(), format!("field \"{}\" was redeclared; rebuild to apply it to past events", d.field).into()],
             )?;
+            crate::views::install_user_view(&catalog::view_by_name(view, false)?)?;
         }
     }
     Ok(())

@@ -4,7 +4,7 @@
 use crate::catalog;
 use crate::core::definition::{parse_definition, DefinitionInput, TypePolicy};
 use crate::core::names;
-use crate::core::sqlgen::{Mode, ViewSql};
+use crate::core::sqlgen::{Mode, Reads, ViewSql};
 use crate::errors::{EvError, EvResult};
 use crate::refresh;
 use crate::relation;
@@ -36,11 +36,6 @@ fn check_time_bucket(bucket: Interval) -> EvResult<()> {
     Ok(())
 }
 
-pub fn refuse_realtime() -> EvError {
-    EvError::new(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, "realtime views are not available yet")
-        .with_hint("Create the view with realtime => false and refresh it; realtime reads are planned.")
-}
-
 pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     let source = catalog::source_by_name(args.source)?;
     let fields = catalog::fields_of_source(source.source_id)?;
@@ -56,22 +51,19 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     if let Some(b) = args.time_bucket {
         check_time_bucket(b)?;
     }
-    if args.realtime {
-        return Err(refuse_realtime());
-    }
     let view_id = catalog::next_view_id()?;
     let sql = ViewSql { def: &definition, view_id, source_id: source.source_id, source_table: source.table_sql.clone() };
     spi_util::run_all(&sql.create_storage())?;
     let user_view = relation::quoted_for_create(args.name)?;
-    spi_util::run_all(&[sql.create_user_view(&user_view)])?;
+    spi_util::run_all(&[sql.create_user_view(&user_view, Reads::Stored)])?;
     let relid = relation::resolve(args.name)?;
     let types: Option<Vec<String>> = definition.event_types.clone();
     spi_util::run(
-        "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, applied_snapshot)
+        "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, realtime, applied_snapshot)
          VALUES ($1, $2::regclass, $3,
                  json_build_object('group_by', $4::json, 'measures', $5::json, 'event_types', $6::text[],
                                    'time_bucket', $7::interval, 'filter', $8::json),
-                 $7, $9, pg_current_snapshot())",
+                 $7, $9, $10, pg_current_snapshot())",
         &[
             view_id.into(),
             relid.into(),
@@ -82,13 +74,43 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
             args.time_bucket.into(),
             args.filter.into(),
             definition.on_type_error.name().into(),
+            args.realtime.into(),
         ],
     )?;
     // Storage is private to the owner; readers are granted on the user relation.
     spi_util::run_all(&[format!("REVOKE ALL ON {} FROM PUBLIC", names::view_data(view_id))])?;
     let view = catalog::view_by_relid(relid, true)?.ok_or_else(|| EvError::invalid("view vanished during creation"))?;
     refresh::apply(&view, Mode::Full, None, None)?;
+    if args.realtime {
+        install_user_view(&view)?;
+    }
     Ok(relid)
+}
+
+/// (Re)creates the relation users read as the catalog says the view reads: the stored groups,
+/// or realtime (stored groups with the pending changes folded in). CREATE OR REPLACE keeps its
+/// oid, grants and dependents. Called when the view is created, when `realtime` changes and
+/// when a logical field it reads is redeclared (a realtime read evaluates the pending changes
+/// with the declarations of the moment, as a refresh would).
+pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
+    let (realtime, width) = Spi::connect(|client| {
+        let row = client
+            .select(
+                "SELECT realtime, time_bucket::text FROM eventview._views WHERE view_id = $1",
+                Some(1),
+                &[view.view_id.into()],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::SpiError>((row.get::<bool>(1)?.unwrap_or(false), row.get::<String>(2)?))
+    })?;
+    let sql = ViewSql {
+        def: &view.definition,
+        view_id: view.view_id,
+        source_id: view.source.source_id,
+        source_table: view.source.table_sql.clone(),
+    };
+    let reads = if realtime { Reads::Realtime { bucket_width: width.as_deref() } } else { Reads::Stored };
+    spi_util::run_all(&[sql.replace_user_view(&relation::qualified(view.relid)?, reads)])
 }
 
 pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
@@ -114,8 +136,12 @@ pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str
             &[view.view_id.into(), policy.name().into()],
         )?;
     }
-    if realtime == Some(true) {
-        return Err(refuse_realtime());
+    if let Some(realtime) = realtime {
+        spi_util::run(
+            "UPDATE eventview._views SET realtime = $2 WHERE view_id = $1",
+            &[view.view_id.into(), realtime.into()],
+        )?;
+        install_user_view(&view)?;
     }
     Ok(())
 }

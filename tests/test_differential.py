@@ -479,6 +479,22 @@ LOGICAL_VIEWS = [
 # Scheduled, so that run_maintenance() refreshes it when due.
 SCHEDULED_VIEW = "v_ldist"
 
+
+def realtime_twin(spec):
+    """The same view with realtime => true: it must equal the same reference at any moment, not
+    only after a refresh (it reads the stored groups plus the changes not yet applied)."""
+    name = spec.name + "_rt"
+    sql = spec.create_sql.replace(f"create_view('{spec.name}'", f"create_view('{name}'", 1).rstrip()
+    assert sql.endswith(")") and name in sql
+    sql = sql[:-1] + ",\n             realtime => true)"
+    return ViewSpec(name, sql, spec.scope, spec.bad, spec.select, spec.group, spec.policy, spec.source)
+
+
+# min/max under retraction (v_sku, v_env, v_lsku), count_distinct (v_total, v_lsku), a rich path
+# (v_tags), logical fields (v_lsku), filters and buckets.
+REALTIME_VIEWS = [realtime_twin(v) for v in VIEWS + LOGICAL_VIEWS
+                  if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku")]
+
 # --------------------------------------------------------------------------------------------
 # Payload generation
 
@@ -1289,6 +1305,10 @@ class Workload:
     # ---- checks ------------------------------------------------------------------------------
 
     def check_view(self, view):
+        self.check_contents(view)
+        self.check_type_errors(view)
+
+    def check_contents(self, view):
         a = self.a
         ref = view.reference()
         # Both differences in one statement, the reference computed once.
@@ -1306,6 +1326,9 @@ class Workload:
                 f"  rows in the reference but not in the view ({len(missing)}): {missing[:15]}\n"
                 f"  reference query:\n{ref}"
             )
+
+    def check_type_errors(self, view):
+        a = self.a
         bad = {r[0] for r in a.execute(view.bad_events()).fetchall()}
         if view.policy == "quarantine":
             q_ids = {
@@ -1343,6 +1366,27 @@ class Workload:
         self.checks += 1
         self.note(f"check #{self.checks} ok")
 
+    def op_check_realtime(self):
+        """Realtime views, unrefreshed, equal the from-scratch aggregate at any moment: with
+        committed changes pending, and inside a writing transaction, its own changes included
+        (the transaction is then rolled back)."""
+        views = [v for v in self.views if v.name.endswith("_rt")]
+        if self.rng.random() < 0.5:
+            for view in views:
+                self.check_contents(view)
+            self.note("realtime check ok")
+            return
+        a = self.a
+        a.execute("BEGIN")
+        try:
+            for _ in range(self.rng.randint(1, 3)):
+                self.random_write(a, self.locked_ids())
+            for view in self.rng.sample(views, 2):
+                self.check_contents(view)
+        finally:
+            a.execute("ROLLBACK")
+        self.note("realtime check inside a writing transaction ok")
+
     def out_of_order_commit(self):
         """begin T1, insert; begin T2, insert; commit T2; refresh; commit T1; refresh."""
         for slot in ("b", "d"):
@@ -1377,7 +1421,7 @@ class Workload:
             a.execute(define_field_sql(decl))
         # Some events exist before the views: creation must include them exactly once.
         self.insert_copy(a, 50)
-        for view in VIEWS + LOGICAL_VIEWS:
+        for view in VIEWS + LOGICAL_VIEWS + REALTIME_VIEWS:
             a.execute(view.create_sql)
             self.views.append(view)
             self.pending[view.name] = 0
@@ -1395,6 +1439,7 @@ class Workload:
             (self.op_refresh_one, 8), (self.op_refresh_all, 2), (self.op_refresh_concurrent, 3),
             (self.op_refresh_during_writes, 2), (self.op_refresh_inside_writer_txn, 3), (self.op_truncate, 0.4), (self.op_check, 3),
             (self.op_prune, 3), (self.op_age_and_prune, 1.5), (self.op_run_maintenance, 1),
+            (self.op_check_realtime, 3),
         ]
         funcs, weights = zip(*ops)
         late_at = n_ops // 3

@@ -209,6 +209,15 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
         c.execute("ALTER EXTENSION pg_eventview UPDATE")
         assert c.execute("SELECT extversion FROM pg_extension WHERE extname = 'pg_eventview'").fetchone()[0] == current_version()
 
+        # Every SECURITY DEFINER function, capture functions of existing tables included, pins
+        # search_path after the update.
+        unpinned = c.execute("""SELECT p.oid::regprocedure::text FROM pg_proc p
+                                WHERE p.pronamespace = 'eventview'::regnamespace AND p.prosecdef
+                                  AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)""").fetchall()
+        assert unpinned == []
+        assert c.execute("""SELECT count(*) FROM pg_proc WHERE pronamespace = 'eventview'::regnamespace
+                            AND prosecdef""").fetchone()[0] == 4
+
         assert c.execute("SELECT eventview.refresh('shop.by_sku')").fetchone()[0] > 0
         assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
         # Capture continues; retraction of an extreme after the update.

@@ -37,7 +37,6 @@ SELECT try($$SELECT eventview.create_view('v', 'err_events', time_bucket => '1 m
 SELECT try($$SELECT eventview.create_view('v', 'err_events', time_bucket => '-1 hour')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"$.a": []}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"nope": 1}')$$);
-SELECT try($$SELECT eventview.create_view('v', 'err_events', realtime => true)$$);
 SELECT try($$SELECT eventview.create_event_table('e2', retention => '-1 day')$$);
 SELECT try($$SELECT eventview.create_event_table('a.b.c')$$);
 

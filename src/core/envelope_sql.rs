@@ -59,12 +59,14 @@ const ROW_COLUMNS: &str = "event_id, event_type, event_version, producer, occurr
 
 fn capture_function(source_id: i32, op: &str, body: &str) -> String {
     let func = names::capture_function(source_id, op);
-    // SECURITY DEFINER: producers need no privilege on the changelog. Instead of pinning
-    // search_path with SET (a configuration save and restore on every statement of the hottest
-    // path), every function and operator in the bodies is schema-qualified, relations are
-    // qualified or transition tables, so no search_path can redirect them.
+    // SECURITY DEFINER: producers need no privilege on the changelog. search_path is pinned
+    // (one configuration save and restore per statement, not per row: the triggers are
+    // statement-level), and every function and operator in the bodies is schema-qualified as
+    // well, relations qualified or transition tables, so nothing resolves through a name the
+    // caller controls.
     format!(
-        "CREATE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $capture$
+        "CREATE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $capture$
 BEGIN
 {body}
     RETURN NULL;
@@ -147,7 +149,7 @@ mod tests {
         assert!(ddl.contains("INSERT INTO eventview._changes_7 (op, event_ids)"));
         assert!(ddl.contains("AFTER INSERT ON \"shop\".\"events\" REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT"));
         assert!(ddl.contains("BEFORE TRUNCATE ON \"shop\".\"events\"  FOR EACH STATEMENT"));
-        assert!(ddl.contains("SECURITY DEFINER"));
+        assert!(ddl.contains("SECURITY DEFINER\nSET search_path = pg_catalog, pg_temp"));
         // Nothing in a SECURITY DEFINER body may be resolved through search_path.
         assert!(!ddl.contains(" array_agg(") && !ddl.contains("HAVING count("));
     }

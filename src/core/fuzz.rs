@@ -28,7 +28,7 @@ mod tests {
     use super::Rng;
     use crate::core::definition::{parse_definition, DefinitionInput, NoFields};
     use crate::core::jsonpath;
-    use crate::core::sqlgen::{Mode, ViewSql};
+    use crate::core::sqlgen::{Mode, Reads, ViewSql};
 
     const PATH_ATOMS: &[&str] = &[
         "$", ".", "..", "a", "sku", "[", "]", "0", "-1", "*", "?", "@", "==", "'", "\"", "\\", ",", ":",
@@ -171,7 +171,7 @@ mod tests {
                 for sql in view
                     .create_storage()
                     .into_iter()
-                    .chain([view.create_user_view("\"v\""), view.apply(Mode::Delta), view.apply(Mode::Full), view.apply(Mode::Window)])
+                    .chain([view.create_user_view("\"v\"", Reads::Stored), view.create_user_view("\"v\"", Reads::Realtime { bucket_width: Some("1 hour") }), view.apply(Mode::Delta), view.apply(Mode::Full), view.apply(Mode::Window)])
                     .chain(view.fixup())
                 {
                     assert!(quotes_balanced(&sql), "seed {seed}: unbalanced quotes in generated SQL:\n{sql}");

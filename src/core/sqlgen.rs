@@ -49,7 +49,22 @@ pub struct ViewSql<'a> {
     pub source_table: String,
 }
 
-const BUCKET_EXPR: &str = "pg_catalog.date_bin($1::interval, occurred_at, '2000-01-01 00:00:00+00'::timestamptz)";
+/// The bucket of timestamp expression `ts` for bucket width `width` (SQL of an interval).
+fn bucket_expr(width: &str, ts: &str) -> String {
+    format!("pg_catalog.date_bin({width}, {ts}, '2000-01-01 00:00:00+00'::timestamptz)")
+}
+
+/// The bucket width in statements: their parameter $1.
+const WIDTH_PARAM: &str = "$1::interval";
+
+/// How the user relation reads the view.
+pub enum Reads<'b> {
+    /// The stored groups, as of the last refresh.
+    Stored,
+    /// The stored groups with the pending changes folded in; the view's bucket width as the
+    /// text of an interval.
+    Realtime { bucket_width: Option<&'b str> },
+}
 
 struct Keys {
     /// Storage key columns, in order, without `__k`.
@@ -159,8 +174,18 @@ impl<'a> ViewSql<'a> {
         out
     }
 
-    /// The relation users SELECT from. `user_view` is the quoted qualified name.
-    pub fn create_user_view(&self, user_view: &str) -> String {
+    /// The relation users SELECT from. `user_view` is the quoted qualified name. A realtime
+    /// view reads the stored groups merged with the pending changes (`realtime_groups`).
+    pub fn create_user_view(&self, user_view: &str, reads: Reads) -> String {
+        self.user_view_sql(user_view, reads, "CREATE VIEW")
+    }
+
+    /// The same, replacing the existing relation in place (same oid, grants and dependents).
+    pub fn replace_user_view(&self, user_view: &str, reads: Reads) -> String {
+        self.user_view_sql(user_view, reads, "CREATE OR REPLACE VIEW")
+    }
+
+    fn user_view_sql(&self, user_view: &str, reads: Reads, create: &str) -> String {
         let mut cols = Vec::new();
         if self.def.bucketed {
             cols.push("bucket".to_string());
@@ -186,7 +211,100 @@ impl<'a> ViewSql<'a> {
             // A view with neither keys nor measures still shows whether any event counts.
             cols.push("__count AS events".into());
         }
-        format!("CREATE VIEW {user_view} AS\nSELECT {}\nFROM {}", cols.join(",\n       "), self.data())
+        if let Reads::Realtime { bucket_width } = reads {
+            format!(
+                "{create} {user_view} AS\n{}\nSELECT {}\nFROM merged\nWHERE __count > 0",
+                self.realtime_groups(bucket_width),
+                cols.join(",\n       ")
+            )
+        } else {
+            format!("{create} {user_view} AS\nSELECT {}\nFROM {}", cols.join(",\n       "), self.data())
+        }
+    }
+
+    /// Realtime read: WITH ... `merged`, the stored groups with the changes not yet applied
+    /// folded in, in the storage's columns. It computes what the next refresh would store:
+    /// the same batch (snapshot batching over the reader's snapshot, read only), the same
+    /// values and type checks (events with a type error are left out, as a refresh leaves
+    /// them out of the aggregate), and for min/max of a group that lost values and for
+    /// count_distinct, the group's multiset plus the pending values. Its cost grows with the
+    /// pending changes, as a refresh's does; with none pending it is a read of the storage.
+    fn realtime_groups(&self, bucket_width: Option<&str>) -> String {
+        let def = self.def;
+        let width = match bucket_width {
+            Some(w) => quote::typed_literal(w, "interval"),
+            None => "NULL::interval".to_string(),
+        };
+        let mut ctes = self.delta_input(Mode::Delta, &width);
+        let (key_exprs, d_cols) = self.group_delta_columns();
+        let positions = |n: usize| (1..=n).map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+        ctes.push(format!(
+            "d0 AS (\n    SELECT {}\n    FROM good\n    GROUP BY {}\n)",
+            d_cols.join(",\n           "),
+            positions(key_exprs.len())
+        ));
+        let mut keys = vec!["__k".to_string()];
+        keys.extend(self.keys().columns);
+        let key_list = keys.join(", ");
+        let mut merged = keys.clone();
+        merged.push("coalesce(s.__count, 0) + coalesce(d0.__count, 0) AS __count".into());
+        let mut joins = String::new();
+        for (i, m) in def.measures.iter().enumerate() {
+            let n = i + 1;
+            match m.kind {
+                AggKind::CountStar => {}
+                AggKind::Count => merged.push(format!("coalesce(s.m{n}_n, 0) + coalesce(d0.m{n}_n, 0) AS m{n}_n")),
+                AggKind::Sum | AggKind::Avg => {
+                    merged.push(format!("coalesce(s.m{n}_n, 0) + coalesce(d0.m{n}_n, 0) AS m{n}_n"));
+                    merged.push(format!("coalesce(s.m{n}_sum, 0) + coalesce(d0.m{n}_sum, 0) AS m{n}_sum"));
+                }
+                AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
+                    let values = names::view_values(self.view_id, n);
+                    let (agg, groups) = match m.kind {
+                        AggKind::Min => ("min(v)", "d0 WHERE __dirty"),
+                        AggKind::Max => ("max(v)", "d0 WHERE __dirty"),
+                        _ => ("count(*)", "d0"),
+                    };
+                    let mut p_cols = key_exprs.clone();
+                    p_cols.push(format!("m{n} AS v"));
+                    p_cols.push("sum(sign)::bigint AS n".into());
+                    ctes.push(format!(
+                        "p{n} AS (\n    SELECT {}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {}\n)",
+                        p_cols.join(", "),
+                        positions(key_exprs.len() + 1)
+                    ));
+                    ctes.push(format!(
+                        "x{n} AS (
+    SELECT {key_list}, {agg} AS val
+    FROM (
+        SELECT {key_list}, v
+        FROM (SELECT {key_list}, v, n FROM {values} WHERE ({key_list}) IN (SELECT {key_list} FROM {groups})
+              UNION ALL
+              SELECT {key_list}, v, n FROM p{n}) u
+        GROUP BY {key_list}, v
+        HAVING sum(n) > 0
+    ) w
+    GROUP BY {key_list}
+)"
+                    ));
+                    let expr = match m.kind {
+                        AggKind::Min | AggKind::Max => {
+                            let pick = if m.kind == AggKind::Min { "LEAST" } else { "GREATEST" };
+                            format!("CASE WHEN d0.__dirty THEN x{n}.val ELSE {pick}(s.m{n}_val, d0.m{n}_val) END")
+                        }
+                        _ => format!("CASE WHEN d0.__k IS NOT NULL THEN coalesce(x{n}.val, 0) ELSE s.m{n}_val END"),
+                    };
+                    merged.push(format!("{expr} AS m{n}_val"));
+                    joins.push_str(&format!("\n    LEFT JOIN x{n} USING ({key_list})"));
+                }
+            }
+        }
+        ctes.push(format!(
+            "merged AS (\n    SELECT {}\n    FROM {} s FULL JOIN d0 USING ({key_list}){joins}\n)",
+            merged.join(",\n           "),
+            self.data()
+        ));
+        format!("WITH {}", ctes.join(",\n"))
     }
 
     /// Distinct JSONPath and logical-field references read by the view, in first-use order;
@@ -297,7 +415,7 @@ delta_rows AS (
             // The range on occurred_at is implied by the bucket range and lets an index help.
             format!(
                 "\n    WHERE e.occurred_at >= $2 AND e.occurred_at < $3 + $1::interval\n      AND {b} >= $2 AND {b} < $3",
-                b = BUCKET_EXPR.replace("occurred_at", "e.occurred_at")
+                b = bucket_expr(WIDTH_PARAM, "e.occurred_at")
             )
         } else {
             "\n    WHERE eventview._progress_tick()".to_string()
@@ -316,7 +434,60 @@ delta_rows AS (
     /// (changes consumed, groups written, groups with a retraction, first type error).
     pub fn apply(&self, mode: Mode) -> String {
         let def = self.def;
-        let vid = self.view_id;
+        let mut ctes = self.delta_input(mode, WIDTH_PARAM);
+        let (key_exprs, d_cols) = self.group_delta_columns();
+        let group_positions: Vec<String> = (1..=key_exprs.len()).map(|p| p.to_string()).collect();
+        let mut insert_cols: Vec<String> = vec!["__k".into()];
+        insert_cols.extend(self.keys().columns);
+        let key_insert_cols = insert_cols.clone();
+        insert_cols.push("__count".into());
+        let mut sets = vec!["__count = t.__count + EXCLUDED.__count".to_string()];
+        for (i, m) in def.measures.iter().enumerate() {
+            let n = i + 1;
+            match m.kind {
+                AggKind::CountStar => {}
+                AggKind::Count => {
+                    insert_cols.push(format!("m{n}_n"));
+                    sets.push(format!("m{n}_n = t.m{n}_n + EXCLUDED.m{n}_n"));
+                }
+                AggKind::Sum | AggKind::Avg => {
+                    insert_cols.push(format!("m{n}_n"));
+                    insert_cols.push(format!("m{n}_sum"));
+                    sets.push(format!("m{n}_n = t.m{n}_n + EXCLUDED.m{n}_n"));
+                    sets.push(format!("m{n}_sum = t.m{n}_sum + EXCLUDED.m{n}_sum"));
+                }
+                AggKind::Min | AggKind::Max => {
+                    let pick = if m.kind == AggKind::Min { "LEAST" } else { "GREATEST" };
+                    insert_cols.push(format!("m{n}_val"));
+                    // Only additions: the extreme can only move outwards. A retraction defers
+                    // to the fix-up, which reads the group's multiset.
+                    sets.push(format!(
+                        "m{n}_val = CASE WHEN EXCLUDED.__dirty THEN t.m{n}_val ELSE {pick}(t.m{n}_val, EXCLUDED.m{n}_val) END"
+                    ));
+                }
+                AggKind::CountDistinct => {
+                    // Filled from the multiset upsert below: +1 per value whose count rose from
+                    // zero, -1 per value whose count fell to zero.
+                    insert_cols.push(format!("m{n}_val"));
+                    sets.push(format!("m{n}_val = t.m{n}_val + EXCLUDED.m{n}_val"));
+                }
+            }
+        }
+        insert_cols.push("__dirty".into());
+        sets.push("__dirty = EXCLUDED.__dirty".into());
+        let key_list = key_insert_cols.join(", ");
+        ctes.push(format!(
+            "d0 AS (\n    SELECT {}\n    FROM good\n    GROUP BY {}\n)",
+            d_cols.join(",\n           "),
+            group_positions.join(", ")
+        ));
+        self.apply_tail(mode, ctes, key_exprs, key_list, insert_cols, sets)
+    }
+
+    /// The CTEs from the rows to read through `good` (the type-checked values of each event,
+    /// signed) and `bad_rows`: shared by the apply statement and realtime reads.
+    fn delta_input(&self, mode: Mode, width: &str) -> Vec<String> {
+        let def = self.def;
         let refs = self.refs();
         let mut ctes: Vec<String> = Vec::new();
         let rows = match mode {
@@ -353,7 +524,7 @@ delta_rows AS (
             f_where.push(format!("r.event_type = ANY (ARRAY[{}]::text[])", list.join(", ")));
         }
         if mode == Mode::Window {
-            let b = BUCKET_EXPR.replace("occurred_at", "r.occurred_at");
+            let b = bucket_expr(width, "r.occurred_at");
             f_where.push(format!("NOT (r.from_delta AND {b} >= $2 AND {b} < $3)"));
         }
         let f_where = if f_where.is_empty() { String::new() } else { format!("\n    WHERE {}", f_where.join("\n      AND ")) };
@@ -366,7 +537,7 @@ delta_rows AS (
         let mut c_cols = vec!["sign".to_string(), "event_id".to_string()];
         let mut checks: Vec<(String, String)> = too_deep.clone();
         if def.bucketed {
-            c_cols.push(format!("{BUCKET_EXPR} AS bucket"));
+            c_cols.push(format!("{} AS bucket", bucket_expr(width, "occurred_at")));
         }
         for (i, g) in def.group_by.iter().enumerate() {
             let raw = self.raw_column(&refs, &g.field);
@@ -414,69 +585,57 @@ delta_rows AS (
         ctes.push(format!("c AS (\n    SELECT {}\n    FROM f{c_where}\n)", c_cols.join(",\n           ")));
         ctes.push("bad_rows AS (SELECT event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0)".into());
         ctes.push("good AS (SELECT * FROM c WHERE bad IS NULL)".into());
+        ctes
+    }
 
-        // d: the signed delta per group.
+    /// Key expressions of a group (over `good`) and the columns of its signed delta (`d0`):
+    /// keys, `__count`, per measure its counters or addition-only extreme, and `__dirty`
+    /// (the group took a retraction).
+    fn group_delta_columns(&self) -> (Vec<String>, Vec<String>) {
         let mut key_exprs = vec!["true AS __k".to_string()];
-        if def.bucketed {
+        if self.def.bucketed {
             key_exprs.push("bucket".into());
         }
-        for (i, g) in def.group_by.iter().enumerate() {
+        for (i, g) in self.def.group_by.iter().enumerate() {
             let n = i + 1;
             key_exprs.push(format!("coalesce(g{n}, {}) AS g{n}", g.sql_type().placeholder()));
             key_exprs.push(format!("(g{n} IS NULL) AS g{n}_null"));
         }
-        let group_positions: Vec<String> = (1..=key_exprs.len()).map(|p| p.to_string()).collect();
         let mut d_cols = key_exprs.clone();
         d_cols.push("sum(sign)::bigint AS __count".into());
-        let mut insert_cols: Vec<String> = vec!["__k".into()];
-        insert_cols.extend(self.keys().columns);
-        let key_insert_cols = insert_cols.clone();
-        insert_cols.push("__count".into());
-        let mut sets = vec!["__count = t.__count + EXCLUDED.__count".to_string()];
-        for (i, m) in def.measures.iter().enumerate() {
+        for (i, m) in self.def.measures.iter().enumerate() {
             let n = i + 1;
             match m.kind {
                 AggKind::CountStar => {}
-                AggKind::Count => {
-                    d_cols.push(format!("sum(CASE WHEN m{n} THEN sign ELSE 0 END)::bigint AS m{n}_n"));
-                    insert_cols.push(format!("m{n}_n"));
-                    sets.push(format!("m{n}_n = t.m{n}_n + EXCLUDED.m{n}_n"));
-                }
+                AggKind::Count => d_cols.push(format!("sum(CASE WHEN m{n} THEN sign ELSE 0 END)::bigint AS m{n}_n")),
                 AggKind::Sum | AggKind::Avg => {
                     d_cols.push(format!("sum(CASE WHEN m{n} IS NOT NULL THEN sign ELSE 0 END)::bigint AS m{n}_n"));
                     d_cols.push(format!("coalesce(sum(sign * m{n}), 0) AS m{n}_sum"));
-                    insert_cols.push(format!("m{n}_n"));
-                    insert_cols.push(format!("m{n}_sum"));
-                    sets.push(format!("m{n}_n = t.m{n}_n + EXCLUDED.m{n}_n"));
-                    sets.push(format!("m{n}_sum = t.m{n}_sum + EXCLUDED.m{n}_sum"));
                 }
                 AggKind::Min | AggKind::Max => {
-                    let (agg, pick) = if m.kind == AggKind::Min { ("min", "LEAST") } else { ("max", "GREATEST") };
+                    let agg = if m.kind == AggKind::Min { "min" } else { "max" };
                     d_cols.push(format!("{agg}(m{n}) FILTER (WHERE sign > 0) AS m{n}_val"));
-                    insert_cols.push(format!("m{n}_val"));
-                    // Only additions: the extreme can only move outwards. A retraction defers
-                    // to the fix-up, which reads the group's multiset.
-                    sets.push(format!(
-                        "m{n}_val = CASE WHEN EXCLUDED.__dirty THEN t.m{n}_val ELSE {pick}(t.m{n}_val, EXCLUDED.m{n}_val) END"
-                    ));
                 }
-                AggKind::CountDistinct => {
-                    // Filled from the multiset upsert below: +1 per value whose count rose from
-                    // zero, -1 per value whose count fell to zero.
-                    insert_cols.push(format!("m{n}_val"));
-                    sets.push(format!("m{n}_val = t.m{n}_val + EXCLUDED.m{n}_val"));
-                }
+                AggKind::CountDistinct => {}
             }
         }
         d_cols.push("bool_or(sign < 0) AS __dirty".into());
-        insert_cols.push("__dirty".into());
-        sets.push("__dirty = EXCLUDED.__dirty".into());
-        let key_list = key_insert_cols.join(", ");
-        ctes.push(format!(
-            "d0 AS (\n    SELECT {}\n    FROM good\n    GROUP BY {}\n)",
-            d_cols.join(",\n           "),
-            group_positions.join(", ")
-        ));
+        (key_exprs, d_cols)
+    }
+
+    /// The rest of the apply statement after `d0`: multisets, the group upsert, the type-error
+    /// policy and the consumer's new position.
+    fn apply_tail(
+        &self,
+        mode: Mode,
+        mut ctes: Vec<String>,
+        key_exprs: Vec<String>,
+        key_list: String,
+        insert_cols: Vec<String>,
+        sets: Vec<String>,
+    ) -> String {
+        let def = self.def;
+        let vid = self.view_id;
         // Multisets (min/max/count_distinct): (keys, v) -> n, in the same statement.
         let mut d_select = vec!["d0.*".to_string()];
         let mut d_joins = String::new();
@@ -682,7 +841,7 @@ mod tests {
     #[test]
     fn user_view_quotes_names_and_derives_avg() {
         let d = def(r#"{"Sku \"x\"": "$.sku"}"#, r#"{"a": "avg($.p)", "s": "sum(event_version)"}"#, None, false);
-        let v = sql(&d).create_user_view("\"public\".\"v\"");
+        let v = sql(&d).create_user_view("\"public\".\"v\"", Reads::Stored);
         assert!(v.contains("AS \"Sku \"\"x\"\"\""));
         assert!(v.contains("CASE WHEN m1_n > 0 THEN trim_scale(m1_sum) / m1_n END AS \"a\""));
     }
