@@ -88,8 +88,6 @@ AS $$ SELECT eventview._alter_view(name, realtime, on_type_error) $$;
 COMMENT ON FUNCTION eventview.alter_view(text, boolean, text) IS
 'Changes a view''s settings in place; NULL leaves a setting as it is';
 
--- Internal functions are not for direct use.
-REVOKE ALL ON FUNCTION eventview._create_event_table(text, interval, interval) FROM PUBLIC;
 
 CREATE FUNCTION eventview.jsonpath_first(doc jsonb, path text) RETURNS jsonb
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE

@@ -260,3 +260,43 @@ SELECT pg_catalog.setval('eventview._sources_source_id_seq',
 SELECT pg_catalog.setval('eventview._views_view_id_seq',
     coalesce((SELECT max(substring(relname FROM '^_v([0-9]+)_data$')::int)
               FROM pg_catalog.pg_class WHERE relnamespace = 'eventview'::regnamespace), 0) + 1, false);
+
+-- Privileges (see src/privileges.rs). Everyone may read the definitions (as pg_views shows
+-- everyone the definition of every view) and call the API, which checks rights itself. Writes
+-- to the catalog go through the API, running as the extension owner, except what a view's apply
+-- statement records, which runs as the view's owner: its position and counters, its schedule
+-- and failures; row-level security keeps each role to the views it owns.
+GRANT USAGE ON SCHEMA eventview TO PUBLIC;
+GRANT SELECT ON eventview._sources, eventview._views, eventview._fields, eventview._observed,
+                eventview._observed_versions, eventview.drift,
+                eventview.views, eventview.observed_fields, eventview.event_tables TO PUBLIC;
+GRANT UPDATE (applied_snapshot, applied_own_xid, applied_own_seq, quarantined, skipped,
+              schedule, last_error, failures, retry_at) ON eventview._views TO PUBLIC;
+ALTER TABLE eventview._views ENABLE ROW LEVEL SECURITY;
+CREATE POLICY everyone_reads ON eventview._views FOR SELECT USING (true);
+CREATE POLICY owners_update ON eventview._views FOR UPDATE
+    USING (pg_catalog.pg_has_role(owner::oid, 'MEMBER'));
+
+-- Quarantined events are user data: visible only to members of the owner role of their event
+-- table or of their view. Rejects of the ingest gate (no view) may be filed by whoever may
+-- insert into the table; a view's rejects only by its owner (its refresh runs as the owner).
+CREATE FUNCTION eventview._may_see_quarantine(source regclass, view_name text) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = source), 'MEMBER')
+        OR EXISTS (SELECT 1 FROM eventview._views v
+                   WHERE view_name IS NOT NULL AND v.relid = pg_catalog.to_regclass(view_name)
+                     AND pg_catalog.pg_has_role(v.owner::oid, 'MEMBER'))
+$$;
+CREATE FUNCTION eventview._may_file_quarantine(source regclass, view_name text) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN view_name IS NULL THEN pg_catalog.has_table_privilege(source, 'INSERT')
+                ELSE EXISTS (SELECT 1 FROM eventview._views v
+                             WHERE v.relid = pg_catalog.to_regclass(view_name)
+                               AND pg_catalog.pg_has_role(v.owner::oid, 'MEMBER')) END
+$$;
+ALTER TABLE eventview.quarantine ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owners_read ON eventview.quarantine FOR SELECT
+    USING (eventview._may_see_quarantine(source, view_name));
+CREATE POLICY filers_insert ON eventview.quarantine FOR INSERT
+    WITH CHECK (eventview._may_file_quarantine(source, view_name));
+GRANT SELECT, INSERT ON eventview.quarantine TO PUBLIC;

@@ -52,7 +52,6 @@ BEGIN
             SELECT %2$L::regclass, NULL, NULL, reason, envelope
             FROM checked WHERE reason IS NOT NULL
             ORDER BY ord
-            RETURNING 1
         ),
         good AS (
             SELECT envelope, ord,
@@ -75,7 +74,8 @@ BEGIN
         )
         SELECT (SELECT count(*) FROM added),
                (SELECT count(*) FROM good) - (SELECT count(*) FROM added),
-               (SELECT count(*) FROM rejected)
+               -- (Counted from the input: a producer may file rejects but not read them back.)
+               (SELECT count(*) FROM checked WHERE reason IS NOT NULL)
     $sql$, v_table, v_table) USING events, v_limit;
 END
 $$;

@@ -6,6 +6,12 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_view_id integer := eventview._view_id(name);
 BEGIN
+    IF NOT pg_catalog.pg_has_role((SELECT owner::oid FROM eventview._views WHERE view_id = v_view_id), 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to schedule view %: it belongs to role %',
+            name, (SELECT owner FROM eventview._views WHERE view_id = v_view_id)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only members of the view''s owner role (and superusers) may do this.';
+    END IF;
     IF every IS NOT NULL AND every <= interval '0' THEN
         RAISE EXCEPTION 'invalid schedule: % is not a positive interval', every
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL to unschedule.';
@@ -23,6 +29,8 @@ COMMENT ON FUNCTION eventview.schedule(text, interval) IS
 -- records per statement, so no statement holds many row locks or writes a huge transaction.
 -- Raw events older than retention are deleted with capture switched off for this transaction
 -- only: pruning history is not a retraction, views keep what they aggregated.
+-- Privileges: each source is pruned by (a member of) its owner role, who may delete its rows
+-- and its changelog records; prune() without a source skips the tables of other roles.
 CREATE FUNCTION eventview.prune(source text DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -31,11 +39,19 @@ DECLARE
     total bigint := 0;
     batch_size constant integer := 10000;
 BEGIN
+    IF source IS NOT NULL AND NOT pg_catalog.pg_has_role(
+            (SELECT c.relowner FROM pg_catalog.pg_class c
+             WHERE c.oid = eventview._event_table_sql(source)::regclass), 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to prune event table %', source
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only members of the table''s owner role (and superusers) may prune it.';
+    END IF;
     FOR s IN
         SELECT src.source_id, src.relid, src.retention, src.delta_retention,
                eventview._event_table_sql(src.relid::text) AS table_sql
         FROM eventview._sources src
-        WHERE source IS NULL OR src.relid = eventview._event_table_sql(source)::regclass
+        WHERE (source IS NULL OR src.relid = eventview._event_table_sql(source)::regclass)
+          AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid), 'MEMBER')
         ORDER BY src.source_id
     LOOP
         LOOP

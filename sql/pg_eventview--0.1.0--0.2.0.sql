@@ -41,6 +41,11 @@ BEGIN
 END
 $pin$;
 
+-- The delete capture no longer trusts eventview.pruning alone (any session can set it). An
+-- extension script may not replace functions the extension does not own (capture functions
+-- are run-time objects), so the library replaces the old ones at its first API call after the
+-- update (envelope::upgrade_captures).
+
 -- Exponential backoff of scheduled refreshes that keep failing.
 ALTER TABLE eventview._views
     ADD COLUMN failures integer NOT NULL DEFAULT 0,
@@ -86,3 +91,247 @@ BEGIN
     PERFORM eventview.prune();
 END
 $$;
+
+-- Functions whose bodies changed: the privilege checks of schedule and prune, the gate's
+-- reject count (a producer may file rejects but not read them back).
+CREATE OR REPLACE FUNCTION eventview.schedule(name text, every interval) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_view_id integer := eventview._view_id(name);
+BEGIN
+    IF NOT pg_catalog.pg_has_role((SELECT owner::oid FROM eventview._views WHERE view_id = v_view_id), 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to schedule view %: it belongs to role %',
+            name, (SELECT owner FROM eventview._views WHERE view_id = v_view_id)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only members of the view''s owner role (and superusers) may do this.';
+    END IF;
+    IF every IS NOT NULL AND every <= interval '0' THEN
+        RAISE EXCEPTION 'invalid schedule: % is not a positive interval', every
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL to unschedule.';
+    END IF;
+    UPDATE eventview._views SET schedule = every WHERE view_id = v_view_id;
+END
+$$;
+
+-- Algorithm (pruning the changelog): a record can go once every consumer of its source (each
+-- view and the field observer) has applied it, and it is older than delta_retention. Applied
+-- means: its transaction is visible in the consumer's applied snapshot, or it is the consumer's
+-- own transaction's record up to own_seq. Deleting works in batches of at most batch_size
+-- records per statement, so no statement holds many row locks or writes a huge transaction.
+-- Raw events older than retention are deleted with capture switched off for this transaction
+-- only: pruning history is not a retraction, views keep what they aggregated.
+-- Privileges: each source is pruned by (a member of) its owner role, who may delete its rows
+-- and its changelog records; prune() without a source skips the tables of other roles.
+CREATE OR REPLACE FUNCTION eventview.prune(source text DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    s record;
+    n bigint;
+    total bigint := 0;
+    batch_size constant integer := 10000;
+BEGIN
+    IF source IS NOT NULL AND NOT pg_catalog.pg_has_role(
+            (SELECT c.relowner FROM pg_catalog.pg_class c
+             WHERE c.oid = eventview._event_table_sql(source)::regclass), 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to prune event table %', source
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only members of the table''s owner role (and superusers) may prune it.';
+    END IF;
+    FOR s IN
+        SELECT src.source_id, src.relid, src.retention, src.delta_retention,
+               eventview._event_table_sql(src.relid::text) AS table_sql
+        FROM eventview._sources src
+        WHERE (source IS NULL OR src.relid = eventview._event_table_sql(source)::regclass)
+          AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid), 'MEMBER')
+        ORDER BY src.source_id
+    LOOP
+        LOOP
+            EXECUTE format($q$
+                WITH consumers AS (
+                    SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+                    FROM eventview._views WHERE source_id = $1
+                    UNION ALL
+                    SELECT observed_snapshot, observed_own_xid, observed_own_seq
+                    FROM eventview._sources WHERE source_id = $1
+                ),
+                doomed AS (
+                    SELECT c.ctid FROM eventview._changes_%s c
+                    WHERE c.logged_at < now() - $2
+                      AND c.xid < (SELECT min(pg_snapshot_xmax(s)) FROM consumers)
+                      AND NOT EXISTS (
+                          SELECT 1 FROM consumers k
+                          WHERE NOT (pg_visible_in_snapshot(c.xid, k.s)
+                                     OR coalesce(c.xid = k.own AND c.seq <= k.own_seq, false)))
+                    LIMIT $3
+                )
+                , gone AS (DELETE FROM eventview._changes_%s WHERE ctid IN (SELECT ctid FROM doomed) RETURNING 1)
+                SELECT count(*) FROM gone
+            $q$, s.source_id, s.source_id) INTO n USING s.source_id, s.delta_retention, batch_size;
+            total := total + n;
+            EXIT WHEN n < batch_size;
+        END LOOP;
+        IF s.retention IS NOT NULL THEN
+            PERFORM set_config('eventview.pruning', 'on', true);
+            LOOP
+                -- (Counted with RETURNING: the capture trigger's own SPI use resets ROW_COUNT.)
+                EXECUTE format(
+                    'WITH gone AS (DELETE FROM %s WHERE event_id IN
+                         (SELECT event_id FROM %s WHERE occurred_at < now() - $1 LIMIT $2) RETURNING 1)
+                     SELECT count(*) FROM gone',
+                    s.table_sql, s.table_sql) INTO n USING s.retention, batch_size;
+                total := total + n;
+                EXIT WHEN n < batch_size;
+            END LOOP;
+            PERFORM set_config('eventview.pruning', 'off', true);
+        END IF;
+    END LOOP;
+    RETURN total;
+END
+$$;
+
+-- The ingest gate: validates envelopes, inserts the good ones in one statement, quarantines the
+-- bad ones with a reason, and counts duplicates of the idempotency key. Plain SQL on purpose:
+-- thousands of envelopes per call run at INSERT ... SELECT speed, with no per-row round trip.
+CREATE OR REPLACE FUNCTION eventview.ingest(source text, events jsonb)
+RETURNS TABLE(inserted bigint, duplicates bigint, quarantined bigint)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_table text := eventview._event_table_sql(source);
+    -- pg_settings.setting is in bytes whatever unit the user wrote ('64kB').
+    v_limit bigint := (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'eventview.max_payload_bytes');
+BEGIN
+    IF events IS NULL OR jsonb_typeof(events) <> 'array' THEN
+        RAISE EXCEPTION 'invalid events: expected a JSON array of envelopes, found %',
+            coalesce(jsonb_typeof(events), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass [{"type": ..., "payload": {...}}, ...].';
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        WITH env AS (
+            SELECT e AS envelope, ord
+            FROM jsonb_array_elements($1) WITH ORDINALITY AS t(e, ord)
+        ),
+        checked AS (
+            SELECT envelope, ord, CASE
+                WHEN jsonb_typeof(envelope) <> 'object' THEN
+                    'envelope is a JSON ' || jsonb_typeof(envelope) || ', not an object'
+                WHEN jsonb_typeof(envelope->'type') IS DISTINCT FROM 'string' OR envelope->>'type' = '' THEN
+                    'envelope has no "type" (a non-empty string)'
+                WHEN envelope ? 'version' AND envelope->'version' <> 'null'::jsonb AND NOT (
+                         jsonb_typeof(envelope->'version') = 'number'
+                         AND (envelope->'version')::numeric = trunc((envelope->'version')::numeric)
+                         AND (envelope->'version')::numeric BETWEEN 1 AND 2147483647) THEN
+                    'bad "version": ' || left((envelope->'version')::text, 100) || ' is not an integer >= 1'
+                WHEN envelope ? 'producer' AND envelope->'producer' <> 'null'::jsonb
+                     AND jsonb_typeof(envelope->'producer') <> 'string' THEN
+                    'bad "producer": a JSON ' || jsonb_typeof(envelope->'producer') || ', not a string'
+                WHEN envelope ? 'occurred_at' AND envelope->'occurred_at' <> 'null'::jsonb
+                     AND eventview._rfc3339(envelope->'occurred_at') IS NULL THEN
+                    'unparsable "occurred_at": ' || left((envelope->'occurred_at')::text, 100) || ' is not an RFC 3339 timestamp'
+                WHEN envelope ? 'key' AND envelope->'key' <> 'null'::jsonb
+                     AND jsonb_typeof(envelope->'key') <> 'string' THEN
+                    'bad "key": a JSON ' || jsonb_typeof(envelope->'key') || ', not a string'
+                WHEN jsonb_typeof(envelope->'payload') IS DISTINCT FROM 'object' THEN
+                    'payload is ' || coalesce('a JSON ' || jsonb_typeof(envelope->'payload'), 'missing') || ', not a JSON object'
+                WHEN octet_length((envelope->'payload')::text) > $2 THEN
+                    'payload has ' || octet_length((envelope->'payload')::text) || ' bytes, more than eventview.max_payload_bytes (' || $2 || ')'
+            END AS reason
+            FROM env
+        ),
+        rejected AS (
+            INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
+            SELECT %2$L::regclass, NULL, NULL, reason, envelope
+            FROM checked WHERE reason IS NOT NULL
+            ORDER BY ord
+        ),
+        good AS (
+            SELECT envelope, ord,
+                   -- A key repeated within the batch is a duplicate after its first occurrence.
+                   row_number() OVER (PARTITION BY envelope->>'key' ORDER BY ord) AS nth
+            FROM checked WHERE reason IS NULL
+        ),
+        added AS (
+            INSERT INTO %1$s (event_key, event_type, event_version, producer, occurred_at, payload)
+            SELECT envelope->>'key', envelope->>'type',
+                   coalesce((envelope->'version')::numeric::integer, 1),
+                   coalesce(envelope->>'producer', current_user),
+                   coalesce(eventview._rfc3339(envelope->'occurred_at'), now()),
+                   envelope->'payload'
+            FROM good
+            WHERE envelope->>'key' IS NULL OR nth = 1
+            ORDER BY ord
+            ON CONFLICT (event_key) DO NOTHING
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM added),
+               (SELECT count(*) FROM good) - (SELECT count(*) FROM added),
+               -- (Counted from the input: a producer may file rejects but not read them back.)
+               (SELECT count(*) FROM checked WHERE reason IS NOT NULL)
+    $sql$, v_table, v_table) USING events, v_limit;
+END
+$$;
+
+-- The API checks rights itself (see src/privileges.rs).
+GRANT EXECUTE ON FUNCTION eventview._create_event_table(text, interval, interval) TO PUBLIC;
+
+-- Privileges (see src/privileges.rs). Everyone may read the definitions (as pg_views shows
+-- everyone the definition of every view) and call the API, which checks rights itself. Writes
+-- to the catalog go through the API, running as the extension owner, except what a view's apply
+-- statement records, which runs as the view's owner: its position and counters, its schedule
+-- and failures; row-level security keeps each role to the views it owns.
+GRANT USAGE ON SCHEMA eventview TO PUBLIC;
+GRANT SELECT ON eventview._sources, eventview._views, eventview._fields, eventview._observed,
+                eventview._observed_versions, eventview.drift,
+                eventview.views, eventview.observed_fields, eventview.event_tables TO PUBLIC;
+GRANT UPDATE (applied_snapshot, applied_own_xid, applied_own_seq, quarantined, skipped,
+              schedule, last_error, failures, retry_at) ON eventview._views TO PUBLIC;
+ALTER TABLE eventview._views ENABLE ROW LEVEL SECURITY;
+CREATE POLICY everyone_reads ON eventview._views FOR SELECT USING (true);
+CREATE POLICY owners_update ON eventview._views FOR UPDATE
+    USING (pg_catalog.pg_has_role(owner::oid, 'MEMBER'));
+
+-- Quarantined events are user data: visible only to members of the owner role of their event
+-- table or of their view. Rejects of the ingest gate (no view) may be filed by whoever may
+-- insert into the table; a view's rejects only by its owner (its refresh runs as the owner).
+CREATE FUNCTION eventview._may_see_quarantine(source regclass, view_name text) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = source), 'MEMBER')
+        OR EXISTS (SELECT 1 FROM eventview._views v
+                   WHERE view_name IS NOT NULL AND v.relid = pg_catalog.to_regclass(view_name)
+                     AND pg_catalog.pg_has_role(v.owner::oid, 'MEMBER'))
+$$;
+CREATE FUNCTION eventview._may_file_quarantine(source regclass, view_name text) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN view_name IS NULL THEN pg_catalog.has_table_privilege(source, 'INSERT')
+                ELSE EXISTS (SELECT 1 FROM eventview._views v
+                             WHERE v.relid = pg_catalog.to_regclass(view_name)
+                               AND pg_catalog.pg_has_role(v.owner::oid, 'MEMBER')) END
+$$;
+ALTER TABLE eventview.quarantine ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owners_read ON eventview.quarantine FOR SELECT
+    USING (eventview._may_see_quarantine(source, view_name));
+CREATE POLICY filers_insert ON eventview.quarantine FOR INSERT
+    WITH CHECK (eventview._may_file_quarantine(source, view_name));
+GRANT SELECT, INSERT ON eventview.quarantine TO PUBLIC;
+
+-- Run-time objects of existing tables and views, as 0.2.0 creates them: the table's owner reads
+-- and prunes its changelog, a view's owner reads it and owns the view's storage.
+DO $upgrade$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT s.source_id, c.relowner::regrole AS owner
+             FROM eventview._sources s JOIN pg_catalog.pg_class c ON c.oid = s.relid LOOP
+        EXECUTE pg_catalog.format('GRANT SELECT, DELETE ON eventview._changes_%s TO %I', r.source_id, r.owner::text);
+    END LOOP;
+    FOR r IN SELECT v.view_id, v.source_id, v.owner FROM eventview._views v LOOP
+        EXECUTE pg_catalog.format('GRANT SELECT ON eventview._changes_%s TO %I', r.source_id, r.owner::text);
+    END LOOP;
+    FOR r IN SELECT c.oid::regclass AS storage, v.owner
+             FROM eventview._views v JOIN pg_catalog.pg_class c
+               ON c.relnamespace = 'eventview'::regnamespace
+              AND c.relname ~ ('^_v' || v.view_id || '_(data|m[0-9]+)$') AND c.relkind = 'r' LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE %s OWNER TO %I', r.storage, r.owner::text);
+    END LOOP;
+END
+$upgrade$;

@@ -9,8 +9,21 @@ use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
-/// Every entry point: checks the catalog is at the library's version, runs `f`, maps its error.
+/// Every API entry point: checks the catalog is at the library's version, then runs `f` with
+/// the privilege model of `privileges` (checks against the caller, bookkeeping as the
+/// extension owner), and maps its error.
 fn at_boundary<T>(f: impl FnOnce() -> EvResult<T>) -> Result<T, ErrorReport> {
+    crate::errors::at_boundary(|| {
+        crate::catalog::require_current_version()?;
+        crate::privileges::api_call(|| {
+            envelope::upgrade_captures()?;
+            f()
+        })
+    })
+}
+
+/// Lookups for the SQL-language functions: the version check, in the caller's own rights.
+fn lookup<T>(f: impl FnOnce() -> EvResult<T>) -> Result<T, ErrorReport> {
     crate::errors::at_boundary(|| {
         crate::catalog::require_current_version()?;
         f()
@@ -106,7 +119,7 @@ fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str>) -
 /// fully qualified, quoted name that generated SQL uses.
 #[pg_extern(name = "_event_table_sql", stable, parallel_safe)]
 pub fn event_table_sql(name: &str) -> Result<String, ErrorReport> {
-    at_boundary(|| crate::catalog::source_by_name(name).map(|s| s.table_sql))
+    lookup(|| crate::catalog::source_by_name(name).map(|s| s.table_sql))
 }
 
 /// The observer's payload walk over one batch (see `shapes`).
@@ -137,7 +150,7 @@ fn payload_shapes(
 /// The internal id of the incremental view named `name` (42P01 / 22023 otherwise).
 #[pg_extern(name = "_view_id", stable, parallel_safe)]
 pub fn view_id(name: &str) -> Result<i32, ErrorReport> {
-    at_boundary(|| crate::catalog::view_by_name(name, false).map(|v| v.view_id))
+    lookup(|| crate::catalog::view_by_name(name, false).map(|v| v.view_id))
 }
 
 /// First match of a JSONPath that native operators cannot evaluate (see `core::jsonpath`), as
@@ -145,7 +158,7 @@ pub fn view_id(name: &str) -> Result<i32, ErrorReport> {
 /// tells apart from a missing value with `_jsonpath_too_deep` and handles per its type policy.
 #[pg_extern(name = "_jsonpath_match", immutable, strict, parallel_safe)]
 fn jsonpath_match(doc: &str, path: &str) -> Result<Option<pgrx::JsonB>, ErrorReport> {
-    at_boundary(|| {
+    crate::errors::at_boundary(|| {
         let Ok(value) = serde_json::from_str::<serde_json::Value>(doc) else {
             return Ok(None);
         };
@@ -172,7 +185,7 @@ fn jsonpath_too_deep(doc: &str) -> bool {
 /// naming the path, not an internal one. `eventview.jsonpath_first(jsonb, text)` wraps it.
 #[pg_extern(name = "_jsonpath_first", immutable, strict, parallel_safe)]
 fn jsonpath_first(doc: &str, path: &str) -> Result<Option<pgrx::JsonB>, ErrorReport> {
-    at_boundary(|| {
+    crate::errors::at_boundary(|| {
         let value: serde_json::Value = serde_json::from_str(doc).map_err(|e| {
             crate::errors::EvError::invalid(format!("cannot evaluate JSONPath \"{path}\" on this payload: {e}"))
                 .with_hint("Paths with wildcards, filters or descendants (..) are evaluated on payloads nested at most 127 levels deep; use a path of names and indexes.")

@@ -45,6 +45,7 @@ pub fn require_current_version() -> EvResult<()> {
 /// A registered event table.
 pub struct Source {
     pub source_id: i32,
+    pub relid: pg_sys::Oid,
     /// Quoted, schema-qualified name.
     pub table_sql: String,
 }
@@ -56,7 +57,7 @@ pub fn source_by_relid(relid: pg_sys::Oid) -> EvResult<Option<Source>> {
     )?;
     match id {
         None => Ok(None),
-        Some(source_id) => Ok(Some(Source { source_id, table_sql: relation::qualified(relid)? })),
+        Some(source_id) => Ok(Some(Source { source_id, relid, table_sql: relation::qualified(relid)? })),
     }
 }
 
@@ -92,6 +93,8 @@ pub struct ViewRecord {
     /// Raw events older than this may have been pruned (`now() - retention`), if the source
     /// has a retention.
     pub retention_horizon: Option<pgrx::datum::TimestampWithTimeZone>,
+    /// The role the view belongs to: refreshes run as this role.
+    pub owner: pg_sys::Oid,
 }
 
 /// Loads a view by its user relation; with `lock`, takes the row lock that serializes
@@ -126,7 +129,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
                         json_typeof(v.definition -> 'event_types'),
                         (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
                         v.on_type_error, v.time_bucket,
-                        (now() - s.retention)::timestamptz
+                        (now() - s.retention)::timestamptz, v.owner::oid
                  FROM eventview._views v JOIN eventview._sources s USING (source_id)
                  WHERE v.view_id = $1",
                 Some(1),
@@ -146,9 +149,11 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             t.get::<String>(10)?,
             t.get::<Interval>(11)?,
             t.get::<pgrx::datum::TimestampWithTimeZone>(12)?,
+            t.get::<pg_sys::Oid>(13)?,
         ))
     })?;
-    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, horizon) = row;
+    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, horizon, owner) =
+        row;
     let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
     let fields = fields_of_source(source_id.ok_or_else(missing)?)?;
     let definition = parse_definition(&DefinitionInput {
@@ -170,11 +175,13 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         relid: relid.ok_or_else(missing)?,
         source: Source {
             source_id: source_id.ok_or_else(missing)?,
+            relid: source_relid,
             table_sql: relation::qualified(source_relid)?,
         },
         definition,
         time_bucket: bucket,
         retention_horizon: horizon,
+        owner: owner.ok_or_else(missing)?,
     })
 }
 
@@ -207,7 +214,7 @@ pub fn all_sources() -> EvResult<Vec<Source>> {
         Ok::<_, pgrx::spi::SpiError>(out)
     })?;
     rows.into_iter()
-        .map(|(source_id, relid)| Ok(Source { source_id, table_sql: relation::qualified(relid)? }))
+        .map(|(source_id, relid)| Ok(Source { source_id, relid, table_sql: relation::qualified(relid)? }))
         .collect()
 }
 

@@ -23,6 +23,7 @@ mod fields;
 mod gucs;
 mod jsonpath_eval;
 mod observer;
+mod privileges;
 mod progress;
 mod refresh;
 mod relation;

@@ -20,6 +20,7 @@ use crate::core::definition::TypePolicy;
 use crate::core::sqlgen::{Mode, ViewSql};
 use crate::errors::{EvError, EvResult};
 use crate::observer;
+use crate::privileges;
 use crate::progress;
 use crate::spi_util;
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
@@ -50,13 +51,11 @@ pub fn apply(
 ) -> EvResult<Applied> {
     let sql = sql_of(view);
     let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
+    // The quarantine is the extension's; storage, the source and the changelog are read and
+    // written as the view's owner.
     if mode == Mode::Window {
-        for statement in sql.clear_window() {
-            spi_util::run(&statement, &args)?;
-        }
         spi_util::run(&sql.forget_type_errors_in_window(), &args)?;
     } else if mode == Mode::Full {
-        spi_util::run_all(&sql.clear_all())?;
         spi_util::run_all(&[sql.forget_type_errors()])?;
     }
     let statement = sql.apply(mode);
@@ -65,14 +64,23 @@ pub fn apply(
             spi_util::one("SELECT reltuples FROM pg_catalog.pg_class WHERE oid = $1::regclass", &[view.source.table_sql.as_str().into()])?;
         progress::start(format!("recomputing {}", relname(view)?), estimate.map(|e| e as i64));
     }
-    let (consumed, groups_written, dirty, first_error) = Spi::connect_mut(|client| {
-        let row = client.update(&statement, Some(1), &args)?.first();
-        Ok::<_, pgrx::spi::SpiError>((
-            row.get::<i64>(1)?.unwrap_or(0),
-            row.get::<i64>(2)?.unwrap_or(0),
-            row.get::<i64>(3)?.unwrap_or(0),
-            row.get::<String>(4)?,
-        ))
+    let (consumed, groups_written, dirty, first_error) = privileges::as_role(view.owner, || {
+        if mode == Mode::Window {
+            for statement in sql.clear_window() {
+                spi_util::run(&statement, &args)?;
+            }
+        } else if mode == Mode::Full {
+            spi_util::run_all(&sql.clear_all())?;
+        }
+        Ok(Spi::connect_mut(|client| {
+            let row = client.update(&statement, Some(1), &args)?.first();
+            Ok::<_, pgrx::spi::SpiError>((
+                row.get::<i64>(1)?.unwrap_or(0),
+                row.get::<i64>(2)?.unwrap_or(0),
+                row.get::<i64>(3)?.unwrap_or(0),
+                row.get::<String>(4)?,
+            ))
+        })?)
     })?;
     progress::finish();
     if view.definition.on_type_error == TypePolicy::Fail {
@@ -82,7 +90,7 @@ pub fn apply(
         }
     }
     if dirty > 0 {
-        spi_util::run_all(&sql.fixup())?;
+        privileges::as_role(view.owner, || spi_util::run_all(&sql.fixup()))?;
     }
     Ok(Applied { consumed, groups_written })
 }
@@ -96,6 +104,7 @@ fn relname(view: &ViewRecord) -> EvResult<String> {
 pub fn refresh(name: &str) -> EvResult<i64> {
     // Lock order everywhere: the source's observer row, then the view's row.
     let unlocked = catalog::view_by_name(name, false)?;
+    privileges::require_view_owner(unlocked.relid, unlocked.owner, "refresh")?;
     observer::observe(unlocked.source.source_id, &unlocked.source.table_sql)?;
     let view = catalog::view_by_name(name, true)?;
     refresh_locked(&view)
@@ -113,9 +122,12 @@ pub fn refresh_all() -> EvResult<i64> {
         observer::observe(source.source_id, &source.table_sql)?;
     }
     let mut total = 0;
+    // The views the caller may refresh: those of roles it is a member of (all, for a superuser).
     for relid in catalog::all_views()? {
         if let Some(view) = catalog::view_by_relid(relid, true)? {
-            total += refresh_locked(&view)?;
+            if privileges::caller_acts_as(view.owner) {
+                total += refresh_locked(&view)?;
+            }
         }
     }
     Ok(total)
@@ -129,6 +141,7 @@ pub fn rebuild(
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<i64> {
     let view = catalog::view_by_name(name, true)?;
+    privileges::require_view_owner(view.relid, view.owner, "rebuild")?;
     let started = Instant::now();
     let mut from = from;
     if view.definition.bucketed {

@@ -24,11 +24,14 @@ pub fn quoted_for_create(name: &str) -> EvResult<String> {
     Ok(parts.iter().map(|p| quote::ident(p)).collect::<Vec<_>>().join("."))
 }
 
-/// An existing relation, or 42P01.
+/// An existing relation, or 42P01. Resolved as the caller of the API call in progress, so a
+/// `$user` entry in search_path means the caller.
 pub fn resolve(name: &str) -> EvResult<pg_sys::Oid> {
     let quoted = quoted_for_create(name)?;
-    spi_util::one::<pg_sys::Oid>("SELECT pg_catalog.to_regclass($1)::oid", &[quoted.as_str().into()])?
-        .ok_or_else(|| EvError::undefined_table(name))
+    crate::privileges::as_caller(|| {
+        spi_util::one::<pg_sys::Oid>("SELECT pg_catalog.to_regclass($1)::oid", &[quoted.as_str().into()])
+    })?
+    .ok_or_else(|| EvError::undefined_table(name))
 }
 
 /// `"schema"."name"` of a relation, for generated SQL that must not depend on search_path.

@@ -6,6 +6,7 @@ use crate::core::definition::{parse_definition, DefinitionInput, TypePolicy};
 use crate::core::names;
 use crate::core::sqlgen::{Mode, Reads, ViewSql};
 use crate::errors::{EvError, EvResult};
+use crate::privileges;
 use crate::refresh;
 use crate::relation;
 use crate::spi_util;
@@ -38,6 +39,7 @@ fn check_time_bucket(bucket: Interval) -> EvResult<()> {
 
 pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     let source = catalog::source_by_name(args.source)?;
+    privileges::require_select(source.relid)?;
     let fields = catalog::fields_of_source(source.source_id)?;
     let definition = parse_definition(&DefinitionInput {
         fields: &fields,
@@ -53,17 +55,25 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     }
     let view_id = catalog::next_view_id()?;
     let sql = ViewSql { def: &definition, view_id, source_id: source.source_id, source_table: source.table_sql.clone() };
+    // Storage lives in schema eventview (created by the extension owner) and belongs to the
+    // view's owner, who refreshes it; the user relation is created in the caller's name. The
+    // owner reads the source's changelog at refresh.
+    let owner = privileges::caller();
+    let owner_ident = privileges::role_ident(owner)?;
     spi_util::run_all(&sql.create_storage())?;
+    spi_util::run_all(&sql.storage_tables().iter().map(|t| format!("ALTER TABLE {t} OWNER TO {owner_ident}")).collect::<Vec<_>>())?;
+    spi_util::run_all(&[format!("GRANT SELECT ON {} TO {owner_ident}", names::changelog(source.source_id))])?;
     let user_view = relation::quoted_for_create(args.name)?;
-    spi_util::run_all(&[sql.create_user_view(&user_view, Reads::Stored)])?;
+    privileges::as_caller(|| spi_util::run_all(&[sql.create_user_view(&user_view, Reads::Stored)]))?;
     let relid = relation::resolve(args.name)?;
     let types: Option<Vec<String>> = definition.event_types.clone();
     spi_util::run(
-        "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, realtime, applied_snapshot)
+        "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, realtime,
+                                       owner, applied_snapshot)
          VALUES ($1, $2::regclass, $3,
                  json_build_object('group_by', $4::json, 'measures', $5::json, 'event_types', $6::text[],
                                    'time_bucket', $7::interval, 'filter', $8::json),
-                 $7, $9, $10, pg_current_snapshot())",
+                 $7, $9, $10, $11::oid::regrole, pg_current_snapshot())",
         &[
             view_id.into(),
             relid.into(),
@@ -75,6 +85,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
             args.filter.into(),
             definition.on_type_error.name().into(),
             args.realtime.into(),
+            owner.into(),
         ],
     )?;
     // Storage is private to the owner; readers are granted on the user relation.
@@ -110,7 +121,8 @@ pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
         source_table: view.source.table_sql.clone(),
     };
     let reads = if realtime { Reads::Realtime { bucket_width: width.as_deref() } } else { Reads::Stored };
-    spi_util::run_all(&[sql.replace_user_view(&relation::qualified(view.relid)?, reads)])
+    let statement = sql.replace_user_view(&relation::qualified(view.relid)?, reads);
+    privileges::as_role(view.owner, || spi_util::run_all(&[statement]))
 }
 
 pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
@@ -119,16 +131,29 @@ pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     let user = relation::qualified(relid)?;
     spi_util::run_all(&[format!("DROP VIEW {user}")])?;
     spi_util::run_all(&sql.drop_storage())?;
-    catalog::delete_view(view.view_id)
+    catalog::delete_view(view.view_id)?;
+    // The owner reads the changelog for its views only: the grant goes with the last of them
+    // (the table's owner keeps its own).
+    let others = spi_util::one::<i64>(
+        "SELECT count(*) FROM eventview._views WHERE source_id = $1 AND owner::oid = $2",
+        &[view.source.source_id.into(), view.owner.into()],
+    )?;
+    if others == Some(0) && view.owner != privileges::table_owner(view.source.relid)? {
+        let log = names::changelog(view.source.source_id);
+        spi_util::run_all(&[format!("REVOKE SELECT ON {log} FROM {}", privileges::role_ident(view.owner)?)])?;
+    }
+    Ok(())
 }
 
 pub fn drop_view(name: &str) -> EvResult<()> {
     let view = catalog::view_by_name(name, false)?;
+    privileges::require_view_owner(view.relid, view.owner, "drop")?;
     drop_view_by_relid(view.relid)
 }
 
 pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str>) -> EvResult<()> {
     let view = catalog::view_by_name(name, true)?;
+    privileges::require_view_owner(view.relid, view.owner, "alter")?;
     if let Some(policy) = on_type_error {
         let policy: TypePolicy = TypePolicy::parse(policy)?;
         spi_util::run(

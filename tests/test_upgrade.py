@@ -105,10 +105,15 @@ members AS (
 SELECT 'member ' || pg_describe_object(classid, objid, 0) FROM members
 UNION ALL
 SELECT 'function ' || p.oid::regprocedure || E'\n' || pg_get_functiondef(p.oid)
-       || E'\nacl ' || coalesce(p.proacl::text, '-') || E'\ncomment ' || coalesce(obj_description(p.oid, 'pg_proc'), '-')
+       || E'\nacl ' || (SELECT string_agg(a::text, ',' ORDER BY a::text)
+                         FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a)
+       || E'\ncomment ' || coalesce(obj_description(p.oid, 'pg_proc'), '-')
 FROM pg_proc p WHERE p.pronamespace = 'eventview'::regnamespace
 UNION ALL
-SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' acl ' || coalesce(c.relacl::text, '-')
+SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' acl '
+       || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text)
+                    FROM aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a), '-')
+       || ' rls ' || c.relrowsecurity::text
        || ' comment ' || coalesce(obj_description(c.oid, 'pg_class'), '-')
        || CASE WHEN c.relkind = 'v' THEN E'\n' || pg_get_viewdef(c.oid) ELSE '' END
 FROM pg_class c WHERE c.relnamespace = 'eventview'::regnamespace
@@ -119,6 +124,16 @@ FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE c.relnamespace = 'eventview'::regnamespace AND c.relkind IN ('r', 'v', 'p')
   AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'policy ' || polrelid::regclass || ' ' || polname || ' ' || polcmd::text || ' '
+       || coalesce(pg_get_expr(polqual, polrelid), '-') || ' ' || coalesce(pg_get_expr(polwithcheck, polrelid), '-')
+FROM pg_policy WHERE polrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'eventview'::regnamespace)
+UNION ALL
+SELECT format('column acl %s.%s %s', c.relname, a.attname, a.attacl::text)
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+WHERE c.relnamespace = 'eventview'::regnamespace AND a.attacl IS NOT NULL
+UNION ALL
+SELECT 'schema acl ' || coalesce(nspacl::text, '-') FROM pg_namespace WHERE nspname = 'eventview'
 UNION ALL
 SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid)
 FROM pg_constraint WHERE connamespace = 'eventview'::regnamespace
@@ -219,6 +234,13 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
                             AND prosecdef""").fetchone()[0] == 4
 
         assert c.execute("SELECT eventview.refresh('shop.by_sku')").fetchone()[0] > 0
+        assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
+        # That first API call replaced the old delete capture: eventview.pruning no longer
+        # switches capture off for rows within retention.
+        c.execute("SET eventview.pruning = on")
+        c.execute("DELETE FROM shop.events WHERE event_id = 5")
+        c.execute("RESET eventview.pruning")
+        c.execute("SELECT eventview.refresh('shop.by_sku')")
         assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
         # Capture continues; retraction of an extreme after the update.
         insert_events(c, 321, 350, "2026-11-20")

@@ -57,6 +57,14 @@ const OLD_COLUMNS: &str =
     "event_id, old_event_type, old_event_version, old_producer, old_occurred_at, old_payload";
 const ROW_COLUMNS: &str = "event_id, event_type, event_version, producer, occurred_at, payload";
 
+/// The delete capture function of a source as this version creates it, replacing an older one.
+pub fn replace_delete_capture(source_id: i32) -> String {
+    capture_function(source_id, "delete", &delete_body(source_id)).replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+}
+
+/// Text only the current delete capture has (an older one must be replaced).
+pub const CURRENT_DELETE_CAPTURE_MARK: &str = "old_rows.occurred_at";
+
 fn capture_function(source_id: i32, op: &str, body: &str) -> String {
     let func = names::capture_function(source_id, op);
     // SECURITY DEFINER: producers need no privilege on the changelog. search_path is pinned
@@ -72,6 +80,23 @@ BEGIN
     RETURN NULL;
 END
 $capture$"
+    )
+}
+
+/// What the delete capture runs. eventview.prune() deletes raw events past the table's
+/// retention with `eventview.pruning` on: not a retraction, those rows are not logged. The
+/// setting is an ordinary one, so the exemption is limited to rows past the retention (which
+/// prune may drop from history anyway): a producer who sets it still has every other delete
+/// logged.
+pub fn delete_body(source_id: i32) -> String {
+    let log = names::changelog(source_id);
+    format!(
+        "    INSERT INTO {log} (op, {OLD_COLUMNS})
+    SELECT 'D', {ROW_COLUMNS} FROM old_rows
+    WHERE NOT coalesce(pg_catalog.current_setting('eventview.pruning', true) OPERATOR(pg_catalog.=) 'on'
+                       AND old_rows.occurred_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-)
+                           (SELECT s.retention FROM eventview._sources s WHERE s.source_id OPERATOR(pg_catalog.=) {source_id})),
+                       false);"
     )
 }
 
@@ -92,14 +117,7 @@ pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
       FROM (SELECT event_id FROM new_rows EXCEPT SELECT event_id FROM old_rows) moved
     HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;"
     );
-    // eventview.prune() deletes expired raw events with capture off: not a retraction.
-    let delete_body = format!(
-        "    IF pg_catalog.current_setting('eventview.pruning', true) OPERATOR(pg_catalog.=) 'on' THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO {log} (op, {OLD_COLUMNS})
-    SELECT 'D', {ROW_COLUMNS} FROM old_rows;"
-    );
+    let delete_body = delete_body(source_id);
     // TG_RELID rather than the name at creation time, so a renamed table keeps working.
     let truncate_body = format!(
         "    EXECUTE pg_catalog.format('INSERT INTO {log} (op, {OLD_COLUMNS}) SELECT ''D'', {ROW_COLUMNS} FROM %s',

@@ -165,6 +165,13 @@ impl<'a> ViewSql<'a> {
         out
     }
 
+    /// The storage table and the multisets, qualified.
+    pub fn storage_tables(&self) -> Vec<String> {
+        let mut out = vec![self.data()];
+        out.extend(self.multiset_measures().map(|(n, _)| names::view_values(self.view_id, n)));
+        out
+    }
+
     /// Drops storage and multisets (the user relation is dropped separately).
     pub fn drop_storage(&self) -> Vec<String> {
         let mut out = vec![format!("DROP TABLE IF EXISTS {}", self.data())];

@@ -1,0 +1,169 @@
+//! Who runs what. The API functions are SECURITY INVOKER and check the caller's rights
+//! explicitly; the extension's own bookkeeping then runs as the extension owner, and the work on
+//! a user's data runs as the user it belongs to:
+//!
+//! | work                                              | runs as                      |
+//! |---------------------------------------------------|------------------------------|
+//! | catalog rows, changelog, capture functions, storage DDL, the field observer | extension owner |
+//! | the user's event table and view relation (CREATE/DROP/REPLACE) | the caller          |
+//! | a view's apply statements and fix-ups (reads the source and changelog, writes storage) | the view's owner (also when the worker or run_maintenance refreshes it) |
+//!
+//! Checks (SQLSTATE 42501): creating a view needs SELECT on its source; refreshing, rebuilding,
+//! altering, scheduling or dropping a view needs membership in its owner role; dropping an event
+//! table or declaring its fields needs membership in the table's owner role. Superusers pass.
+//!
+//! The switch is Postgres' own `SetUserIdAndSecContext` (as REFRESH MATERIALIZED VIEW and
+//! SECURITY DEFINER functions do); the previous user is restored when the closure returns or
+//! unwinds, and by the transaction or subtransaction abort of an error.
+
+use crate::errors::{EvError, EvResult};
+use crate::spi_util;
+use pgrx::prelude::*;
+use std::cell::RefCell;
+
+thread_local! {
+    /// The callers of the API calls in progress, innermost last.
+    static CALLERS: RefCell<Vec<pg_sys::Oid>> = const { RefCell::new(Vec::new()) };
+}
+
+struct Restore {
+    user: pg_sys::Oid,
+    context: i32,
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        // SAFETY: restores the user id and security context saved by `switch_to`, in the same
+        // backend, as Postgres' fmgr does around SECURITY DEFINER calls.
+        unsafe { pg_sys::SetUserIdAndSecContext(self.user, self.context) };
+    }
+}
+
+fn switch_to(role: pg_sys::Oid) -> Restore {
+    let mut user = pg_sys::InvalidOid;
+    let mut context: i32 = 0;
+    // SAFETY: plain reads and writes of the backend's current user id and security context.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(role, context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
+    }
+    Restore { user, context }
+}
+
+fn current_user() -> pg_sys::Oid {
+    // SAFETY: reads the backend's current user id.
+    unsafe { pg_sys::GetUserId() }
+}
+
+/// Runs `f` as `role`.
+pub fn as_role<T>(role: pg_sys::Oid, f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
+    let _restore = switch_to(role);
+    f()
+}
+
+/// Runs an API call: remembers the caller, then runs `f` as the extension owner.
+pub fn api_call<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
+    let caller = current_user();
+    let owner = extension_owner()?;
+    CALLERS.with(|c| c.borrow_mut().push(caller));
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            CALLERS.with(|c| c.borrow_mut().pop());
+        }
+    }
+    let _pop = Pop;
+    as_role(owner, f)
+}
+
+/// The role that called the API function in progress (the current user outside of one).
+pub fn caller() -> pg_sys::Oid {
+    CALLERS.with(|c| c.borrow().last().copied()).unwrap_or_else(current_user)
+}
+
+/// Runs `f` as the caller of the API function in progress.
+pub fn as_caller<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
+    as_role(caller(), f)
+}
+
+fn extension_owner() -> EvResult<pg_sys::Oid> {
+    spi_util::one::<pg_sys::Oid>(
+        "SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview'",
+        &[],
+    )?
+    .ok_or_else(|| EvError::new(PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT, "extension pg_eventview is not installed"))
+}
+
+fn role_name(role: pg_sys::Oid) -> EvResult<String> {
+    Ok(spi_util::one::<String>("SELECT rolname::text FROM pg_catalog.pg_roles WHERE oid = $1", &[role.into()])?
+        .unwrap_or_default())
+}
+
+/// Whether the caller is a member of `role` (superusers are members of every role).
+pub fn caller_acts_as(role: pg_sys::Oid) -> bool {
+    // SAFETY: a catalog lookup of role membership for two valid role oids.
+    unsafe { pg_sys::is_member_of_role(caller(), role) }
+}
+
+fn regclass_text(relid: pg_sys::Oid) -> EvResult<String> {
+    Ok(spi_util::one::<String>("SELECT $1::regclass::text", &[relid.into()])?.unwrap_or_default())
+}
+
+fn denied(message: String, hint: &str) -> EvError {
+    EvError::new(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE, message).with_hint(hint.to_string())
+}
+
+/// The owner of a view (refresh, rebuild, alter, schedule, drop).
+pub fn require_view_owner(view_relid: pg_sys::Oid, owner: pg_sys::Oid, action: &str) -> EvResult<()> {
+    if caller_acts_as(owner) {
+        return Ok(());
+    }
+    let name = regclass_text(view_relid)?;
+    Err(denied(
+        format!("permission denied to {action} view {name}: it belongs to role {}", role_name(owner)?),
+        "Only members of the view's owner role (and superusers) may do this.",
+    ))
+}
+
+/// The owner of an event table (drop it, declare its fields).
+pub fn require_table_owner(relid: pg_sys::Oid, action: &str) -> EvResult<()> {
+    let owner = table_owner(relid)?;
+    if caller_acts_as(owner) {
+        return Ok(());
+    }
+    let name = regclass_text(relid)?;
+    Err(denied(
+        format!("permission denied to {action} event table {name}: it belongs to role {}", role_name(owner)?),
+        "Only members of the table's owner role (and superusers) may do this.",
+    ))
+}
+
+/// SELECT on the event table a view reads.
+pub fn require_select(relid: pg_sys::Oid) -> EvResult<()> {
+    let allowed = spi_util::one::<bool>(
+        "SELECT pg_catalog.has_table_privilege($1, $2, 'SELECT')",
+        &[caller().into(), relid.into()],
+    )?;
+    if allowed == Some(true) {
+        return Ok(());
+    }
+    let name = regclass_text(relid)?;
+    Err(denied(
+        format!("permission denied for table {name}: creating a view over it needs SELECT on it"),
+        "Ask the table's owner to GRANT SELECT on it to you.",
+    ))
+}
+
+pub fn table_owner(relid: pg_sys::Oid) -> EvResult<pg_sys::Oid> {
+    spi_util::one::<pg_sys::Oid>("SELECT relowner FROM pg_catalog.pg_class WHERE oid = $1", &[relid.into()])?
+        .ok_or_else(|| EvError::invalid("relation vanished"))
+}
+
+/// `role` as a quoted identifier, for GRANT and ALTER ... OWNER TO.
+pub fn role_ident(role: pg_sys::Oid) -> EvResult<String> {
+    Ok(spi_util::one::<String>(
+        "SELECT pg_catalog.quote_ident(rolname::text) FROM pg_catalog.pg_roles WHERE oid = $1",
+        &[role.into()],
+    )?
+    .unwrap_or_default())
+}

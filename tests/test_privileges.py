@@ -1,0 +1,182 @@
+"""Privileges (issue 4, item 6), with non-superuser roles:
+- the API runs with the caller's rights: creating a view needs SELECT on its event table; only
+  (members of) a view's owner refresh, rebuild, alter, schedule or drop it; only the table's
+  owner drops it, declares its fields or prunes it (42501 otherwise);
+- refreshes run as the view's owner, also from run_maintenance (the worker and pg_cron);
+- changelogs and view storage are not readable or writable by other roles, the catalog not
+  writable; producers need nothing but their privileges on the event table;
+- quarantined events are visible only to the owners of their event table or view;
+- every SECURITY DEFINER function pins search_path; the capture can't be switched off by a
+  producer.
+Roles are cluster-wide: the test creates its own, uniquely named, and drops them at the end."""
+
+import psycopg
+import pytest
+
+ROLES = ["alice", "bob", "pat", "rita", "mallory"]
+
+
+def role(name):
+    return f"pgev_{name}"
+
+
+@pytest.fixture
+def roles(cluster, db):
+    dbname = db.rsplit("dbname=", 1)[1]
+    with cluster.connect(dbname) as c:
+        for r in ROLES:
+            c.execute(f"DROP ROLE IF EXISTS {role(r)}")
+            c.execute(f"CREATE ROLE {role(r)}")
+        c.execute(f"GRANT CREATE ON SCHEMA public TO {role('alice')}, {role('bob')}")
+    yield dbname
+    with cluster.connect(dbname) as c:
+        for r in ROLES:
+            c.execute(f"DROP OWNED BY {role(r)} CASCADE")
+    cluster.drop_database(db)
+    with cluster.connect() as c:
+        for r in ROLES:
+            c.execute(f"DROP ROLE IF EXISTS {role(r)}")
+
+
+class As:
+    """A connection acting as one role (SET ROLE from the test superuser)."""
+
+    def __init__(self, cluster, dbname, name):
+        self.conn = cluster.connect(dbname)
+        self.conn.execute("SET TimeZone = 'UTC'")
+        if name != "postgres":
+            self.conn.execute(f"SET ROLE {role(name)}")
+
+    def q(self, sql, params=None):
+        cur = self.conn.execute(sql, params)
+        return cur.fetchall() if cur.description else cur.rowcount
+
+    def one(self, sql, params=None):
+        return self.q(sql, params)[0][0]
+
+    def denied(self, sql, params=None):
+        """Runs sql, which must fail with insufficient_privilege; returns the message."""
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+            self.conn.execute(sql, params)
+        return e.value.diag.message_primary
+
+
+def test_roles_get_exactly_their_rights(cluster, roles):
+    admin = As(cluster, roles, "postgres")
+    alice, bob, pat, rita, mallory = (As(cluster, roles, r) for r in ROLES)
+
+    # The table owner creates the event table and hands out rights.
+    assert alice.one("SELECT eventview.create_event_table('ev')::text") == "ev"
+    assert alice.one("SELECT tableowner FROM pg_tables WHERE tablename = 'ev'") == role("alice")
+    source_id = alice.one("SELECT source_id FROM eventview._sources WHERE relid = 'ev'::regclass")
+    log = f"eventview._changes_{source_id}"
+    alice.q(f"GRANT INSERT ON ev TO {role('pat')}")
+    # The gate's duplicate check (ON CONFLICT on event_key) reads the key column.
+    alice.q(f"GRANT SELECT (event_key) ON ev TO {role('pat')}")
+    alice.q(f"GRANT SELECT ON ev TO {role('bob')}")
+    alice.q("SELECT eventview.define_field('ev', 'sku', '$.sku')")
+    alice.q("INSERT INTO ev (event_type, payload) VALUES ('cart', '{\"sku\": \"A\", \"qty\": 1}')")
+
+    # Creating a view needs SELECT on the source.
+    msg = mallory.denied("SELECT eventview.create_view('mv', 'ev')")
+    assert msg == "permission denied for table ev: creating a view over it needs SELECT on it"
+    bob.q("""SELECT eventview.create_view('bv', 'ev', group_by => '{"sku": "sku"}',
+             measures => '{"n": "count(*)", "qty": "sum($.qty)", "hi": "max($.qty)"}')""")
+    bob.q("""SELECT eventview.create_view('brt', 'ev', group_by => '{"sku": "sku"}',
+             measures => '{"n": "count(*)", "qty": "sum($.qty)"}', realtime => true)""")
+    assert bob.one("SELECT viewowner FROM pg_views WHERE viewname = 'bv'") == role("bob")
+    view_id = bob.one("SELECT view_id FROM eventview._views WHERE relid = 'bv'::regclass")
+    storage = f"eventview._v{view_id}_data"
+    assert admin.one(f"SELECT tableowner FROM pg_tables WHERE schemaname || '.' || tablename = '{storage}'") == role("bob")
+
+    # Producers need nothing but INSERT on the table: INSERT and COPY are captured.
+    pat.q("INSERT INTO ev (event_type, payload) VALUES ('cart', '{\"sku\": \"A\", \"qty\": 2}')")
+    with pat.conn.cursor().copy("COPY ev (event_type, payload) FROM STDIN") as cp:
+        cp.write_row(("cart", '{"sku": "B", "qty": 5}'))
+    assert bob.one("SELECT eventview.refresh('bv')") == 2
+    assert bob.q("SELECT sku, n, qty, hi FROM bv ORDER BY sku") == [("A", 2, 3, 2), ("B", 1, 5, 5)]
+
+    # Nobody else reads or writes the changelog or the storage; the catalog is read-only.
+    for who in (pat, rita, mallory):
+        who.denied(f"SELECT * FROM {log}")
+        who.denied(f"INSERT INTO {log} (op, event_ids) VALUES ('I', ARRAY[1])")
+        who.denied(f"DELETE FROM {log}")
+        who.denied(f"SELECT * FROM {storage}")
+        who.denied(f"UPDATE {storage} SET __count = 0")
+        who.denied("DELETE FROM eventview._views")
+        who.denied("UPDATE eventview._sources SET retention = '1 day'")
+        who.denied("UPDATE eventview._views SET definition = '{}'")
+        # Columns a view's own refresh records: only the owner's rows (row-level security).
+        assert who.q("UPDATE eventview._views SET applied_snapshot = pg_current_snapshot()") == 0
+    bob.denied(f"DELETE FROM {log}")
+
+    # Only the owner's role refreshes, rebuilds, alters, schedules or drops a view.
+    for sql in ["SELECT eventview.refresh('bv')", "SELECT eventview.rebuild('bv')",
+                "SELECT eventview.alter_view('bv', on_type_error => 'skip')",
+                "SELECT eventview.schedule('bv', '1 minute')", "SELECT eventview.drop_view('bv')"]:
+        msg = mallory.denied(sql)
+        assert "view bv: it belongs to role pgev_bob" in msg, msg
+    # ... only the table's owner drops it, declares its fields, prunes it.
+    for sql in ["SELECT eventview.drop_event_table('ev', cascade => true)",
+                "SELECT eventview.define_field('ev', 'x', '$.x')", "SELECT eventview.prune('ev')"]:
+        mallory.denied(sql)
+        bob.denied(sql)
+    # refresh_all and run_maintenance act on the caller's views only.
+    pat.q("INSERT INTO ev (event_type, payload) VALUES ('cart', '{\"sku\": \"C\", \"qty\": 7}')")
+    assert mallory.one("SELECT eventview.refresh_all()") == 0
+    mallory.q("SELECT eventview.run_maintenance()")
+    assert admin.one("SELECT pending_changes FROM eventview.views WHERE name = 'bv'::regclass") == 1
+
+    # Readers of a view need SELECT on it only, realtime included.
+    bob.q(f"GRANT SELECT ON bv, brt TO {role('rita')}")
+    assert rita.q("SELECT sku, n FROM bv ORDER BY sku") == [("A", 2), ("B", 1)]
+    assert rita.q("SELECT sku, n, qty FROM brt ORDER BY sku") == [("A", 2, 3), ("B", 1, 5), ("C", 1, 7)]
+    mallory.denied("SELECT * FROM bv")
+
+    # Quarantine: a view's rejects are seen by the view's and the table's owners only; the
+    # gate's rejects by the table's owner (a producer may file them, not read them).
+    pat.q("INSERT INTO ev (event_type, payload) VALUES ('cart', '{\"sku\": \"A\", \"qty\": \"two\"}')")
+    assert pat.q("SELECT * FROM eventview.ingest('ev', '[{\"type\": \"cart\", \"payload\": [1]}]')") == [(0, 0, 1)]
+    bob.q("SELECT eventview.refresh('bv')")
+    reasons = "SELECT coalesce(view_name, '(gate)') FROM eventview.quarantine ORDER BY id"
+    assert bob.q(reasons) == [("public.bv",)]
+    assert sorted(alice.q(reasons)) == [("(gate)",), ("public.bv",)]
+    for who in (pat, rita, mallory):
+        assert who.q(reasons) == []
+    mallory.q("SELECT 1 FROM eventview.quarantine")  # readable table, empty for them
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        mallory.q("""INSERT INTO eventview.quarantine (source, view_name, reason, event)
+                     VALUES ('ev', 'public.bv', 'forged', '{}')""")
+
+    # run_maintenance (the worker, pg_cron) refreshes each view as its owner: once bob may no
+    # longer read the table, his view's refresh fails, even when a superuser runs maintenance.
+    bob.q("SELECT eventview.schedule('bv', '1 second')")
+    alice.q(f"REVOKE SELECT ON ev FROM {role('bob')}")
+    pat.q("INSERT INTO ev (event_type, payload) VALUES ('cart', '{\"sku\": \"D\", \"qty\": 1}')")
+    admin.q("UPDATE eventview._views SET last_refresh_at = now() - interval '1 hour' WHERE relid = 'bv'::regclass")
+    admin.q("SELECT eventview.run_maintenance()")
+    err = admin.one("SELECT last_error FROM eventview.views WHERE name = 'bv'::regclass")
+    assert err is not None and "permission denied for table ev" in err, err
+    bob.denied("SELECT eventview.refresh('bv')")
+    alice.q(f"GRANT SELECT ON ev TO {role('bob')}")
+    assert bob.one("SELECT eventview.refresh('bv')") >= 1
+
+    # A producer can't switch capture off: with eventview.pruning on, only rows past the
+    # table's retention go unlogged (prune's own deletes); this one is recent and is retracted.
+    alice.q(f"GRANT SELECT, DELETE ON ev TO {role('pat')}")
+    pat.q("SET eventview.pruning = on")
+    assert pat.q("DELETE FROM ev WHERE payload->>'sku' = 'B'") == 1
+    assert bob.one("SELECT eventview.refresh('bv')") == 1
+    assert bob.q("SELECT sku FROM bv ORDER BY sku") == [("A",), ("C",), ("D",)]
+
+    # Every SECURITY DEFINER function in the extension's schema pins search_path.
+    assert admin.q("""SELECT p.oid::regprocedure::text FROM pg_proc p
+                      WHERE p.pronamespace = 'eventview'::regnamespace AND p.prosecdef
+                        AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)""") == []
+
+    # The owners drop what is theirs; the table's owner may drop views of others by cascade.
+    bob.q("SELECT eventview.drop_view('brt')")
+    alice.q("SELECT eventview.drop_event_table('ev', cascade => true)")
+    assert admin.one("SELECT count(*) FROM eventview._views") == 0
+    for who in (admin, alice, bob, pat, rita, mallory):
+        who.conn.close()
