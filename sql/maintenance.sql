@@ -26,7 +26,10 @@ COMMENT ON FUNCTION eventview.schedule(text, interval) IS
 -- view and the field observer) has applied it, and it is older than delta_retention. Applied
 -- means: its transaction is visible in the consumer's applied snapshot, or it is the consumer's
 -- own transaction's record up to own_seq. Deleting works in batches of at most batch_size
--- records per statement, so no statement holds many row locks or writes a huge transaction.
+-- records per statement, walking the xid index upwards from where the previous batch ended (so
+-- a backlog of millions costs one pass, not one rescan of the deleted rows per batch), and at
+-- most eventview.prune_max_rows rows per source per call: one call is one bounded transaction
+-- (the worker and pg_cron call it every cycle; call it again while it returns a full count).
 -- Raw events older than retention are deleted with capture switched off for this transaction
 -- only: pruning history is not a retraction, views keep what they aggregated.
 -- Privileges: each source is pruned by (a member of) its owner role, who may delete its rows
@@ -36,8 +39,12 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     s record;
     n bigint;
+    done bigint;
+    upto xid8;
     total bigint := 0;
     batch_size constant integer := 10000;
+    -- (The setting exists once the library is loaded; the same default otherwise.)
+    max_rows constant bigint := coalesce(nullif(pg_catalog.current_setting('eventview.prune_max_rows', true), ''), '200000')::bigint;
 BEGIN
     IF source IS NOT NULL AND NOT pg_catalog.pg_has_role(
             (SELECT c.relowner FROM pg_catalog.pg_class c
@@ -54,6 +61,8 @@ BEGIN
           AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid), 'MEMBER')
         ORDER BY src.source_id
     LOOP
+        done := 0;
+        upto := '0'::xid8;
         LOOP
             EXECUTE format($q$
                 WITH consumers AS (
@@ -64,22 +73,27 @@ BEGIN
                     FROM eventview._sources WHERE source_id = $1
                 ),
                 doomed AS (
-                    SELECT c.ctid FROM eventview._changes_%s c
-                    WHERE c.logged_at < now() - $2
+                    SELECT c.ctid, c.xid FROM eventview._changes_%s c
+                    WHERE c.xid >= $4
                       AND c.xid < (SELECT min(pg_snapshot_xmax(s)) FROM consumers)
+                      AND c.logged_at < now() - $2
                       AND NOT EXISTS (
                           SELECT 1 FROM consumers k
                           WHERE NOT (pg_visible_in_snapshot(c.xid, k.s)
                                      OR coalesce(c.xid = k.own AND c.seq <= k.own_seq, false)))
+                    ORDER BY c.xid
                     LIMIT $3
-                )
-                , gone AS (DELETE FROM eventview._changes_%s WHERE ctid IN (SELECT ctid FROM doomed) RETURNING 1)
-                SELECT count(*) FROM gone
-            $q$, s.source_id, s.source_id) INTO n USING s.source_id, s.delta_retention, batch_size;
-            total := total + n;
-            EXIT WHEN n < batch_size;
+                ),
+                gone AS (DELETE FROM eventview._changes_%s WHERE ctid IN (SELECT ctid FROM doomed) RETURNING xid)
+                SELECT count(*), max(xid) FROM gone
+            $q$, s.source_id, s.source_id)
+            INTO n, upto USING s.source_id, s.delta_retention, least(batch_size, max_rows - done), coalesce(upto, '0'::xid8);
+            done := done + n;
+            EXIT WHEN n < batch_size OR done >= max_rows;
         END LOOP;
+        total := total + done;
         IF s.retention IS NOT NULL THEN
+            done := 0;
             PERFORM set_config('eventview.pruning', 'on', true);
             LOOP
                 -- (Counted with RETURNING: the capture trigger's own SPI use resets ROW_COUNT.)
@@ -87,11 +101,12 @@ BEGIN
                     'WITH gone AS (DELETE FROM %s WHERE event_id IN
                          (SELECT event_id FROM %s WHERE occurred_at < now() - $1 LIMIT $2) RETURNING 1)
                      SELECT count(*) FROM gone',
-                    s.table_sql, s.table_sql) INTO n USING s.retention, batch_size;
-                total := total + n;
-                EXIT WHEN n < batch_size;
+                    s.table_sql, s.table_sql) INTO n USING s.retention, least(batch_size, max_rows - done);
+                done := done + n;
+                EXIT WHEN n < batch_size OR done >= max_rows;
             END LOOP;
             PERFORM set_config('eventview.pruning', 'off', true);
+            total := total + done;
         END IF;
     END LOOP;
     RETURN total;

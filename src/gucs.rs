@@ -14,6 +14,8 @@ pub static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(1024 * 10
 pub static DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
 /// Time between two maintenance ticks, in milliseconds.
 pub static NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+/// Rows `prune` deletes per event table and call, for the changelog and for raw events each.
+pub static PRUNE_MAX_ROWS: GucSetting<i32> = GucSetting::<i32>::new(200_000);
 /// Whether the worker runs maintenance at all.
 pub static WORKER_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -37,6 +39,16 @@ pub fn define(preloading: bool) {
         24 * 3600 * 1000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"eventview.prune_max_rows",
+        c"Most changelog records, and most raw events, eventview.prune() deletes per event table in one call.",
+        c"Bounds the work and the transaction of one call; the worker and pg_cron call it every cycle.",
+        &PRUNE_MAX_ROWS,
+        1000,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::default(),
     );
     GucRegistry::define_bool_guc(
         c"eventview.worker",

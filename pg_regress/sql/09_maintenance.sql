@@ -45,6 +45,22 @@ SELECT pending_changes FROM eventview.views WHERE name = 'ops_manual'::regclass;
 SELECT eventview.refresh('ops_manual');
 SELECT sum(n) AS manual_counted FROM ops_manual;
 
+-- One call prunes at most eventview.prune_max_rows rows per table (changelog and raw events
+-- each), so a backlog drains over several bounded transactions.
+INSERT INTO ops (event_type, payload) SELECT 'a', '{}' FROM generate_series(1, 2500);
+UPDATE ops SET payload = '{"v": 1}' WHERE event_type = 'a';
+SELECT eventview.refresh_all() > 0 AS applied;
+DO $$ BEGIN
+  EXECUTE format('UPDATE eventview._changes_%s SET logged_at = logged_at - interval ''2 hours''',
+                 (SELECT source_id FROM eventview._sources WHERE relid = 'ops'::regclass));
+END $$;
+SET eventview.prune_max_rows = 1000;
+SELECT eventview.prune('ops') AS pruned;
+SELECT eventview.prune('ops') AS pruned_next;
+SELECT eventview.prune('ops') AS pruned_last;
+SELECT eventview.prune('ops') AS nothing_left;
+RESET eventview.prune_max_rows;
+
 -- A failing view records its error; the others keep refreshing.
 SELECT eventview.create_view('ops_strict', 'ops', measures => '{"s": "sum($.v)"}', on_type_error => 'fail');
 SELECT eventview.schedule('ops_strict', '1 second');
