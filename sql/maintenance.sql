@@ -26,10 +26,11 @@ COMMENT ON FUNCTION eventview.schedule(text, interval) IS
 -- view and the field observer) has applied it, and it is older than delta_retention. Applied
 -- means: its transaction is visible in the consumer's applied snapshot, or it is the consumer's
 -- own transaction's record up to own_seq. Deleting works in batches of at most batch_size
--- records per statement, walking the xid index upwards from where the previous batch ended (so
--- a backlog of millions costs one pass, not one rescan of the deleted rows per batch), and at
--- most eventview.prune_max_rows rows per source per call: one call is one bounded transaction
--- (the worker and pg_cron call it every cycle; call it again while it returns a full count).
+-- records per statement, walking the (xid, seq) index upwards from where the previous batch
+-- ended (so a backlog of millions costs one pass, not one rescan of the deleted rows per
+-- batch), and at most about eventview.prune_max_rows rows per source per call: one call is one
+-- bounded transaction (the worker and pg_cron call it every cycle; call it again while it
+-- returns a full count).
 -- Raw events older than retention are deleted with capture switched off for this transaction
 -- only: pruning history is not a retraction, views keep what they aggregated.
 -- Privileges: each source is pruned by (a member of) its owner role, who may delete its rows
@@ -39,8 +40,14 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     s record;
     n bigint;
+    m bigint;
     done bigint;
-    upto xid8;
+    below xid8;
+    lo_xid xid8;
+    lo_seq bigint;
+    hi_xid xid8;
+    hi_seq bigint;
+    oldest timestamptz;
     total bigint := 0;
     batch_size constant integer := 10000;
     -- (The setting exists once the library is loaded; the same default otherwise.)
@@ -61,9 +68,25 @@ BEGIN
           AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid), 'MEMBER')
         ORDER BY src.source_id
     LOOP
+        -- Walk the (xid, seq) index upwards in windows of batch_size records below the
+        -- smallest xmax of the consumers: each window is found by an index scan that starts
+        -- where the previous one ended, then its applied records older than delta_retention
+        -- are deleted. Work is linear in the records walked, whatever the transaction sizes.
         done := 0;
-        upto := '0'::xid8;
+        lo_xid := '0'::xid8;
+        lo_seq := 0;
+        EXECUTE 'SELECT min(pg_snapshot_xmax(s)) FROM (
+                     SELECT applied_snapshot AS s FROM eventview._views WHERE source_id = $1
+                     UNION ALL SELECT observed_snapshot FROM eventview._sources WHERE source_id = $1) k'
+            INTO below USING s.source_id;
         LOOP
+            EXECUTE format('SELECT count(*), (array_agg(xid ORDER BY xid DESC, seq DESC))[1],
+                                   (array_agg(seq ORDER BY xid DESC, seq DESC))[1], min(logged_at)
+                            FROM (SELECT xid, seq, logged_at FROM eventview._changes_%s
+                                  WHERE (xid, seq) > ($1, $2) AND xid < $3
+                                  ORDER BY xid, seq LIMIT $4) w', s.source_id)
+                INTO n, hi_xid, hi_seq, oldest USING lo_xid, lo_seq, below, least(batch_size, max_rows - done);
+            EXIT WHEN n = 0;
             EXECUTE format($q$
                 WITH consumers AS (
                     SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
@@ -72,24 +95,26 @@ BEGIN
                     SELECT observed_snapshot, observed_own_xid, observed_own_seq
                     FROM eventview._sources WHERE source_id = $1
                 ),
-                doomed AS (
-                    SELECT c.ctid, c.xid FROM eventview._changes_%s c
-                    WHERE c.xid >= $4
-                      AND c.xid < (SELECT min(pg_snapshot_xmax(s)) FROM consumers)
+                gone AS (
+                    DELETE FROM eventview._changes_%s c
+                    WHERE (c.xid, c.seq) > ($3, $4) AND (c.xid, c.seq) <= ($5, $6)
                       AND c.logged_at < now() - $2
                       AND NOT EXISTS (
                           SELECT 1 FROM consumers k
                           WHERE NOT (pg_visible_in_snapshot(c.xid, k.s)
                                      OR coalesce(c.xid = k.own AND c.seq <= k.own_seq, false)))
-                    ORDER BY c.xid
-                    LIMIT $3
-                ),
-                gone AS (DELETE FROM eventview._changes_%s WHERE ctid IN (SELECT ctid FROM doomed) RETURNING xid)
-                SELECT count(*), max(xid) FROM gone
-            $q$, s.source_id, s.source_id)
-            INTO n, upto USING s.source_id, s.delta_retention, least(batch_size, max_rows - done), coalesce(upto, '0'::xid8);
-            done := done + n;
-            EXIT WHEN n < batch_size OR done >= max_rows;
+                    RETURNING 1
+                )
+                SELECT count(*) FROM gone
+            $q$, s.source_id)
+            INTO m USING s.source_id, s.delta_retention, lo_xid, lo_seq, hi_xid, hi_seq;
+            done := done + m;
+            lo_xid := hi_xid;
+            lo_seq := hi_seq;
+            -- Records come in (roughly) the order they were logged: once a whole window is
+            -- younger than delta_retention, so is what follows.
+            EXIT WHEN n < least(batch_size, max_rows - done + m) OR done >= max_rows
+                      OR oldest >= now() - s.delta_retention;
         END LOOP;
         total := total + done;
         IF s.retention IS NOT NULL THEN

@@ -233,6 +233,15 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
         assert c.execute("""SELECT count(*) FROM pg_proc WHERE pronamespace = 'eventview'::regnamespace
                             AND prosecdef""").fetchone()[0] == 4
 
+        # Changelogs got the (xid, seq) index, and nothing made at run time became a member of
+        # the extension (DROP EXTENSION must keep it).
+        assert c.execute("""SELECT indexdef FROM pg_indexes WHERE schemaname = 'eventview'
+                            AND tablename LIKE '\\_changes\\_%'""").fetchall() == [
+            ("CREATE INDEX _changes_1_xid_seq_idx ON eventview._changes_1 USING btree (xid, seq)",)]
+        assert c.execute("""SELECT count(*) FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+                            WHERE e.extname = 'pg_eventview' AND d.deptype = 'e' AND d.classid = 'pg_class'::regclass
+                              AND d.objid IN (SELECT oid FROM pg_class WHERE relname ~ '^_(changes|v)[0-9]')""").fetchone()[0] == 0
+
         assert c.execute("SELECT eventview.refresh('shop.by_sku')").fetchone()[0] > 0
         assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
         # That first API call replaced the old delete capture: eventview.pruning no longer

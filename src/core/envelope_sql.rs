@@ -48,7 +48,8 @@ pub fn create_changelog(source_id: i32) -> Vec<String> {
     old_payload       jsonb
 )"
         ),
-        format!("CREATE INDEX ON {log} (xid)"),
+        // (xid, seq): refreshes read a range of xids; prune walks it in (xid, seq) order.
+        format!("CREATE INDEX ON {log} (xid, seq)"),
         format!("REVOKE ALL ON {log} FROM PUBLIC"),
     ]
 }

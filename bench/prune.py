@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""pg_eventview pruning benchmark (issue 4, item 4): prune a changelog of N records (4M by
+default) that every view has applied, and show that it works in bounded transactions without
+holding up producers.
+
+Set-up: an event table of 10k events feeding one view; N/10k UPDATE statements of all 10k
+events make N changelog records ('U' rows); one refresh applies them; delta_retention is one
+second, so all of them may go. Then, measured:
+- `eventview.prune()` called until it returns 0: calls, time per call (each call is one
+  transaction of at most eventview.prune_max_rows records), total time and records/s;
+- meanwhile a producer inserting 10-row batches in its own connection: its latency p50/p99
+  during pruning against the same producer right before (baseline, same run);
+- for comparison, the naive way on an identical changelog: one `DELETE FROM` of every record
+  in a single transaction, and `TRUNCATE` (what rotating changelog tables would cost).
+Results go to bench/prune_results.md with the machine line."""
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+
+import psycopg
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (machine line)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EVENTS = 10_000
+
+
+def connect(args, dbname=None):
+    return psycopg.connect(host=args.host, port=args.port, user="postgres",
+                           dbname=dbname or args.dbname, autocommit=True)
+
+
+def one(conn, sql, params=None):
+    return conn.execute(sql, params).fetchone()[0]
+
+
+def build_changelog(conn, table, records):
+    """An event table whose changelog holds `records` applied records; returns its changelog."""
+    conn.execute(f"SELECT eventview.create_event_table('{table}', delta_retention => '1 second')")
+    conn.execute(f"""SELECT eventview.create_view('{table}_by_type', '{table}',
+                     group_by => '{{"kind": "$.kind"}}', measures => '{{"n": "count(*)", "v": "sum($.v)"}}')""")
+    conn.execute(f"""INSERT INTO {table} (event_type, payload)
+                     SELECT 'e', jsonb_build_object('kind', i % 10, 'v', 0, 'pad', repeat('x', 300))
+                     FROM generate_series(1, {EVENTS}) i""")
+    rounds = records // EVENTS
+    for r in range(rounds):
+        conn.execute(f"UPDATE {table} SET payload = jsonb_set(payload, '{{v}}', to_jsonb({r + 1}))")
+    conn.execute(f"SELECT eventview.refresh('{table}_by_type')")
+    source_id = one(conn, f"SELECT source_id FROM eventview._sources WHERE relid = '{table}'::regclass")
+    log = f"eventview._changes_{source_id}"
+    time.sleep(1.1)  # past delta_retention
+    return log, one(conn, f"SELECT count(*) FROM {log}")
+
+
+class Producer(threading.Thread):
+    """Inserts 10-row batches back to back and records each statement's latency."""
+
+    def __init__(self, args, table):
+        super().__init__(daemon=True)
+        self.conn = connect(args)
+        self.table = table
+        self.lat = []
+        self.phase = "baseline"
+        self.stop = False
+
+    def run(self):
+        while not self.stop:
+            t = time.perf_counter()
+            self.conn.execute(f"""INSERT INTO {self.table} (event_type, payload)
+                                  SELECT 'e', jsonb_build_object('kind', i, 'v', 1) FROM generate_series(1, 10) i""")
+            self.lat.append((self.phase, time.perf_counter() - t))
+            time.sleep(0.005)
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=55470)
+    ap.add_argument("--dbname", default="prune")
+    ap.add_argument("--records", type=int, default=4_000_000)
+    ap.add_argument("--quick", action="store_true", help="400k records")
+    ap.add_argument("--out", default=os.path.join(HERE, "prune_results.md"))
+    args = ap.parse_args()
+    if args.quick:
+        args.records = 400_000
+    so_at_start, load_at_start = bench.so_info(), os.getloadavg()[0]
+    with connect(args, "postgres") as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{args.dbname}"')
+        c.execute(f'CREATE DATABASE "{args.dbname}"')
+    conn = connect(args)
+    conn.execute("CREATE EXTENSION pg_eventview")
+    t0 = time.perf_counter()
+    log, n = build_changelog(conn, "ev", args.records)
+    size_before = one(conn, f"SELECT pg_size_pretty(pg_total_relation_size('{log}'))")
+    print(f"prune: changelog {log} holds {n:,} applied records ({size_before}), built in "
+          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+
+    last_seq = one(conn, f"SELECT max(seq) FROM {log}")
+    producer = Producer(args, "ev")
+    producer.start()
+    time.sleep(3)
+    producer.phase = "prune"
+    calls = []
+    while True:
+        t = time.perf_counter()
+        got = one(conn, "SELECT eventview.prune('ev')")
+        calls.append((got, time.perf_counter() - t))
+        if got == 0:
+            break
+    producer.phase = "after"
+    time.sleep(1)
+    producer.stop = True
+    producer.join()
+    # (The producer's own records are recent: they stay.)
+    left = one(conn, f"SELECT count(*) FROM {log} WHERE seq <= %s", (last_seq,))
+    max_rows = one(conn, "SELECT current_setting('eventview.prune_max_rows')")
+    pruned = sum(g for g, _ in calls)
+    total = sum(t for _, t in calls)
+    base = [x for p, x in producer.lat if p == "baseline"]
+    during = [x for p, x in producer.lat if p == "prune"]
+
+    # The naive ways, on an identical changelog.
+    log2, n2 = build_changelog(conn, "ev2", args.records)
+    t = time.perf_counter()
+    conn.execute(f"DELETE FROM {log2}")
+    one_delete = time.perf_counter() - t
+    conn.execute(f"SELECT eventview.create_event_table('ev3')")
+    log3 = f"eventview._changes_{one(conn, 'SELECT source_id FROM eventview._sources WHERE relid = ' + repr('ev3') + '::regclass')}"
+    conn.execute(f"INSERT INTO {log3} (op, event_id) SELECT 'U', i FROM generate_series(1, {args.records}) i")
+    t = time.perf_counter()
+    conn.execute(f"TRUNCATE {log3}")
+    truncate = time.perf_counter() - t
+
+    notes = []
+    machine, settings = bench.machine_line(conn, so_at_start, load_at_start, notes)
+    lines = [
+        "# pg_eventview pruning benchmark",
+        "",
+        f"Machine: {machine}",
+        f"Settings: {settings}",
+        "",
+        f"Changelog of {n:,} records applied by every consumer ({size_before}), past delta_retention.",
+        "",
+        "| what | result |",
+        "|---|---|",
+        f"| `eventview.prune()` until it returns 0 | {len(calls)} calls ({len(calls) - 1} pruning, prune_max_rows = {int(max_rows):,}), "
+        f"{total:.2f} s in total, {pruned / total:,.0f} records/s; {left} records left |",
+        f"| time per pruning call (one transaction each) | median {statistics.median([t for g, t in calls if g]) * 1000:.0f} ms, "
+        f"max {max(t for g, t in calls if g) * 1000:.0f} ms |",
+        f"| producer, 10-row INSERT, before pruning | p50 {pct(base, 50) * 1000:.2f} ms, p99 {pct(base, 99) * 1000:.2f} ms ({len(base)} statements) |",
+        f"| producer, 10-row INSERT, while pruning | p50 {pct(during, 50) * 1000:.2f} ms, p99 {pct(during, 99) * 1000:.2f} ms ({len(during)} statements) |",
+        f"| baseline: one `DELETE FROM` of all {n2:,} records, one transaction | {one_delete:.2f} s |",
+        f"| baseline: `TRUNCATE` of a {args.records:,}-record changelog (rotation) | {truncate * 1000:.0f} ms |",
+        "",
+        "Raw timings of the prune calls (records, seconds): "
+        + ", ".join(f"({g}, {t:.3f})" for g, t in calls),
+    ] + [f"- {x}" for x in notes]
+    text = "\n".join(lines) + "\n"
+    with open(args.out, "w") as fh:
+        fh.write(text)
+    print(text)
+    if left:
+        sys.exit(f"prune left {left} records behind")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# pg_eventview pruning benchmark: starts a throwaway cluster, runs bench/prune.py (prune a
+# 4M-record changelog; --quick: 400k), stops and deletes the cluster on exit.
+# Installs what is missing and a release build of pg_eventview first (BENCH_NO_INSTALL=1 uses
+# whatever is installed in the system PostgreSQL 15 as it is).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${BENCH_NO_INSTALL:-0}" != 1 ]; then
+  bash scripts/setup.sh
+  echo "prune: installing a release build of pg_eventview" >&2
+  cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/tmp/pg_eventview_bench_install.log 2>&1 \
+    || { tail -40 /tmp/pg_eventview_bench_install.log; exit 1; }
+fi
+DIR=${PRUNE_DIR:-/tmp/pg_eventview_prune}
+PORT=${PRUNE_PORT:-55470}
+cleanup() {
+  bash scripts/cluster.sh stop "$DIR"
+  if [ "${BENCH_KEEP:-0}" != 1 ]; then rm -rf "$DIR"; fi
+}
+trap cleanup EXIT
+bash scripts/cluster.sh start "$DIR" "$PORT" \
+  "shared_buffers = '1GB'" \
+  "work_mem = '64MB'" \
+  "maintenance_work_mem = '512MB'" \
+  "max_wal_size = '16GB'" \
+  "checkpoint_timeout = '1h'" \
+  "log_min_messages = warning"
+python3 bench/prune.py --host 127.0.0.1 --port "$PORT" "$@"
