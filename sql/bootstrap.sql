@@ -139,26 +139,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventview._observed_versions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview.drift', '');
 
 
--- An RFC 3339 timestamp ("2026-11-30T10:00:00Z", "...+02:00") from a JSON string, or NULL when
--- the value is anything else. Postgres-only inputs such as 'now' or 'yesterday' are not RFC 3339.
--- IMMUTABLE: the offset is always explicit, so the session TimeZone does not matter.
-CREATE FUNCTION eventview._rfc3339(j jsonb) RETURNS timestamptz
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    s text;
-BEGIN
-    IF jsonb_typeof(j) <> 'string' THEN
-        RETURN NULL;
-    END IF;
-    s := j #>> '{}';
-    IF s !~ '^\d{4}-\d{2}-\d{2}[Tt ]([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$' THEN
-        RETURN NULL;
-    END IF;
-    RETURN s::timestamptz;
-EXCEPTION WHEN others THEN
-    RETURN NULL;
-END
-$$;
+
 
 
 -- The schema-qualified name of a view's relation, as eventview.quarantine.view_name records it

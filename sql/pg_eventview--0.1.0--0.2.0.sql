@@ -19,6 +19,25 @@ IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'jsonpath_too_deep_wrapper';
 
+-- RFC 3339 check in Rust: no subtransaction and no configuration change per value.
+CREATE FUNCTION eventview."_rfc3339_valid"(
+	"s" TEXT
+) RETURNS bool
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'rfc3339_valid_wrapper';
+
+-- An RFC 3339 timestamp ("2026-11-30T10:00:00Z", "...+02:00") from a JSON string, or NULL when
+-- the value is anything else. Postgres-only inputs such as 'now' or 'yesterday' are not RFC 3339.
+-- The check (Rust, core::rfc3339) guarantees the cast cannot fail; plain SQL so that it is
+-- inlined into the ingest statement and into refreshes (STABLE because the cast is, though the
+-- offset is always explicit and the session TimeZone does not matter).
+CREATE OR REPLACE FUNCTION eventview._rfc3339(j jsonb) RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN pg_catalog.jsonb_typeof(j) = 'string' AND eventview._rfc3339_valid(j #>> '{}')
+                THEN (j #>> '{}')::pg_catalog.timestamptz END
+$$;
+
 -- Progress NOTICEs from inside a full recomputation (rebuild, create_view's initial fill).
 CREATE FUNCTION eventview."_progress_tick"() RETURNS bool
 STRICT VOLATILE PARALLEL UNSAFE

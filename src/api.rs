@@ -168,6 +168,12 @@ fn jsonpath_match(doc: &str, path: &str) -> Result<Option<pgrx::JsonB>, ErrorRep
     })
 }
 
+/// Whether a string is an RFC 3339 timestamp (see `core::rfc3339`); `eventview._rfc3339` uses it.
+#[pg_extern(name = "_rfc3339_valid", immutable, strict, parallel_safe)]
+pub fn rfc3339_valid(s: &str) -> bool {
+    crate::core::rfc3339::is_valid(s)
+}
+
 /// Counts one event read by a full recomputation and reports progress (see `progress`).
 #[pg_extern(name = "_progress_tick", volatile, parallel_unsafe)]
 fn progress_tick() -> bool {

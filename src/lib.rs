@@ -38,7 +38,7 @@ mod tests;
 ::pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
-extension_sql_file!("../sql/ingest.sql", name = "ingest", requires = [api::event_table_sql]);
+extension_sql_file!("../sql/ingest.sql", name = "ingest", requires = [api::event_table_sql, api::rfc3339_valid]);
 extension_sql_file!("../sql/maintenance.sql", name = "maintenance", requires = [api::event_table_sql, api::view_id]);
 extension_sql_file!("../sql/api.sql", name = "api", finalize);
 

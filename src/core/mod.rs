@@ -10,5 +10,6 @@ pub mod names;
 pub mod observe_sql;
 pub mod ordered_json;
 pub mod quote;
+pub mod rfc3339;
 pub mod sqlgen;
 pub mod values;
