@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pg_eventview benchmark suite: starts a throwaway cluster, runs bench/bench.py, stops the cluster.
-#   bash bench/run.sh            full run (1M / 4M events, ~10 min on 2 cores)
-#   bash bench/run.sh --quick    smoke run (100k / 200k events, ~1.5 min)
+#   bash bench/run.sh            full run (1M / 4M events, ~14 min on 2 cores)
+#   bash bench/run.sh --quick    smoke run (100k / 200k events, ~2.5 min)
 #   bash bench/run.sh --freshness [--quick]   end-to-end freshness instead (bench/freshness.sh)
 # Other arguments go to bench.py (see `python3 bench/bench.py --help`).
 # Installs what is missing and a release build of pg_eventview first (BENCH_NO_INSTALL=1 uses

@@ -243,73 +243,85 @@ impl<'a> ViewSql<'a> {
             None => "NULL::interval".to_string(),
         };
         let mut ctes = self.delta_input(Mode::Delta, &width);
-        let (key_exprs, d_cols) = self.group_delta_columns();
-        let positions = |n: usize| (1..=n).map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+        let (key_exprs, mut d_cols) = self.group_delta_columns();
+        // Multiset measures carry the group's pending values along (value, sign), so that the
+        // merge below works per group with index lookups and never joins two large sets on a
+        // row estimate the planner cannot know.
+        for (n, _) in self.multiset_measures() {
+            d_cols.push(format!(
+                "array_agg(m{n}) FILTER (WHERE m{n} IS NOT NULL) AS m{n}_vs, array_agg(sign) FILTER (WHERE m{n} IS NOT NULL) AS m{n}_signs"
+            ));
+        }
+        let positions = (1..=key_exprs.len()).map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
         ctes.push(format!(
-            "d0 AS (\n    SELECT {}\n    FROM good\n    GROUP BY {}\n)",
-            d_cols.join(",\n           "),
-            positions(key_exprs.len())
+            "d0 AS (\n    SELECT {}\n    FROM good\n    GROUP BY {positions}\n)",
+            d_cols.join(",\n           ")
         ));
         let mut keys = vec!["__k".to_string()];
         keys.extend(self.keys().columns);
         let key_list = keys.join(", ");
+        let group_of = |alias: &str| keys.iter().map(|k| format!("{alias}.{k} = d0.{k}")).collect::<Vec<_>>().join(" AND ");
+        // Two branches: stored groups the pending changes do not touch, as they are (with
+        // nothing pending that is the whole read, at the cost of an anti-join with an empty
+        // set); and the groups of the pending changes, merged with what is stored.
+        let mut stored_cols = keys.clone();
+        stored_cols.push("__count".into());
         let mut merged = keys.clone();
-        merged.push("coalesce(s.__count, 0) + coalesce(d0.__count, 0) AS __count".into());
-        let mut joins = String::new();
+        merged.push("coalesce(s.__count, 0) + d0.__count AS __count".into());
         for (i, m) in def.measures.iter().enumerate() {
             let n = i + 1;
             match m.kind {
                 AggKind::CountStar => {}
-                AggKind::Count => merged.push(format!("coalesce(s.m{n}_n, 0) + coalesce(d0.m{n}_n, 0) AS m{n}_n")),
-                AggKind::Sum | AggKind::Avg => {
-                    merged.push(format!("coalesce(s.m{n}_n, 0) + coalesce(d0.m{n}_n, 0) AS m{n}_n"));
-                    merged.push(format!("coalesce(s.m{n}_sum, 0) + coalesce(d0.m{n}_sum, 0) AS m{n}_sum"));
+                AggKind::Count => {
+                    stored_cols.push(format!("m{n}_n"));
+                    merged.push(format!("coalesce(s.m{n}_n, 0) + d0.m{n}_n AS m{n}_n"));
                 }
-                AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
+                AggKind::Sum | AggKind::Avg => {
+                    stored_cols.push(format!("m{n}_n"));
+                    stored_cols.push(format!("m{n}_sum"));
+                    merged.push(format!("coalesce(s.m{n}_n, 0) + d0.m{n}_n AS m{n}_n"));
+                    merged.push(format!("coalesce(s.m{n}_sum, 0) + d0.m{n}_sum AS m{n}_sum"));
+                }
+                AggKind::Min | AggKind::Max => {
+                    // A group that lost values: its extreme over the multiset plus the pending
+                    // (value, sign) pairs; otherwise the extreme can only have moved outwards.
                     let values = names::view_values(self.view_id, n);
-                    let (agg, groups) = match m.kind {
-                        AggKind::Min => ("min(v)", "d0 WHERE __dirty"),
-                        AggKind::Max => ("max(v)", "d0 WHERE __dirty"),
-                        _ => ("count(*)", "d0"),
-                    };
-                    let mut p_cols = key_exprs.clone();
-                    p_cols.push(format!("m{n} AS v"));
-                    p_cols.push("sum(sign)::bigint AS n".into());
-                    ctes.push(format!(
-                        "p{n} AS (\n    SELECT {}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {}\n)",
-                        p_cols.join(", "),
-                        positions(key_exprs.len() + 1)
+                    let (agg, pick) = if m.kind == AggKind::Min { ("min", "LEAST") } else { ("max", "GREATEST") };
+                    merged.push(format!(
+                        "CASE WHEN d0.__dirty THEN (
+               SELECT {agg}(w.v) FROM (
+                   SELECT u.v FROM (SELECT ms.v, ms.n FROM {values} ms WHERE {}
+                                    UNION ALL
+                                    SELECT p.v, p.s FROM unnest(d0.m{n}_vs, d0.m{n}_signs) AS p(v, s)) u
+                   GROUP BY u.v HAVING sum(u.n) > 0) w)
+           ELSE {pick}(s.m{n}_val, d0.m{n}_val) END AS m{n}_val",
+                        group_of("ms")
                     ));
-                    ctes.push(format!(
-                        "x{n} AS (
-    SELECT {key_list}, {agg} AS val
-    FROM (
-        SELECT {key_list}, v
-        FROM (SELECT {key_list}, v, n FROM {values} WHERE ({key_list}) IN (SELECT {key_list} FROM {groups})
-              UNION ALL
-              SELECT {key_list}, v, n FROM p{n}) u
-        GROUP BY {key_list}, v
-        HAVING sum(n) > 0
-    ) w
-    GROUP BY {key_list}
-)"
+                    stored_cols.push(format!("m{n}_val"));
+                }
+                AggKind::CountDistinct => {
+                    // The stored count plus the values whose count crosses zero.
+                    let values = names::view_values(self.view_id, n);
+                    merged.push(format!(
+                        "coalesce(s.m{n}_val, 0) + (
+               SELECT coalesce(sum(CASE WHEN o.n <= 0 AND o.n + p.dn > 0 THEN 1
+                                        WHEN o.n > 0 AND o.n + p.dn <= 0 THEN -1 ELSE 0 END), 0)::bigint
+               FROM (SELECT x.v, sum(x.s) AS dn FROM unnest(d0.m{n}_vs, d0.m{n}_signs) AS x(v, s) GROUP BY x.v) p
+               CROSS JOIN LATERAL (SELECT coalesce((SELECT ms.n FROM {values} ms WHERE {} AND ms.v = p.v), 0) AS n) o)
+           AS m{n}_val",
+                        group_of("ms")
                     ));
-                    let expr = match m.kind {
-                        AggKind::Min | AggKind::Max => {
-                            let pick = if m.kind == AggKind::Min { "LEAST" } else { "GREATEST" };
-                            format!("CASE WHEN d0.__dirty THEN x{n}.val ELSE {pick}(s.m{n}_val, d0.m{n}_val) END")
-                        }
-                        _ => format!("CASE WHEN d0.__k IS NOT NULL THEN coalesce(x{n}.val, 0) ELSE s.m{n}_val END"),
-                    };
-                    merged.push(format!("{expr} AS m{n}_val"));
-                    joins.push_str(&format!("\n    LEFT JOIN x{n} USING ({key_list})"));
+                    stored_cols.push(format!("m{n}_val"));
                 }
             }
         }
+        let same_keys: Vec<String> = keys.iter().map(|k| format!("d0.{k} = s.{k}")).collect();
         ctes.push(format!(
-            "merged AS (\n    SELECT {}\n    FROM {} s FULL JOIN d0 USING ({key_list}){joins}\n)",
+            "merged AS (\n    SELECT {}\n    FROM {data} s\n    WHERE NOT EXISTS (SELECT 1 FROM d0 WHERE {})\n    UNION ALL\n    SELECT {}\n    FROM d0 LEFT JOIN {data} s USING ({key_list})\n)",
+            stored_cols.join(", "),
+            same_keys.join(" AND "),
             merged.join(",\n           "),
-            self.data()
+            data = self.data()
         ));
         format!("WITH {}", ctes.join(",\n"))
     }
