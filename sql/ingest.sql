@@ -28,11 +28,12 @@ BEGIN
     END IF;
     RETURN QUERY EXECUTE format($sql$
         WITH env AS (
-            SELECT e AS envelope, ord
+            -- occurred_at is parsed once here, for the check and for the insert.
+            SELECT e AS envelope, ord, eventview._rfc3339(e->'occurred_at') AS ts
             FROM jsonb_array_elements($1) WITH ORDINALITY AS t(e, ord)
         ),
         checked AS (
-            SELECT envelope, ord, CASE
+            SELECT envelope, ord, ts, CASE
                 WHEN jsonb_typeof(envelope) <> 'object' THEN
                     'envelope is a JSON ' || jsonb_typeof(envelope) || ', not an object'
                 WHEN jsonb_typeof(envelope->'type') IS DISTINCT FROM 'string' OR envelope->>'type' = '' THEN
@@ -46,7 +47,7 @@ BEGIN
                      AND jsonb_typeof(envelope->'producer') <> 'string' THEN
                     'bad "producer": a JSON ' || jsonb_typeof(envelope->'producer') || ', not a string'
                 WHEN envelope ? 'occurred_at' AND envelope->'occurred_at' <> 'null'::jsonb
-                     AND eventview._rfc3339(envelope->'occurred_at') IS NULL THEN
+                     AND ts IS NULL THEN
                     'unparsable "occurred_at": ' || left((envelope->'occurred_at')::text, 100) || ' is not an RFC 3339 timestamp'
                 WHEN envelope ? 'key' AND envelope->'key' <> 'null'::jsonb
                      AND jsonb_typeof(envelope->'key') <> 'string' THEN
@@ -65,7 +66,7 @@ BEGIN
             ORDER BY ord
         ),
         good AS (
-            SELECT envelope, ord,
+            SELECT envelope, ord, ts,
                    -- A key repeated within the batch is a duplicate after its first occurrence.
                    row_number() OVER (PARTITION BY envelope->>'key' ORDER BY ord) AS nth
             FROM checked WHERE reason IS NULL
@@ -75,7 +76,7 @@ BEGIN
             SELECT envelope->>'key', envelope->>'type',
                    coalesce((envelope->'version')::numeric::integer, 1),
                    coalesce(envelope->>'producer', current_user),
-                   coalesce(eventview._rfc3339(envelope->'occurred_at'), now()),
+                   coalesce(ts, now()),
                    envelope->'payload'
             FROM good
             WHERE envelope->>'key' IS NULL OR nth = 1
