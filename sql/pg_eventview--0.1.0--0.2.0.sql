@@ -319,10 +319,7 @@ BEGIN
             ORDER BY ord
         ),
         good AS (
-            SELECT envelope, ord, ts,
-                   -- A key repeated within the batch is a duplicate after its first occurrence.
-                   row_number() OVER (PARTITION BY envelope->>'key' ORDER BY ord) AS nth
-            FROM checked WHERE reason IS NULL
+            SELECT envelope, ord, ts FROM checked WHERE reason IS NULL
         ),
         added AS (
             INSERT INTO %1$s (event_key, event_type, event_version, producer, occurred_at, payload)
@@ -332,7 +329,9 @@ BEGIN
                    coalesce(ts, now()),
                    envelope->'payload'
             FROM good
-            WHERE envelope->>'key' IS NULL OR nth = 1
+            -- In envelope order, so a key repeated within the batch (or seen before) is a
+            -- duplicate after its first occurrence: DO NOTHING also skips a row that conflicts
+            -- with one this statement inserted.
             ORDER BY ord
             ON CONFLICT (event_key) DO NOTHING
             RETURNING 1
