@@ -28,8 +28,12 @@ BEGIN
     END IF;
     RETURN QUERY EXECUTE format($sql$
         WITH env AS (
-            -- occurred_at is parsed once here, for the check and for the insert.
-            SELECT e AS envelope, ord, eventview._rfc3339(e->'occurred_at') AS ts
+            -- occurred_at is parsed once here, for the check and for the insert (written out
+            -- rather than through eventview._rfc3339, which is not inlined on an argument
+            -- like this one and would cost a SQL function call per envelope).
+            SELECT e AS envelope, ord,
+                   CASE WHEN jsonb_typeof(e->'occurred_at') = 'string' AND eventview._rfc3339_valid(e->>'occurred_at')
+                        THEN (e->>'occurred_at')::timestamptz END AS ts
             FROM jsonb_array_elements($1) WITH ORDINALITY AS t(e, ord)
         ),
         checked AS (
