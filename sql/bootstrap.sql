@@ -155,8 +155,10 @@ $$;
 
 -- Change records of one source that the view has not applied yet, as (event rows, oldest time).
 -- Counts only what this transaction can see: an uncommitted producer's changes are not pending yet.
+-- SECURITY DEFINER (pinned search_path): counts for eventview.views, which everyone may read,
+-- over changelogs and storage that only their owners may.
 CREATE FUNCTION eventview._pending(p_view_id integer, OUT changes bigint, OUT oldest timestamptz)
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_source integer;
     v_applied pg_snapshot;
@@ -182,7 +184,7 @@ $$;
 
 -- Number of groups a view holds now.
 CREATE FUNCTION eventview._group_count(p_view_id integer) RETURNS bigint
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n bigint;
 BEGIN

@@ -35,8 +35,8 @@ COMMENT ON FUNCTION eventview.schedule(text, interval) IS
 -- only: pruning history is not a retraction, views keep what they aggregated.
 -- Privileges: each source is pruned by (a member of) its owner role, who may delete its rows
 -- and its changelog records; prune() without a source skips the tables of other roles.
-CREATE FUNCTION eventview.prune(source text DEFAULT NULL) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
+CREATE FUNCTION eventview._prune(source regclass) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s record;
     n bigint;
@@ -54,8 +54,7 @@ DECLARE
     max_rows constant bigint := coalesce(nullif(pg_catalog.current_setting('eventview.prune_max_rows', true), ''), '200000')::bigint;
 BEGIN
     IF source IS NOT NULL AND NOT pg_catalog.pg_has_role(
-            (SELECT c.relowner FROM pg_catalog.pg_class c
-             WHERE c.oid = eventview._event_table_sql(source)::regclass), 'MEMBER') THEN
+            (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = source::oid), 'MEMBER') THEN
         RAISE EXCEPTION 'permission denied to prune event table %', source
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Only members of the table''s owner role (and superusers) may prune it.';
@@ -64,8 +63,8 @@ BEGIN
         SELECT src.source_id, src.relid, src.retention, src.delta_retention,
                eventview._event_table_sql(src.relid::text) AS table_sql
         FROM eventview._sources src
-        WHERE (source IS NULL OR src.relid = eventview._event_table_sql(source)::regclass)
-          AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid), 'MEMBER')
+        WHERE (source IS NULL OR src.relid::oid = source::oid)
+          AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid::oid), 'MEMBER')
         ORDER BY src.source_id
     LOOP
         -- Walk the (xid, seq) index upwards in windows of batch_size records below the
@@ -118,24 +117,21 @@ BEGIN
         END LOOP;
         total := total + done;
         IF s.retention IS NOT NULL THEN
-            done := 0;
+            -- As the table's owner (its triggers must not run with the maintainer's rights).
             PERFORM set_config('eventview.pruning', 'on', true);
-            LOOP
-                -- (Counted with RETURNING: the capture trigger's own SPI use resets ROW_COUNT.)
-                EXECUTE format(
-                    'WITH gone AS (DELETE FROM %s WHERE event_id IN
-                         (SELECT event_id FROM %s WHERE occurred_at < now() - $1 LIMIT $2) RETURNING 1)
-                     SELECT count(*) FROM gone',
-                    s.table_sql, s.table_sql) INTO n USING s.retention, least(batch_size, max_rows - done);
-                done := done + n;
-                EXIT WHEN n < batch_size OR done >= max_rows;
-            END LOOP;
+            total := total + eventview._prune_events(s.relid::oid, s.retention, max_rows);
             PERFORM set_config('eventview.pruning', 'off', true);
-            total := total + done;
         END IF;
     END LOOP;
     RETURN total;
 END
+$$;
+
+-- The name is resolved with the caller's search_path; the work runs with a pinned one (the
+-- worker runs it as a superuser, whatever operators a schema on its path may hold).
+CREATE FUNCTION eventview.prune(source text DEFAULT NULL) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT eventview._prune(eventview._event_table_sql(source)::regclass)
 $$;
 COMMENT ON FUNCTION eventview.prune(text) IS
 'Deletes changelog records every view has applied (older than delta_retention) and raw events older than retention; returns rows pruned';
@@ -149,7 +145,7 @@ COMMENT ON FUNCTION eventview.prune(text) IS
 -- sending what its type policy 'fail' refuses, a dropped dependency) costs little and its
 -- error stays in last_error. Any successful refresh, manual ones included, ends the backoff.
 CREATE FUNCTION eventview.run_maintenance() RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v record;
 BEGIN

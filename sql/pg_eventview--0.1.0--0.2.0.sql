@@ -79,6 +79,10 @@ BEGIN
 END
 $upgrade$;
 
+-- Counts for eventview.views, readable by everyone, over objects only their owners may read.
+ALTER FUNCTION eventview._pending(integer) SECURITY DEFINER;
+ALTER FUNCTION eventview._group_count(integer) SECURITY DEFINER;
+
 -- Exponential backoff of scheduled refreshes that keep failing.
 ALTER TABLE eventview._views
     ADD COLUMN failures integer NOT NULL DEFAULT 0,
@@ -93,7 +97,7 @@ ALTER TABLE eventview._views
 -- sending what its type policy 'fail' refuses, a dropped dependency) costs little and its
 -- error stays in last_error. Any successful refresh, manual ones included, ends the backoff.
 CREATE OR REPLACE FUNCTION eventview.run_maintenance() RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v record;
 BEGIN
@@ -146,6 +150,16 @@ BEGIN
 END
 $$;
 
+-- prune's deletion of raw events, as the table's owner.
+CREATE FUNCTION eventview."_prune_events"(
+	"source" oid,
+	"retention" interval,
+	"max_rows" bigint
+) RETURNS bigint
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'prune_events_wrapper';
+
 -- Algorithm (pruning the changelog): a record can go once every consumer of its source (each
 -- view and the field observer) has applied it, and it is older than delta_retention. Applied
 -- means: its transaction is visible in the consumer's applied snapshot, or it is the consumer's
@@ -159,8 +173,8 @@ $$;
 -- only: pruning history is not a retraction, views keep what they aggregated.
 -- Privileges: each source is pruned by (a member of) its owner role, who may delete its rows
 -- and its changelog records; prune() without a source skips the tables of other roles.
-CREATE OR REPLACE FUNCTION eventview.prune(source text DEFAULT NULL) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
+CREATE FUNCTION eventview._prune(source regclass) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s record;
     n bigint;
@@ -178,8 +192,7 @@ DECLARE
     max_rows constant bigint := coalesce(nullif(pg_catalog.current_setting('eventview.prune_max_rows', true), ''), '200000')::bigint;
 BEGIN
     IF source IS NOT NULL AND NOT pg_catalog.pg_has_role(
-            (SELECT c.relowner FROM pg_catalog.pg_class c
-             WHERE c.oid = eventview._event_table_sql(source)::regclass), 'MEMBER') THEN
+            (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = source::oid), 'MEMBER') THEN
         RAISE EXCEPTION 'permission denied to prune event table %', source
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Only members of the table''s owner role (and superusers) may prune it.';
@@ -188,8 +201,8 @@ BEGIN
         SELECT src.source_id, src.relid, src.retention, src.delta_retention,
                eventview._event_table_sql(src.relid::text) AS table_sql
         FROM eventview._sources src
-        WHERE (source IS NULL OR src.relid = eventview._event_table_sql(source)::regclass)
-          AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid), 'MEMBER')
+        WHERE (source IS NULL OR src.relid::oid = source::oid)
+          AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid::oid), 'MEMBER')
         ORDER BY src.source_id
     LOOP
         -- Walk the (xid, seq) index upwards in windows of batch_size records below the
@@ -242,24 +255,21 @@ BEGIN
         END LOOP;
         total := total + done;
         IF s.retention IS NOT NULL THEN
-            done := 0;
+            -- As the table's owner (its triggers must not run with the maintainer's rights).
             PERFORM set_config('eventview.pruning', 'on', true);
-            LOOP
-                -- (Counted with RETURNING: the capture trigger's own SPI use resets ROW_COUNT.)
-                EXECUTE format(
-                    'WITH gone AS (DELETE FROM %s WHERE event_id IN
-                         (SELECT event_id FROM %s WHERE occurred_at < now() - $1 LIMIT $2) RETURNING 1)
-                     SELECT count(*) FROM gone',
-                    s.table_sql, s.table_sql) INTO n USING s.retention, least(batch_size, max_rows - done);
-                done := done + n;
-                EXIT WHEN n < batch_size OR done >= max_rows;
-            END LOOP;
+            total := total + eventview._prune_events(s.relid::oid, s.retention, max_rows);
             PERFORM set_config('eventview.pruning', 'off', true);
-            total := total + done;
         END IF;
     END LOOP;
     RETURN total;
 END
+$$;
+
+-- The name is resolved with the caller's search_path; the work runs with a pinned one (the
+-- worker runs it as a superuser, whatever operators a schema on its path may hold).
+CREATE OR REPLACE FUNCTION eventview.prune(source text DEFAULT NULL) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT eventview._prune(eventview._event_table_sql(source)::regclass)
 $$;
 
 -- The ingest gate: validates envelopes, inserts the good ones in one statement, quarantines the
@@ -391,21 +401,30 @@ CREATE POLICY filers_insert ON eventview.quarantine FOR INSERT
     WITH CHECK (eventview._may_file_quarantine(source, view_name));
 GRANT SELECT, INSERT ON eventview.quarantine TO PUBLIC;
 
--- Run-time objects of existing tables and views, as 0.2.0 creates them: the table's owner reads
--- and prunes its changelog, a view's owner reads it and owns the view's storage.
+-- Run-time objects of existing tables and views, as 0.2.0 creates them: the table's owner owns
+-- the capture functions and writes, reads and prunes its changelog, a view's owner reads it and
+-- owns the view's storage.
 DO $upgrade$
 DECLARE
     r record;
 BEGIN
-    FOR r IN SELECT s.source_id, c.relowner::regrole AS owner
-             FROM eventview._sources s JOIN pg_catalog.pg_class c ON c.oid = s.relid LOOP
-        EXECUTE pg_catalog.format('GRANT SELECT, DELETE ON eventview._changes_%s TO %I', r.source_id, r.owner::text);
+    -- (Role names as names: %I quotes them once.)
+    FOR r IN SELECT s.source_id, o.rolname AS owner
+             FROM eventview._sources s JOIN pg_catalog.pg_class c ON c.oid = s.relid
+             JOIN pg_catalog.pg_roles o ON o.oid = c.relowner LOOP
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON eventview._changes_%s TO %I', r.source_id, r.owner::text);
+        EXECUTE pg_catalog.format('ALTER FUNCTION eventview._capture_%s_insert() OWNER TO %I', r.source_id, r.owner::text);
+        EXECUTE pg_catalog.format('ALTER FUNCTION eventview._capture_%s_update() OWNER TO %I', r.source_id, r.owner::text);
+        EXECUTE pg_catalog.format('ALTER FUNCTION eventview._capture_%s_delete() OWNER TO %I', r.source_id, r.owner::text);
+        EXECUTE pg_catalog.format('ALTER FUNCTION eventview._capture_%s_truncate() OWNER TO %I', r.source_id, r.owner::text);
     END LOOP;
-    FOR r IN SELECT v.view_id, v.source_id, v.owner FROM eventview._views v LOOP
+    FOR r IN SELECT v.view_id, v.source_id, o.rolname AS owner
+             FROM eventview._views v JOIN pg_catalog.pg_roles o ON o.oid = v.owner LOOP
         EXECUTE pg_catalog.format('GRANT SELECT ON eventview._changes_%s TO %I', r.source_id, r.owner::text);
     END LOOP;
-    FOR r IN SELECT c.oid::regclass AS storage, v.owner
-             FROM eventview._views v JOIN pg_catalog.pg_class c
+    FOR r IN SELECT c.oid::regclass AS storage, o.rolname AS owner
+             FROM eventview._views v JOIN pg_catalog.pg_roles o ON o.oid = v.owner
+             JOIN pg_catalog.pg_class c
                ON c.relnamespace = 'eventview'::regnamespace
               AND c.relname ~ ('^_v' || v.view_id || '_(data|m[0-9]+)$') AND c.relkind = 'r' LOOP
         EXECUTE pg_catalog.format('ALTER TABLE %s OWNER TO %I', r.storage, r.owner::text);

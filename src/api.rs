@@ -168,6 +168,12 @@ fn jsonpath_match(doc: &str, path: &str) -> Result<Option<pgrx::JsonB>, ErrorRep
     })
 }
 
+/// prune's deletion of raw events past retention (see `envelope::prune_events`).
+#[pg_extern(name = "_prune_events", volatile, parallel_unsafe)]
+fn prune_events(source: pg_sys::Oid, retention: pgrx::datum::Interval, max_rows: i64) -> Result<i64, ErrorReport> {
+    lookup(|| envelope::prune_events(source, retention, max_rows))
+}
+
 /// Whether a string is an RFC 3339 timestamp (see `core::rfc3339`); `eventview._rfc3339` uses it.
 #[pg_extern(name = "_rfc3339_valid", immutable, strict, parallel_safe)]
 pub fn rfc3339_valid(s: &str) -> bool {

@@ -29,12 +29,15 @@ pub fn create_event_table(
     let relid = relation::resolve(name)?;
     let source_id = catalog::insert_source(relid, retention, delta_retention)?;
     let table_sql = relation::qualified(relid)?;
-    // The changelog and the capture functions belong to the extension owner: producers and
-    // readers never write it; the table's owner may read and prune it.
+    // The changelog belongs to the extension owner: producers and readers never write it. The
+    // capture functions (SECURITY DEFINER, so producers need no right on the changelog) belong
+    // to the table's owner, who may write, read and prune its changelog: they run the table's
+    // own types and casts, which must never run with more rights than the table's owner has.
     spi_util::run_all(&envelope_sql::create_changelog(source_id))?;
     let owner = privileges::role_ident(privileges::table_owner(relid)?)?;
-    spi_util::run_all(&[format!("GRANT SELECT, DELETE ON {} TO {owner}", names::changelog(source_id))])?;
+    spi_util::run_all(&[format!("GRANT SELECT, INSERT, DELETE ON {} TO {owner}", names::changelog(source_id))])?;
     spi_util::run_all(&envelope_sql::create_capture(source_id, &table_sql))?;
+    spi_util::run_all(&envelope_sql::capture_owner(source_id, &owner))?;
     Ok(relid)
 }
 
@@ -104,6 +107,63 @@ pub fn upgrade_captures() -> EvResult<()> {
     }
     CAPTURES_CHECKED.set(true);
     Ok(())
+}
+
+/// Before the extension owner reads an event table (the field observer does): the table must
+/// still be a plain table whose envelope columns have their built-in types. Its owner can alter
+/// it; a column of a type of theirs would run their functions (output, casts) with the
+/// extension owner's rights.
+pub fn require_intact(relid: pg_sys::Oid) -> EvResult<()> {
+    // Held to the end of the transaction: no ALTER TABLE between this check and the read.
+    spi_util::run_all(&[format!("LOCK TABLE {} IN ACCESS SHARE MODE", relation::qualified(relid)?)])?;
+    let altered = spi_util::one::<String>(
+        "SELECT string_agg(format('%I is %s', e.name, coalesce(pg_catalog.format_type(a.atttypid, a.atttypmod), 'missing')), ', ')
+         FROM (VALUES ('event_id', 'int8'::regtype), ('event_type', 'text'), ('event_version', 'int4'),
+                      ('producer', 'text'), ('occurred_at', 'timestamptz'), ('payload', 'jsonb')) e(name, type)
+         LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = $1 AND a.attname = e.name AND NOT a.attisdropped
+         WHERE a.atttypid IS DISTINCT FROM e.type::oid
+            OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = $1) <> 'r'",
+        &[relid.into()],
+    )?;
+    match altered {
+        None => Ok(()),
+        Some(what) => Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("event table {} was altered: {what}", regclass_text(relid)?),
+        )
+        .with_hint("The envelope columns must keep the types create_event_table gave them.")),
+    }
+}
+
+/// Deletes raw events older than `retention` from an event table, in batches of 10,000, at most
+/// `max_rows`; returns how many. Runs as the table's owner, security-restricted: the table's
+/// own triggers and rules fire with its owner's rights, never with those of whoever runs
+/// maintenance (the worker is a superuser). The caller (prune) has switched capture off for
+/// these rows (`eventview.pruning`).
+pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> EvResult<i64> {
+    privileges::require_table_owner(relid, "prune")?;
+    let table = relation::qualified(relid)?;
+    let owner = privileges::table_owner(relid)?;
+    let statement = format!(
+        "WITH gone AS (DELETE FROM {table} WHERE event_id IN
+             (SELECT event_id FROM {table} WHERE occurred_at < now() - $1 LIMIT $2) RETURNING 1)
+         SELECT count(*) FROM gone"
+    );
+    privileges::as_role(owner, || {
+        let mut done: i64 = 0;
+        loop {
+            let want = (max_rows - done).min(10_000);
+            if want <= 0 {
+                return Ok(done);
+            }
+            // (Counted with RETURNING: the capture trigger's own SPI use resets the row count.)
+            let n = spi_util::one::<i64>(&statement, &[retention.into(), want.into()])?.unwrap_or(0);
+            done += n;
+            if n < want {
+                return Ok(done);
+            }
+        }
+    })
 }
 
 pub fn regclass_text(relid: pg_sys::Oid) -> EvResult<String> {

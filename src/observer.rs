@@ -11,7 +11,13 @@ use crate::spi_util;
 /// source right now, this one skips (that session, or the next refresh, covers the changes):
 /// refreshes of different views never wait on each other here. NO KEY UPDATE: the lock must not
 /// conflict with the KEY SHARE locks that foreign keys to `_sources` take.
-pub fn observe(source_id: i32, source_table: &str) -> EvResult<()> {
+pub fn observe(source_id: i32, source_relid: pgrx::pg_sys::Oid, source_table: &str) -> EvResult<()> {
+    // The observer reads the table as the extension owner: not one its owner has altered (the
+    // views still refresh, each as its owner; only observation waits for the table's repair).
+    if let Err(e) = crate::envelope::require_intact(source_relid) {
+        pgrx::warning!("{}; observed_fields and drift are not updated for it", e.message);
+        return Ok(());
+    }
     let locked = spi_util::one::<i32>(
         "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR NO KEY UPDATE SKIP LOCKED",
         &[source_id.into()],

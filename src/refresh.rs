@@ -105,8 +105,8 @@ pub fn refresh(name: &str) -> EvResult<i64> {
     // Lock order everywhere: the source's observer row, then the view's row.
     let unlocked = catalog::view_by_name(name, false)?;
     privileges::require_view_owner(unlocked.relid, unlocked.owner, "refresh")?;
-    observer::observe(unlocked.source.source_id, &unlocked.source.table_sql)?;
-    let view = catalog::view_by_name(name, true)?;
+    observer::observe(unlocked.source.source_id, unlocked.source.relid, &unlocked.source.table_sql)?;
+    let view = catalog::view_by_relid(unlocked.relid, true)?.ok_or_else(|| EvError::invalid("view vanished"))?;
     refresh_locked(&view)
 }
 
@@ -118,16 +118,26 @@ fn refresh_locked(view: &ViewRecord) -> EvResult<i64> {
 }
 
 pub fn refresh_all() -> EvResult<i64> {
+    // The views the caller may refresh (those of roles it is a member of: all, for a superuser),
+    // and, observed first as refresh does, the event tables they read or the caller owns.
+    let mut mine = Vec::new();
+    for relid in catalog::all_views()? {
+        if let Some(view) = catalog::view_by_relid(relid, false)? {
+            if privileges::caller_acts_as(view.owner) {
+                mine.push(view);
+            }
+        }
+    }
     for source in catalog::all_sources()? {
-        observer::observe(source.source_id, &source.table_sql)?;
+        let read = mine.iter().any(|v| v.source.source_id == source.source_id);
+        if read || privileges::caller_acts_as(privileges::table_owner(source.relid)?) {
+            observer::observe(source.source_id, source.relid, &source.table_sql)?;
+        }
     }
     let mut total = 0;
-    // The views the caller may refresh: those of roles it is a member of (all, for a superuser).
-    for relid in catalog::all_views()? {
-        if let Some(view) = catalog::view_by_relid(relid, true)? {
-            if privileges::caller_acts_as(view.owner) {
-                total += refresh_locked(&view)?;
-            }
+    for unlocked in mine {
+        if let Some(view) = catalog::view_by_relid(unlocked.relid, true)? {
+            total += refresh_locked(&view)?;
         }
     }
     Ok(total)
@@ -140,8 +150,10 @@ pub fn rebuild(
     from: Option<TimestampWithTimeZone>,
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<i64> {
-    let view = catalog::view_by_name(name, true)?;
-    privileges::require_view_owner(view.relid, view.owner, "rebuild")?;
+    // Rights first, then the lock: a refused caller must not hold the view's row.
+    let unlocked = catalog::view_by_name(name, false)?;
+    privileges::require_view_owner(unlocked.relid, unlocked.owner, "rebuild")?;
+    let view = catalog::view_by_relid(unlocked.relid, true)?.ok_or_else(|| EvError::invalid("view vanished"))?;
     let started = Instant::now();
     let mut from = from;
     if view.definition.bucketed {

@@ -129,6 +129,12 @@ pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     let view = catalog::view_by_relid(relid, true)?.ok_or_else(|| EvError::invalid("not an incremental view"))?;
     let sql = ViewSql { def: &view.definition, view_id: view.view_id, source_id: view.source.source_id, source_table: view.source.table_sql.clone() };
     let user = relation::qualified(relid)?;
+    // Its quarantine goes with it: the rows are found by the view's name, which another view
+    // may take later.
+    spi_util::run(
+        "DELETE FROM eventview.quarantine WHERE view_name = eventview._view_name($1)",
+        &[view.view_id.into()],
+    )?;
     spi_util::run_all(&[format!("DROP VIEW {user}")])?;
     spi_util::run_all(&sql.drop_storage())?;
     catalog::delete_view(view.view_id)?;
@@ -152,8 +158,9 @@ pub fn drop_view(name: &str) -> EvResult<()> {
 }
 
 pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str>) -> EvResult<()> {
-    let view = catalog::view_by_name(name, true)?;
-    privileges::require_view_owner(view.relid, view.owner, "alter")?;
+    let unlocked = catalog::view_by_name(name, false)?;
+    privileges::require_view_owner(unlocked.relid, unlocked.owner, "alter")?;
+    let view = catalog::view_by_relid(unlocked.relid, true)?.ok_or_else(|| EvError::invalid("view vanished"))?;
     if let Some(policy) = on_type_error {
         let policy: TypePolicy = TypePolicy::parse(policy)?;
         spi_util::run(

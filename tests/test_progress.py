@@ -15,18 +15,18 @@ def test_rebuild_reports_progress(cluster, db):
         c.execute("ANALYZE big")
         c.execute("""SELECT eventview.create_view('big_by_k', 'big', group_by => '{"k": "$.k"}',
                      measures => '{"n": "count(*)"}')""")
-        filled = [n for n in notices if "recomputing big_by_k" in n]
+        filled = [n for n in notices if "recomputing public.big_by_k" in n]
         assert filled[:2] == [
-            "recomputing big_by_k: 100000 events read of about 250000 (40%)",
-            "recomputing big_by_k: 200000 events read of about 250000 (80%)",
+            "recomputing public.big_by_k: 100000 events read of about 250000 (40%)",
+            "recomputing public.big_by_k: 200000 events read of about 250000 (80%)",
         ], notices
-        assert re.fullmatch(r"recomputing big_by_k: done, 250000 events read in [0-9.]+ s", filled[2]), filled
+        assert re.fullmatch(r"recomputing public\.big_by_k: done, 250000 events read in [0-9.]+ s", filled[2]), filled
 
         notices.clear()
         c.execute("SELECT eventview.rebuild('big_by_k')")
         assert [n for n in notices if "events read of about" in n] == [
-            "recomputing big_by_k: 100000 events read of about 250000 (40%)",
-            "recomputing big_by_k: 200000 events read of about 250000 (80%)",
+            "recomputing public.big_by_k: 100000 events read of about 250000 (40%)",
+            "recomputing public.big_by_k: 200000 events read of about 250000 (80%)",
         ], notices
         assert c.execute("SELECT sum(n) FROM big_by_k").fetchone()[0] == 250000
 

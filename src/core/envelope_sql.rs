@@ -148,6 +148,14 @@ pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
     ]
 }
 
+/// Gives the capture functions to the table's owner (`owner` quoted).
+pub fn capture_owner(source_id: i32, owner: &str) -> Vec<String> {
+    ["insert", "update", "delete", "truncate"]
+        .iter()
+        .map(|op| format!("ALTER FUNCTION {}() OWNER TO {owner}", names::capture_function(source_id, op)))
+        .collect()
+}
+
 /// Drops the capture functions (with their triggers) and the changelog.
 pub fn drop_capture(source_id: i32) -> Vec<String> {
     let mut out: Vec<String> = ["insert", "update", "delete", "truncate"]
