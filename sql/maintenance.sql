@@ -118,9 +118,18 @@ BEGIN
         total := total + done;
         IF s.retention IS NOT NULL THEN
             -- As the table's owner (its triggers must not run with the maintainer's rights).
-            PERFORM set_config('eventview.pruning', 'on', true);
-            total := total + eventview._prune_events(s.relid::oid, s.retention, max_rows);
-            PERFORM set_config('eventview.pruning', 'off', true);
+            -- Its triggers may also fail: when pruning every table, that one is skipped with a
+            -- WARNING and the others (and the rest of run_maintenance) go on.
+            BEGIN
+                PERFORM set_config('eventview.pruning', 'on', true);
+                total := total + eventview._prune_events(s.relid::oid, s.retention, max_rows);
+                PERFORM set_config('eventview.pruning', 'off', true);
+            EXCEPTION WHEN others THEN
+                IF source IS NOT NULL THEN
+                    RAISE;
+                END IF;
+                RAISE WARNING 'pg_eventview: pruning the events of % failed: %', s.relid, SQLERRM;
+            END;
         END IF;
     END LOOP;
     RETURN total;

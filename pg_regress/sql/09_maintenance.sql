@@ -100,3 +100,17 @@ SELECT try($$SELECT eventview.schedule('nope', '1 minute')$$);
 SELECT try($$SELECT eventview.prune('nope')$$);
 SELECT eventview.schedule('ops_daily', NULL);
 SELECT schedule FROM eventview.views WHERE name = 'ops_daily'::regclass;
+
+-- A table whose own DELETE trigger fails does not stop maintenance: its pruning is skipped
+-- with a WARNING, the other tables are pruned and the views refreshed; pruning that table by
+-- name reports the error.
+SELECT eventview.create_event_table('ops_stubborn', retention => '1 day');
+INSERT INTO ops_stubborn (event_type, occurred_at, payload) VALUES ('a', now() - interval '2 days', '{}');
+CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'this table keeps its rows'; END $$;
+CREATE TRIGGER keep BEFORE DELETE ON ops_stubborn FOR EACH ROW EXECUTE FUNCTION refuse_delete();
+INSERT INTO ops (event_type, occurred_at, payload) VALUES ('a', now() - interval '40 days', '{}');
+SELECT eventview.prune() > 0 AS pruned_the_others;
+SELECT count(*) AS stubborn_rows_kept FROM ops_stubborn;
+SELECT try($$SELECT eventview.prune('ops_stubborn')$$);
+SELECT eventview.drop_event_table('ops_stubborn');
