@@ -182,6 +182,13 @@ BEGIN
             WHERE view_id = v.view_id;
         END;
     END LOOP;
+    -- Every table's field observer moves on, also where no view was due (or exists): it is a
+    -- consumer of the changelog, and prune waits for every consumer.
+    BEGIN
+        PERFORM eventview._observe_all();
+    EXCEPTION WHEN others THEN
+        RAISE WARNING 'pg_eventview: observing fields failed: %', SQLERRM;
+    END;
     PERFORM eventview.prune();
 END
 $$;

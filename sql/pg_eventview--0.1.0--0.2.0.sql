@@ -88,6 +88,12 @@ ALTER TABLE eventview._views
     ADD COLUMN failures integer NOT NULL DEFAULT 0,
     ADD COLUMN retry_at timestamptz;
 
+-- run_maintenance moves every table's field observer on.
+CREATE FUNCTION eventview."_observe_all"() RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'observe_all_wrapper';
+
 -- Refreshes every view whose schedule is due, each in its own subtransaction so that one
 -- failing view records its error in last_error and the others go on; then prunes. A view that
 -- another session is refreshing right now is skipped, never waited for.
@@ -125,6 +131,13 @@ BEGIN
             WHERE view_id = v.view_id;
         END;
     END LOOP;
+    -- Every table's field observer moves on, also where no view was due (or exists): it is a
+    -- consumer of the changelog, and prune waits for every consumer.
+    BEGIN
+        PERFORM eventview._observe_all();
+    EXCEPTION WHEN others THEN
+        RAISE WARNING 'pg_eventview: observing fields failed: %', SQLERRM;
+    END;
     PERFORM eventview.prune();
 END
 $$;

@@ -168,6 +168,14 @@ fn jsonpath_match(doc: &str, path: &str) -> Result<Option<pgrx::JsonB>, ErrorRep
     })
 }
 
+/// Brings observed_fields and drift up to date for every event table the caller owns or reads
+/// through its views (all, for a superuser); run_maintenance calls it so that a table without
+/// refreshed views still moves its observer on (its changelog could never be pruned otherwise).
+#[pg_extern(name = "_observe_all", volatile, parallel_unsafe)]
+fn observe_all() -> Result<(), ErrorReport> {
+    at_boundary(refresh::observe_all)
+}
+
 /// prune's deletion of raw events past retention (see `envelope::prune_events`).
 #[pg_extern(name = "_prune_events", volatile, parallel_unsafe)]
 fn prune_events(source: pg_sys::Oid, retention: pgrx::datum::Interval, max_rows: i64) -> Result<i64, ErrorReport> {

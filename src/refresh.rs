@@ -117,9 +117,8 @@ fn refresh_locked(view: &ViewRecord) -> EvResult<i64> {
     Ok(applied.consumed)
 }
 
-pub fn refresh_all() -> EvResult<i64> {
-    // The views the caller may refresh (those of roles it is a member of: all, for a superuser),
-    // and, observed first as refresh does, the event tables they read or the caller owns.
+/// The views the caller may refresh (those of roles it is a member of: all, for a superuser).
+fn views_of_caller() -> EvResult<Vec<ViewRecord>> {
     let mut mine = Vec::new();
     for relid in catalog::all_views()? {
         if let Some(view) = catalog::view_by_relid(relid, false)? {
@@ -128,12 +127,28 @@ pub fn refresh_all() -> EvResult<i64> {
             }
         }
     }
+    Ok(mine)
+}
+
+/// Observes the event tables the views in `mine` read or the caller owns.
+fn observe_for(mine: &[ViewRecord]) -> EvResult<()> {
     for source in catalog::all_sources()? {
         let read = mine.iter().any(|v| v.source.source_id == source.source_id);
         if read || privileges::caller_acts_as(privileges::table_owner(source.relid)?) {
             observer::observe(source.source_id, source.relid, &source.table_sql)?;
         }
     }
+    Ok(())
+}
+
+pub fn observe_all() -> EvResult<()> {
+    observe_for(&views_of_caller()?)
+}
+
+pub fn refresh_all() -> EvResult<i64> {
+    // Observed first, as refresh does.
+    let mine = views_of_caller()?;
+    observe_for(&mine)?;
     let mut total = 0;
     for unlocked in mine {
         if let Some(view) = catalog::view_by_relid(unlocked.relid, true)? {

@@ -114,3 +114,16 @@ SELECT eventview.prune() > 0 AS pruned_the_others;
 SELECT count(*) AS stubborn_rows_kept FROM ops_stubborn;
 SELECT try($$SELECT eventview.prune('ops_stubborn')$$);
 SELECT eventview.drop_event_table('ops_stubborn');
+
+-- A table without views: run_maintenance still moves its field observer on, so its changelog
+-- can be pruned.
+SELECT eventview.create_event_table('ops_viewless', delta_retention => '1 hour');
+INSERT INTO ops_viewless (event_type, payload) VALUES ('a', '{"x": 1}'), ('b', '{"y": "z"}');
+SELECT eventview.run_maintenance();
+SELECT event_type, path FROM eventview.observed_fields WHERE source = 'ops_viewless'::regclass ORDER BY 1, 2;
+DO $$ BEGIN
+  EXECUTE format('UPDATE eventview._changes_%s SET logged_at = logged_at - interval ''2 hours''',
+                 (SELECT source_id FROM eventview._sources WHERE relid = 'ops_viewless'::regclass));
+END $$;
+SELECT eventview.prune('ops_viewless') AS pruned;
+SELECT eventview.drop_event_table('ops_viewless');
