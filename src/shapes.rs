@@ -92,7 +92,7 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// The character of a `\uXXXX` escape (after the `u`), joining a surrogate pair.
+    /// The character of a `\u` escape of four hex digits (after the `u`), joining a surrogate pair.
     fn unicode_escape(&mut self) -> Result<char, Malformed> {
         let high = self.hex4()?;
         if (0xD800..0xDC00).contains(&high) && self.text.get(self.pos..self.pos + 2) == Some(b"\\u") {
