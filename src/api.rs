@@ -122,29 +122,42 @@ pub fn event_table_sql(name: &str) -> Result<String, ErrorReport> {
     lookup(|| crate::catalog::source_by_name(name).map(|s| s.table_sql))
 }
 
-/// The observer's payload walk over one batch (see `shapes`).
+/// The observer's payload walk over one chunk of events (see `shapes`). `payloads` is a jsonb[]
+/// (declared anyarray so the stored documents reach the walk as they are, not as text).
 #[pg_extern(name = "_payload_shapes", immutable, parallel_safe)]
 fn payload_shapes(
     event_types: Vec<Option<String>>,
     event_versions: Vec<Option<i32>>,
-    payloads: Vec<Option<String>>,
-) -> TableIterator<
-    'static,
-    (
-        name!(event_type, String),
-        name!(event_version, i32),
-        name!(path, String),
-        name!(json_type, String),
-        name!(events, i64),
-    ),
+    payloads: pgrx::AnyArray,
+) -> Result<
+    TableIterator<
+        'static,
+        (
+            name!(event_type, String),
+            name!(event_version, i32),
+            name!(path, String),
+            name!(json_type, String),
+            name!(events, i64),
+        ),
+    >,
+    ErrorReport,
 > {
-    let (rows, unparsable) = crate::shapes::shapes(&event_types, &event_versions, &payloads);
-    if unparsable > 0 {
-        pgrx::warning!(
-            "pg_eventview: {unparsable} payload(s) could not be read as JSON and were not walked for observed_fields"
-        );
-    }
-    TableIterator::new(rows.into_iter().map(|((t, v, p, k), n)| (t, v, p, k.to_string(), n)))
+    crate::errors::at_boundary(|| {
+        // SAFETY: reading the element type of the array argument's type.
+        if unsafe { pg_sys::get_element_type(payloads.oid()) } != pg_sys::JSONBOID {
+            return Err(crate::errors::EvError::invalid("eventview._payload_shapes takes a jsonb[]"));
+        }
+        let mut counter = crate::shapes::ShapeCounter::default();
+        let mut docs = payloads.into_iter();
+        for (t, v) in event_types.iter().zip(&event_versions) {
+            let Some(doc) = docs.next() else { break };
+            let (Some(t), Some(v), Some(doc)) = (t, v, doc) else { continue };
+            // SAFETY: a non-null element of a jsonb[] argument, alive for this call.
+            let root = unsafe { crate::shapes::jsonb_root(doc.datum()) };
+            counter.add(t, *v, &mut crate::shapes::JsonbBytes::new(root));
+        }
+        Ok(TableIterator::new(counter.rows().into_iter().map(|(t, v, p, k, n)| (t, v, p, k.to_string(), n))))
+    })
 }
 
 /// The internal id of the incremental view named `name` (42P01 / 22023 otherwise).

@@ -48,7 +48,7 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
     if !readers.is_empty() && !cascade {
         let names = readers
             .iter()
-            .map(|(_, relid)| regclass_text(*relid))
+            .map(|(_, relid)| crate::relation::regclass_text(*relid))
             .collect::<EvResult<Vec<_>>>()?
             .join(", ");
         return Err(EvError::new(
@@ -129,7 +129,7 @@ pub fn require_intact(relid: pg_sys::Oid) -> EvResult<()> {
         None => Ok(()),
         Some(what) => Err(EvError::new(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("event table {} was altered: {what}", regclass_text(relid)?),
+            format!("event table {} was altered: {what}", crate::relation::regclass_text(relid)?),
         )
         .with_hint("The envelope columns must keep the types create_event_table gave them.")),
     }
@@ -166,6 +166,3 @@ pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> E
     })
 }
 
-pub fn regclass_text(relid: pg_sys::Oid) -> EvResult<String> {
-    Ok(spi_util::one::<String>("SELECT $1::regclass::text", &[relid.into()])?.unwrap_or_default())
-}

@@ -89,7 +89,7 @@ fn views_reading(source_id: i32, name: &str) -> EvResult<Vec<String>> {
         let Some(view) = catalog::view_by_relid(relid, false)? else { continue };
         let reads = view.definition.references().any(|r| matches!(r, FieldRef::Logical(f) if f.name == name));
         if reads {
-            out.push(crate::envelope::regclass_text(relid)?);
+            out.push(crate::relation::regclass_text(relid)?);
         }
     }
     Ok(out)

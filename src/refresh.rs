@@ -49,6 +49,7 @@ pub fn apply(
     from: Option<TimestampWithTimeZone>,
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<Applied> {
+    privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
     let sql = sql_of(view);
     let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
     // The quarantine is the extension's; storage, the source and the changelog are read and
@@ -96,7 +97,7 @@ pub fn apply(
 }
 
 fn relname(view: &ViewRecord) -> EvResult<String> {
-    crate::envelope::regclass_text(view.relid)
+    crate::relation::regclass_text(view.relid)
 }
 
 /// Applies the pending changes of the view named `name`; returns how many change records

@@ -44,3 +44,9 @@ pub fn qualified(relid: pg_sys::Oid) -> EvResult<String> {
     .ok_or_else(|| EvError::undefined_table(&relid.to_u32().to_string()))?;
     Ok(parts.iter().map(|p| quote::ident(p)).collect::<Vec<_>>().join("."))
 }
+
+/// A relation's name as `regclass` prints it (qualified unless visible on search_path; inside
+/// the extension's own statements search_path is pinned, so in practice qualified).
+pub fn regclass_text(relid: pg_sys::Oid) -> EvResult<String> {
+    Ok(spi_util::one::<String>("SELECT $1::regclass::text", &[relid.into()])?.unwrap_or_default())
+}

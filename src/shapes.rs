@@ -1,291 +1,518 @@
-//! The payload walk of the field observer, in Rust: one call per batch takes every new payload
-//! (as JSON text) and returns the distinct (event type, version, path, JSON type) with how many
-//! events had each. About ten times cheaper than walking in SQL, where each visited node costs
-//! a few function calls.
+//! The payload walk of the field observer: one call per chunk of new payloads returns the
+//! distinct (event type, version, path, JSON type) with how many events had each.
 //!
 //! Paths are written `$.a.b`, `$['odd key']` (RFC 9535 quoting) and `[*]` for array elements.
 //! Bounded: at most MAX_DEPTH levels and MAX_MEMBERS members of each object or array.
 //!
-//! The walk reads the JSON text directly instead of building a document first: a payload may be
-//! nested as deep as PostgreSQL accepts (thousands of levels), deeper than any recursive parser
-//! should go. Recursion here stops at MAX_DEPTH; what lies below (and members past MAX_MEMBERS)
-//! is skipped by an iterative scan, so memory and stack stay bounded by the limits, not by the
-//! payload.
+//! The walk reads the stored jsonb directly (PostgreSQL's JsonbIterator), never its text: turning
+//! a payload into text and scanning that cost about five times as much as the walk itself. It is
+//! written against a small token interface (`Tokens`) so its depth and member bounds are unit
+//! tested without a server, against a recursive reference walk. Past MAX_DEPTH (and past
+//! MAX_MEMBERS) the iterator is told not to descend, so a payload nested thousands of levels deep
+//! costs no more stack or memory than one nested MAX_DEPTH levels.
 
 use crate::core::observe_sql::{MAX_DEPTH, MAX_MEMBERS};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
-type Key = (String, i32, String, &'static str);
+/// A fast non-cryptographic hash for the walk's short keys (paths, type names): the keys are
+/// the payloads' own, but a collision costs only time, and the tables hold at most the
+/// observer's bounded number of distinct paths per chunk.
+#[derive(Default)]
+struct FxHasher(u64);
 
-/// The text was not JSON (never the case for the text of a jsonb value).
-#[derive(Debug)]
-struct Malformed;
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+    }
 
-type Seen = BTreeSet<(String, &'static str)>;
-
-struct Scanner<'a> {
-    text: &'a [u8],
-    pos: usize,
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
-impl<'a> Scanner<'a> {
-    fn peek(&mut self) -> Result<u8, Malformed> {
-        while let Some(&b) = self.text.get(self.pos) {
-            if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
-                return Ok(b);
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// JSON types as the observer records them, indexed by `Kind`.
+pub const KINDS: [&str; 6] = ["object", "array", "string", "number", "boolean", "null"];
+
+pub type Kind = u8;
+pub const OBJECT: Kind = 0;
+pub const ARRAY: Kind = 1;
+pub const STRING: Kind = 2;
+pub const NUMBER: Kind = 3;
+pub const BOOLEAN: Kind = 4;
+pub const NULL: Kind = 5;
+
+/// One step of a walk over a JSON document.
+pub enum Token<'a> {
+    /// A container the walk descends into (its members follow, then `End`).
+    Begin(Kind),
+    /// An object member's key (its value comes with the next step).
+    Key(&'a [u8]),
+    /// A value the walk does not descend into: a scalar, or a container it was told to skip.
+    Value(Kind),
+    /// The end of the innermost container walked into.
+    End,
+}
+
+/// A document as a sequence of tokens. `descend` says whether a container coming next is to be
+/// walked into (`Begin`) or passed over as one `Value`; it only matters for a step that yields a
+/// value (after `Key`, or an array element). The first step yields the document's root.
+pub trait Tokens {
+    fn next(&mut self, descend: bool) -> Token<'_>;
+}
+
+struct Frame {
+    object: bool,
+    members: u32,
+    /// Length of the container's own path: its members' paths extend it.
+    base: usize,
+}
+
+/// Counts, over many events, how many events had each (type, version, path, JSON type).
+#[derive(Default)]
+pub struct ShapeCounter {
+    groups: Vec<(String, i32)>,
+    group_ids: FastMap<(String, i32), u32>,
+    paths: Vec<String>,
+    path_ids: FastMap<String, u32>,
+    /// Events per group, path and kind: `counts[group][path][kind]`.
+    counts: Vec<Vec<[i64; KINDS.len()]>>,
+    /// (path id, kind) of the event being walked; deduplicated when it ends.
+    event: Vec<(u32, Kind)>,
+    path: String,
+}
+
+impl ShapeCounter {
+    /// Walks one event's payload and counts each (path, JSON type) it has once.
+    pub fn add<T: Tokens>(&mut self, event_type: &str, event_version: i32, payload: &mut T) {
+        let group = self.group_id(event_type, event_version);
+        self.event.clear();
+        self.walk(payload);
+        self.event.sort_unstable();
+        self.event.dedup();
+        let counts = &mut self.counts[group as usize];
+        if counts.len() < self.paths.len() {
+            counts.resize(self.paths.len(), [0; KINDS.len()]);
+        }
+        for &(path, kind) in &self.event {
+            counts[path as usize][kind as usize] += 1;
+        }
+    }
+
+    fn group_id(&mut self, event_type: &str, event_version: i32) -> u32 {
+        if let Some((last_type, last_version)) = self.groups.last() {
+            // Chunks come mostly in runs of one type and version.
+            if last_type == event_type && *last_version == event_version {
+                return (self.groups.len() - 1) as u32;
             }
-            self.pos += 1;
         }
-        Err(Malformed)
+        let key = (event_type.to_string(), event_version);
+        if let Some(&id) = self.group_ids.get(&key) {
+            return id;
+        }
+        let id = self.groups.len() as u32;
+        self.groups.push(key.clone());
+        self.group_ids.insert(key, id);
+        self.counts.push(Vec::new());
+        id
     }
 
-    fn expect(&mut self, byte: u8) -> Result<(), Malformed> {
-        if self.peek()? != byte {
-            return Err(Malformed);
-        }
-        self.pos += 1;
-        Ok(())
+    fn record(&mut self, kind: Kind) {
+        let id = match self.path_ids.get(self.path.as_str()) {
+            Some(&id) => id,
+            None => {
+                let id = self.paths.len() as u32;
+                self.paths.push(self.path.clone());
+                self.path_ids.insert(self.path.clone(), id);
+                id
+            }
+        };
+        self.event.push((id, kind));
     }
 
-    /// JSON type of the value starting at the next non-blank byte.
-    fn kind(&mut self) -> Result<&'static str, Malformed> {
-        Ok(match self.peek()? {
-            b'{' => "object",
-            b'[' => "array",
-            b'"' => "string",
-            b't' | b'f' => "boolean",
-            b'n' => "null",
-            b'-' | b'0'..=b'9' => "number",
-            _ => return Err(Malformed),
+    /// The walk: every member (or element) of a container at depth < MAX_DEPTH, up to
+    /// MAX_MEMBERS of each, is recorded with its kind; containers among them are walked in turn.
+    fn walk<T: Tokens>(&mut self, doc: &mut T) {
+        self.path.clear();
+        self.path.push('$');
+        let mut frames: Vec<Frame> = Vec::new();
+        match doc.next(MAX_DEPTH > 0) {
+            Token::Begin(kind) => frames.push(Frame { object: kind == OBJECT, members: 0, base: 1 }),
+            _ => return, // a scalar document has no paths
+        }
+        while let Some(top) = frames.last_mut() {
+            let object = top.object;
+            let base = top.base;
+            if object {
+                let key_len = match doc.next(false) {
+                    Token::Key(key) => {
+                        top.members += 1;
+                        if top.members <= MAX_MEMBERS {
+                            self.path.truncate(base);
+                            push_member(&mut self.path, key);
+                            Some(true)
+                        } else {
+                            Some(false)
+                        }
+                    }
+                    _ => None, // End
+                };
+                match key_len {
+                    None => {
+                        frames.pop();
+                    }
+                    Some(counted) => {
+                        let descend = counted && (frames.len() as u32) < MAX_DEPTH;
+                        let token = doc.next(descend);
+                        self.value(token, counted, &mut frames);
+                    }
+                }
+            } else {
+                top.members += 1;
+                let counted = top.members <= MAX_MEMBERS;
+                let descend = counted && (frames.len() as u32) < MAX_DEPTH;
+                let token = doc.next(descend);
+                if matches!(token, Token::End) {
+                    frames.pop();
+                    continue;
+                }
+                if counted {
+                    self.path.truncate(base);
+                    self.path.push_str("[*]");
+                }
+                self.value(token, counted, &mut frames);
+            }
+        }
+    }
+
+    fn value(&mut self, token: Token<'_>, counted: bool, frames: &mut Vec<Frame>) {
+        match token {
+            Token::Value(kind) => {
+                if counted {
+                    self.record(kind);
+                }
+            }
+            Token::Begin(kind) => {
+                // Only given when descending, which only counted members do.
+                self.record(kind);
+                frames.push(Frame { object: kind == OBJECT, members: 0, base: self.path.len() });
+            }
+            // Not produced for a value step by a well-formed document.
+            Token::Key(_) | Token::End => {}
+        }
+    }
+
+    /// The counts: (event type, version, path, JSON type, events).
+    pub fn rows(self) -> Vec<(String, i32, String, &'static str, i64)> {
+        let mut out = Vec::new();
+        for (group, per_path) in self.counts.iter().enumerate() {
+            let (t, v) = &self.groups[group];
+            for (path, per_kind) in per_path.iter().enumerate() {
+                for (kind, &n) in per_kind.iter().enumerate() {
+                    if n > 0 {
+                        out.push((t.clone(), *v, self.paths[path].clone(), KINDS[kind], n));
+                    }
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+fn push_member(path: &mut String, key: &[u8]) {
+    let plain = key.first().is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+        && key.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
+    if plain {
+        path.push('.');
+        path.extend(key.iter().map(|&b| b as char)); // ASCII, checked above
+        return;
+    }
+    path.push_str("['");
+    for ch in String::from_utf8_lossy(key).chars() {
+        if ch == '\\' || ch == '\'' {
+            path.push('\\');
+        }
+        path.push(ch);
+    }
+    path.push_str("']");
+}
+
+/// A stored jsonb document read in place, in PostgreSQL's on-disk jsonb format (`utils/jsonb.h`,
+/// unchanged since 9.4): a container is a header word (member count and object/array/scalar
+/// flags), one JEntry word per child (type bits, and either the child's length or, every
+/// JB_OFFSET_STRIDE children, its end offset), then the children's data, nested containers
+/// aligned to 4 bytes. An object's children are its keys in order, then their values in the
+/// same order. Reading it here takes no function call per token (the JsonbIterator API costs a
+/// call through pgrx's error guard and an allocation per container). Every read is bounds
+/// checked: a malformed document ends the walk early, it never reads outside the document.
+pub struct JsonbBytes<'a> {
+    doc: &'a [u8],
+    levels: Vec<Level>,
+    started: bool,
+}
+
+/// A container being read.
+struct Level {
+    /// Byte index of the data area (after the JEntries).
+    data: usize,
+    /// Byte index of the JEntries.
+    entries: usize,
+    count: usize,
+    object: bool,
+    /// Index of the next member.
+    next: usize,
+    /// Start offsets (in the data area) of the next key and the next value.
+    key_at: usize,
+    value_at: usize,
+    /// An object's key was read, its value is next.
+    value_due: bool,
+}
+
+const JB_CMASK: u32 = 0x0FFF_FFFF;
+const JB_FSCALAR: u32 = 0x1000_0000;
+const JB_FOBJECT: u32 = 0x2000_0000;
+const JENTRY_OFFLENMASK: u32 = 0x0FFF_FFFF;
+const JENTRY_TYPEMASK: u32 = 0x7000_0000;
+const JENTRY_HAS_OFF: u32 = 0x8000_0000;
+const JENTRY_ISSTRING: u32 = 0x0000_0000;
+const JENTRY_ISNUMERIC: u32 = 0x1000_0000;
+const JENTRY_ISBOOL_FALSE: u32 = 0x2000_0000;
+const JENTRY_ISBOOL_TRUE: u32 = 0x3000_0000;
+const JENTRY_ISCONTAINER: u32 = 0x5000_0000;
+
+impl<'a> JsonbBytes<'a> {
+    /// `doc`: the root container (a jsonb value without its varlena header).
+    pub fn new(doc: &'a [u8]) -> Self {
+        JsonbBytes { doc, levels: Vec::new(), started: false }
+    }
+
+    fn word(&self, at: usize) -> Option<u32> {
+        let bytes = self.doc.get(at..at.checked_add(4)?)?;
+        Some(u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+
+    /// Opens the container starting at byte `at`: (level, is scalar document).
+    fn open(&self, at: usize) -> Option<(Level, bool)> {
+        let header = self.word(at)?;
+        let count = (header & JB_CMASK) as usize;
+        let object = header & JB_FOBJECT != 0;
+        let children = if object { count.checked_mul(2)? } else { count };
+        let entries = at + 4;
+        let data = entries.checked_add(children.checked_mul(4)?)?;
+        if data > self.doc.len() {
+            return None;
+        }
+        let mut level = Level { data, entries, count, object, next: 0, key_at: 0, value_at: 0, value_due: false };
+        if object {
+            // The first value starts where the last key ends.
+            level.value_at = self.start_of(&level, count)?;
+        }
+        Some((level, header & JB_FSCALAR != 0))
+    }
+
+    /// Start offset of child `index`: the end of the previous child, found by walking back to
+    /// the nearest child stored with its end offset.
+    fn start_of(&self, level: &Level, index: usize) -> Option<usize> {
+        let mut offset: usize = 0;
+        for i in (0..index).rev() {
+            let entry = self.word(level.entries + 4 * i)?;
+            offset += (entry & JENTRY_OFFLENMASK) as usize;
+            if entry & JENTRY_HAS_OFF != 0 {
+                break;
+            }
+        }
+        Some(offset)
+    }
+
+    /// Child `index` starting at offset `start`: (its JEntry, its end offset).
+    fn child(&self, level: &Level, index: usize, start: usize) -> Option<(u32, usize)> {
+        let entry = self.word(level.entries + 4 * index)?;
+        let field = (entry & JENTRY_OFFLENMASK) as usize;
+        let end = if entry & JENTRY_HAS_OFF != 0 { field } else { start + field };
+        if end < start || level.data + end > self.doc.len() {
+            return None;
+        }
+        Some((entry, end))
+    }
+
+    /// The value of child (`entry`, starting at `start`), walked into when it is a container and
+    /// `descend` says so.
+    fn value(&mut self, data: usize, entry: u32, start: usize, descend: bool) -> Option<Token<'a>> {
+        Some(match entry & JENTRY_TYPEMASK {
+            JENTRY_ISSTRING => Token::Value(STRING),
+            JENTRY_ISNUMERIC => Token::Value(NUMBER),
+            JENTRY_ISBOOL_FALSE | JENTRY_ISBOOL_TRUE => Token::Value(BOOLEAN),
+            JENTRY_ISCONTAINER => {
+                // Nested containers are aligned to 4 bytes within the data area.
+                let at = data + start.next_multiple_of(4);
+                let header = self.word(at)?;
+                let kind = if header & JB_FOBJECT != 0 { OBJECT } else { ARRAY };
+                if !descend {
+                    return Some(Token::Value(kind));
+                }
+                let (level, _) = self.open(at)?;
+                self.levels.push(level);
+                Token::Begin(kind)
+            }
+            _ => Token::Value(NULL),
         })
     }
 
-    /// Reads a string (the opening quote is next), unescaping it.
-    fn string(&mut self) -> Result<String, Malformed> {
-        self.expect(b'"')?;
-        let mut out: Vec<u8> = Vec::new();
-        loop {
-            let b = *self.text.get(self.pos).ok_or(Malformed)?;
-            self.pos += 1;
-            match b {
-                b'"' => return String::from_utf8(out).map_err(|_| Malformed),
-                b'\\' => {
-                    let e = *self.text.get(self.pos).ok_or(Malformed)?;
-                    self.pos += 1;
-                    let ch = match e {
-                        b'"' => '"',
-                        b'\\' => '\\',
-                        b'/' => '/',
-                        b'b' => '\u{8}',
-                        b'f' => '\u{c}',
-                        b'n' => '\n',
-                        b'r' => '\r',
-                        b't' => '\t',
-                        b'u' => self.unicode_escape()?,
-                        _ => return Err(Malformed),
-                    };
-                    let mut buf = [0u8; 4];
-                    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
-                }
-                _ => out.push(b),
+    fn step(&mut self, descend: bool) -> Option<Token<'a>> {
+        if !self.started {
+            self.started = true;
+            let (level, scalar) = self.open(0)?;
+            if scalar {
+                // A scalar document is stored as a one-element array flagged scalar.
+                let (entry, _) = self.child(&level, 0, 0)?;
+                return self.value(level.data, entry, 0, false);
             }
+            let kind = if level.object { OBJECT } else { ARRAY };
+            self.levels.push(level);
+            return Some(Token::Begin(kind));
         }
-    }
-
-    /// The character of a `\u` escape of four hex digits (after the `u`), joining a surrogate pair.
-    fn unicode_escape(&mut self) -> Result<char, Malformed> {
-        let high = self.hex4()?;
-        if (0xD800..0xDC00).contains(&high) && self.text.get(self.pos..self.pos + 2) == Some(b"\\u") {
-            self.pos += 2;
-            let low = self.hex4()?;
-            let code = 0x10000 + ((high - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3FF);
-            return Ok(char::from_u32(code).unwrap_or('\u{FFFD}'));
+        let doc = self.doc;
+        let top = self.levels.last_mut()?;
+        if top.next >= top.count {
+            self.levels.pop();
+            return Some(Token::End);
         }
-        Ok(char::from_u32(high).unwrap_or('\u{FFFD}'))
-    }
-
-    fn hex4(&mut self) -> Result<u32, Malformed> {
-        let digits = self.text.get(self.pos..self.pos + 4).ok_or(Malformed)?;
-        let text = std::str::from_utf8(digits).map_err(|_| Malformed)?;
-        self.pos += 4;
-        u32::from_str_radix(text, 16).map_err(|_| Malformed)
-    }
-
-    /// Skips a string (the opening quote is next) without unescaping it.
-    fn skip_string(&mut self) -> Result<(), Malformed> {
-        self.expect(b'"')?;
-        loop {
-            match *self.text.get(self.pos).ok_or(Malformed)? {
-                b'"' => {
-                    self.pos += 1;
-                    return Ok(());
-                }
-                b'\\' => self.pos += 2,
-                _ => self.pos += 1,
-            }
-        }
-    }
-
-    /// Skips one value of any depth, iteratively: only a nesting counter grows with depth.
-    fn skip_value(&mut self) -> Result<(), Malformed> {
-        let mut open: usize = 0;
-        loop {
-            match self.peek()? {
-                b'"' => self.skip_string()?,
-                b'{' | b'[' => {
-                    open += 1;
-                    self.pos += 1;
-                }
-                b'}' | b']' => {
-                    open = open.checked_sub(1).ok_or(Malformed)?;
-                    self.pos += 1;
-                }
-                b',' | b':' if open > 0 => self.pos += 1,
-                _ => {
-                    // A scalar: runs to the next delimiter.
-                    let start = self.pos;
-                    while let Some(&b) = self.text.get(self.pos) {
-                        if matches!(b, b',' | b'}' | b']' | b':' | b' ' | b'\t' | b'\n' | b'\r') {
-                            break;
-                        }
-                        self.pos += 1;
-                    }
-                    if self.pos == start {
-                        return Err(Malformed);
-                    }
-                }
-            }
-            if open == 0 {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Walks the value that comes next, at `depth` (the payload itself is depth 0), recording
-    /// the (path, type) of each member or element it walks into `seen`.
-    fn walk(&mut self, path: &mut String, depth: u32, seen: &mut Seen) -> Result<(), Malformed> {
-        let container = self.peek()?;
-        if !matches!(container, b'{' | b'[') || depth >= MAX_DEPTH {
-            return self.skip_value();
-        }
-        self.pos += 1;
-        let close = if container == b'{' { b'}' } else { b']' };
-        let mut members: u32 = 0;
-        loop {
-            if self.peek()? == close {
-                self.pos += 1;
-                return Ok(());
-            }
-            if members > 0 {
-                self.expect(b',')?;
-            }
-            members += 1;
-            if members > MAX_MEMBERS {
-                if container == b'{' {
-                    self.skip_string()?;
-                    self.expect(b':')?;
-                }
-                self.skip_value()?;
-                continue;
-            }
-            let len = path.len();
-            if container == b'{' {
-                let key = self.string()?;
-                self.expect(b':')?;
-                push_member(path, &key);
-            } else {
-                path.push_str("[*]");
-            }
-            seen.insert((path.clone(), self.kind()?));
-            self.walk(path, depth + 1, seen)?;
-            path.truncate(len);
-        }
-    }
-}
-
-/// Distinct (path, JSON type) of one payload given as JSON text.
-fn walk_text(text: &str) -> Result<Seen, Malformed> {
-    let mut scanner = Scanner { text: text.as_bytes(), pos: 0 };
-    let mut seen = Seen::new();
-    scanner.walk(&mut String::from("$"), 0, &mut seen)?;
-    if scanner.peek().is_ok() {
-        return Err(Malformed);
-    }
-    Ok(seen)
-}
-
-fn push_member(path: &mut String, key: &str) {
-    let plain = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if plain {
-        path.push('.');
-        path.push_str(key);
-    } else {
-        path.push_str("['");
-        for ch in key.chars() {
-            if ch == '\\' || ch == '\'' {
-                path.push('\\');
-            }
-            path.push(ch);
-        }
-        path.push_str("']");
-    }
-}
-
-/// Aggregated shapes of a batch; also returns how many payloads could not be parsed.
-pub fn shapes(types: &[Option<String>], versions: &[Option<i32>], payloads: &[Option<String>]) -> (Vec<(Key, i64)>, usize) {
-    let mut counts: BTreeMap<Key, i64> = BTreeMap::new();
-    let mut unparsable = 0;
-    for ((t, v), p) in types.iter().zip(versions).zip(payloads) {
-        let (Some(t), Some(v), Some(p)) = (t, v, p) else { continue };
-        let Ok(seen) = walk_text(p) else {
-            unparsable += 1;
-            continue;
+        let (index, start, data) = if top.object && !top.value_due {
+            let i = top.next;
+            let start = top.key_at;
+            let top = self.levels.last().expect("a level");
+            let (_, end) = self.child(top, i, start)?;
+            let data = top.data;
+            let top = self.levels.last_mut().expect("a level");
+            top.key_at = end;
+            top.value_due = true;
+            return doc.get(data + start..data + end).map(Token::Key);
+        } else if top.object {
+            top.value_due = false;
+            (top.count + top.next, top.value_at, top.data)
+        } else {
+            (top.next, top.value_at, top.data)
         };
-        for (path, json_type) in seen {
-            *counts.entry((t.clone(), *v, path, json_type)).or_insert(0) += 1;
+        let level = self.levels.last().expect("a level");
+        let (entry, end) = self.child(level, index, start)?;
+        let top = self.levels.last_mut().expect("a level");
+        top.next += 1;
+        top.value_at = end;
+        self.value(data, entry, start, descend)
+    }
+}
+
+impl Tokens for JsonbBytes<'_> {
+    fn next(&mut self, descend: bool) -> Token<'_> {
+        match self.step(descend) {
+            Some(token) => token,
+            None => {
+                // Malformed: stop the walk (every level ends).
+                self.levels.clear();
+                Token::End
+            }
         }
     }
-    (counts.into_iter().collect(), unparsable)
+}
+
+/// The bytes of a jsonb datum's root container.
+///
+/// # Safety
+/// `datum` must be a non-null jsonb datum, alive while the returned slice is used.
+pub unsafe fn jsonb_root<'a>(datum: pgrx::pg_sys::Datum) -> &'a [u8] {
+    use pgrx::pg_sys;
+    // Detoasted, and a short header made a full one (the container must be 4-byte aligned).
+    let value = pg_sys::pg_detoast_datum(datum.cast_mut_ptr::<pg_sys::varlena>());
+    let bytes = value as *const u8;
+    let total = pgrx::varsize_any(value);
+    std::slice::from_raw_parts(bytes.add(pg_sys::VARHDRSZ), total.saturating_sub(pg_sys::VARHDRSZ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
-    #[test]
-    fn paths_types_and_counts_per_event() {
-        let (rows, bad) = shapes(
-            &[Some("a".into()), Some("a".into())],
-            &[Some(1), Some(1)],
-            &[
-                Some(r#"{"x": {"y": 1}, "items": [{"id": 1}, {"id": "2"}], "it's": null}"#.into()),
-                Some(r#"{"x": 5}"#.into()),
-            ],
-        );
-        assert_eq!(bad, 0);
-        let get = |p: &str, k: &str| rows.iter().find(|((_, _, path, kind), _)| path == p && *kind == k).map(|r| r.1);
-        assert_eq!(get("$.x", "object"), Some(1));
-        assert_eq!(get("$.x", "number"), Some(1));
-        assert_eq!(get("$.x.y", "number"), Some(1));
-        assert_eq!(get("$.items[*].id", "number"), Some(1));
-        assert_eq!(get("$.items[*].id", "string"), Some(1));
-        assert_eq!(get("$['it\\'s']", "null"), Some(1));
+    /// A parsed document as tokens, for testing the walk without a server.
+    struct ValueTokens<'a> {
+        /// Pending steps; containers walked into expand in place.
+        stack: Vec<Step<'a>>,
     }
 
-    /// The walk as it would be over a parsed document (serde_json), for comparison.
-    fn reference_walk(value: &serde_json::Value, path: &mut String, depth: u32, seen: &mut Seen) {
-        use serde_json::Value;
+    enum Step<'a> {
+        Val(&'a Value),
+        Key(&'a str),
+        End,
+    }
+
+    fn kind(v: &Value) -> Kind {
+        match v {
+            Value::Object(_) => OBJECT,
+            Value::Array(_) => ARRAY,
+            Value::String(_) => STRING,
+            Value::Number(_) => NUMBER,
+            Value::Bool(_) => BOOLEAN,
+            Value::Null => NULL,
+        }
+    }
+
+    impl<'a> ValueTokens<'a> {
+        fn new(doc: &'a Value) -> Self {
+            ValueTokens { stack: vec![Step::Val(doc)] }
+        }
+    }
+
+    impl Tokens for ValueTokens<'_> {
+        fn next(&mut self, descend: bool) -> Token<'_> {
+            match self.stack.pop() {
+                None | Some(Step::End) => Token::End,
+                Some(Step::Key(k)) => Token::Key(k.as_bytes()),
+                Some(Step::Val(v)) => match v {
+                    Value::Object(map) if descend => {
+                        self.stack.push(Step::End);
+                        for (k, child) in map.iter().rev() {
+                            self.stack.push(Step::Val(child));
+                            self.stack.push(Step::Key(k));
+                        }
+                        Token::Begin(OBJECT)
+                    }
+                    Value::Array(items) if descend => {
+                        self.stack.push(Step::End);
+                        for child in items.iter().rev() {
+                            self.stack.push(Step::Val(child));
+                        }
+                        Token::Begin(ARRAY)
+                    }
+                    other => Token::Value(kind(other)),
+                },
+            }
+        }
+    }
+
+    type Seen = std::collections::BTreeSet<(String, &'static str)>;
+
+    /// The walk as recursion over a parsed document: the specification the iterative walk meets.
+    fn reference_walk(value: &Value, path: &mut String, depth: u32, seen: &mut Seen) {
         if depth >= MAX_DEPTH {
             return;
         }
-        let kind = crate::core::ordered_json::json_kind;
         match value {
             Value::Object(map) => {
                 for (key, child) in map.iter().take(MAX_MEMBERS as usize) {
                     let len = path.len();
-                    push_member(path, key);
-                    seen.insert((path.clone(), kind(child)));
+                    push_member(path, key.as_bytes());
+                    seen.insert((path.clone(), KINDS[kind(child) as usize]));
                     reference_walk(child, path, depth + 1, seen);
                     path.truncate(len);
                 }
@@ -294,7 +521,7 @@ mod tests {
                 let len = path.len();
                 path.push_str("[*]");
                 for child in items.iter().take(MAX_MEMBERS as usize) {
-                    seen.insert((path.clone(), kind(child)));
+                    seen.insert((path.clone(), KINDS[kind(child) as usize]));
                     reference_walk(child, path, depth + 1, seen);
                 }
                 path.truncate(len);
@@ -303,24 +530,58 @@ mod tests {
         }
     }
 
+    fn walked(doc: &Value) -> Seen {
+        let mut counter = ShapeCounter::default();
+        counter.add("t", 1, &mut ValueTokens::new(doc));
+        counter.rows().into_iter().map(|(_, _, path, kind, n)| {
+            assert_eq!(n, 1);
+            (path, kind)
+        }).collect()
+    }
+
+    fn expected(doc: &Value) -> Seen {
+        let mut seen = Seen::new();
+        reference_walk(doc, &mut String::from("$"), 0, &mut seen);
+        seen
+    }
+
     #[test]
-    fn text_walk_agrees_with_a_walk_over_the_parsed_document() {
+    fn paths_types_and_counts_per_event() {
+        let mut counter = ShapeCounter::default();
+        let a: Value = serde_json::from_str(r#"{"x": {"y": 1}, "items": [{"id": 1}, {"id": "2"}, {"id": 3}], "it's": null}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"x": 5}"#).unwrap();
+        let c: Value = serde_json::from_str(r#"{"x": 5}"#).unwrap();
+        counter.add("a", 1, &mut ValueTokens::new(&a));
+        counter.add("a", 1, &mut ValueTokens::new(&b));
+        counter.add("a", 2, &mut ValueTokens::new(&c));
+        let rows = counter.rows();
+        let get = |v: i32, p: &str, k: &str| {
+            rows.iter().find(|(_, version, path, kind, _)| *version == v && path == p && *kind == k).map(|r| r.4)
+        };
+        assert_eq!(get(1, "$.x", "object"), Some(1));
+        assert_eq!(get(1, "$.x", "number"), Some(1));
+        assert_eq!(get(2, "$.x", "number"), Some(1));
+        assert_eq!(get(1, "$.x.y", "number"), Some(1));
+        // Counted once per event, however many elements have it.
+        assert_eq!(get(1, "$.items[*].id", "number"), Some(1));
+        assert_eq!(get(1, "$.items[*].id", "string"), Some(1));
+        assert_eq!(get(1, "$['it\\'s']", "null"), Some(1));
+        assert_eq!(rows.len(), 9);
+    }
+
+    #[test]
+    fn walk_agrees_with_the_reference() {
         let docs = [
             r#"{"a": 1, "b": [1, "x", null, {"c": true}], "d": {"e": {"f": [[1], []]}}}"#,
-            r#"{"k\"q": {"\u00e9t\u00e9": 1.5e3, "\ud83d\ude00": false}, "sp ace": "a\\b\"}", "n": -0.5}"#,
-            r#" { "ws" : [ 1 , { "x" : null } ] , "t\tab" : "\n" } "#,
+            r#"{"k\"q": {"été": 1.5e3, "😀": false}, "sp ace": "a\\b\"}", "n": -0.5}"#,
             r#"[{"a": 1}, {"a": "s"}, 3]"#,
             r#""scalar""#,
             "{}",
+            "[]",
         ];
         for doc in docs {
-            let parsed: serde_json::Value = serde_json::from_str(doc).unwrap();
-            let mut expected = Seen::new();
-            reference_walk(&parsed, &mut String::from("$"), 0, &mut expected);
-            assert_eq!(walk_text(doc).unwrap(), expected, "{doc}");
-        }
-        for bad in ["{", r#"{"a" 1}"#, r#"{"a": 1,}"#, "[1 2]", r#"{"a": 1} x"#, r#""open"#] {
-            assert!(walk_text(bad).is_err(), "{bad}");
+            let parsed: Value = serde_json::from_str(doc).unwrap();
+            assert_eq!(walked(&parsed), expected(&parsed), "{doc}");
         }
     }
 
@@ -336,7 +597,6 @@ mod tests {
                 format!("[{}]", items.join(", "))
             }
             _ => {
-                // Distinct keys, as in the text of a jsonb value.
                 let mut keys: Vec<&str> = (0..rng.below(5)).map(|_| rng.pick(KEYS)).collect();
                 keys.sort();
                 keys.dedup();
@@ -348,33 +608,28 @@ mod tests {
     }
 
     #[test]
-    fn text_walk_agrees_with_the_reference_on_random_documents() {
+    fn walk_agrees_with_the_reference_on_random_documents() {
         let mut rng = crate::core::fuzz::Rng(0x5eed_0f_0b5e_71ed);
         for case in 0..2000 {
             let doc = format!("{{\"root\": {}}}", random_json(&mut rng, 0));
-            let parsed: serde_json::Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("case {case}: {doc}: {e}"));
-            let mut expected = Seen::new();
-            reference_walk(&parsed, &mut String::from("$"), 0, &mut expected);
-            assert_eq!(walk_text(&doc).unwrap(), expected, "case {case}: {doc}");
+            let parsed: Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("case {case}: {doc}: {e}"));
+            assert_eq!(walked(&parsed), expected(&parsed), "case {case}: {doc}");
         }
     }
 
     #[test]
-    fn nesting_far_beyond_the_parser_limit_is_walked_to_the_depth_limit() {
-        let deep = format!("{{\"top\": 1, \"d\": {}1{}}}", "[{\"a\":".repeat(10_000), "}]".repeat(10_000));
-        let (rows, bad) = shapes(&[Some("d".into())], &[Some(1)], &[Some(deep)]);
-        assert_eq!(bad, 0);
-        assert!(rows.iter().any(|r| r.0 .2 == "$.top"));
-        assert_eq!(rows.len(), 1 + MAX_DEPTH as usize, "$.top, $.d and one path per level below $.d");
-    }
-
-    #[test]
     fn deep_and_wide_payloads_are_bounded() {
-        let deep = format!("{}1{}", "{\"a\":".repeat(100), "}".repeat(100));
-        let wide = format!("{{{}}}", (0..5000).map(|i| format!("\"k{i}\": {i}")).collect::<Vec<_>>().join(","));
-        let (rows, bad) = shapes(&[Some("d".into()), Some("w".into())], &[Some(1), Some(1)], &[Some(deep), Some(wide)]);
-        assert_eq!(bad, 0);
-        assert_eq!(rows.iter().filter(|r| r.0 .0 == "d").count(), MAX_DEPTH as usize);
-        assert_eq!(rows.iter().filter(|r| r.0 .0 == "w").count(), MAX_MEMBERS as usize);
+        // Deeper than MAX_DEPTH: one path per level down to the limit, nothing below.
+        let deep: Value = serde_json::from_str(&format!("{}1{}", "{\"a\":".repeat(100), "}".repeat(100))).unwrap();
+        let seen = walked(&deep);
+        assert_eq!(seen.len(), MAX_DEPTH as usize);
+        assert_eq!(seen, expected(&deep));
+        let wide: Value =
+            serde_json::from_str(&format!("{{{}}}", (0..5000).map(|i| format!("\"k{i}\": {i}")).collect::<Vec<_>>().join(","))).unwrap();
+        assert_eq!(walked(&wide).len(), MAX_MEMBERS as usize);
+        let long_array: Value = serde_json::json!({ "xs": (0..5000).map(|i| if i < 1000 { Value::from(i) } else { Value::from("s") }).collect::<Vec<_>>() });
+        // Elements past MAX_MEMBERS are not walked: no string element is seen.
+        assert_eq!(walked(&long_array), expected(&long_array));
+        assert!(!walked(&long_array).contains(&("$.xs[*]".to_string(), "string")));
     }
 }

@@ -133,4 +133,62 @@ mod tests {
         .execute();
         assert!(caught);
     }
+    /// The observer's walk over stored jsonb gives what a walk of the same documents by
+    /// PostgreSQL's own jsonb functions gives (an SQL reference: every key path of objects,
+    /// `[*]` for array elements, distinct per event).
+    #[pg_test]
+    fn stored_jsonb_walk_matches_an_sql_walk() {
+        Spi::run(
+            r#"CREATE TEMP TABLE docs (t text, v int, p jsonb);
+               INSERT INTO docs VALUES
+                 ('a', 1, '{"sku": "x", "n": 1.5, "ok": true, "nil": null, "it''s": {"é": [1, "s", [2]]}}'),
+                 ('a', 1, '{"sku": 5, "tags": [{"id": 1}, {"id": "2"}, {"id": 3}], "e": {}, "ea": []}'),
+                 ('b', 2, '{"sku": "y"}'),
+                 ('b', 2, '[1, {"k": true}]'),
+                 ('b', 2, '"just a string"');
+               -- Past the format's offset stride (every 32nd child stores an end offset):
+               -- wide objects and long arrays, nested containers at many positions.
+               INSERT INTO docs SELECT 'w', n, (SELECT jsonb_object_agg('k' || i || repeat('é', i % 3),
+                       CASE WHEN i % 7 = 0 THEN jsonb_build_object('n', i, 'a', jsonb_build_array(i, 's', NULL, true))
+                            WHEN i % 5 = 0 THEN to_jsonb(repeat('s', i * n))
+                            WHEN i % 11 = 0 THEN 'null'::jsonb
+                            ELSE to_jsonb(i * 1.5) END) FROM generate_series(1, 40 * n) i)
+               FROM generate_series(1, 3) n;
+               INSERT INTO docs SELECT 'l', 1, jsonb_build_object('xs', (SELECT jsonb_agg(
+                       CASE WHEN i % 3 = 0 THEN jsonb_build_object('id', i, 'tag', 'x' || i)
+                            WHEN i % 3 = 1 THEN to_jsonb(i) ELSE jsonb_build_array(jsonb_build_array(i)) END)
+                   FROM generate_series(1, 150) i))"#,
+        )
+        .unwrap();
+        let reference = r#"
+            WITH RECURSIVE walk(doc, t, v, path, val) AS (
+                SELECT d.ctid::text, d.t, d.v, '$', d.p FROM docs d
+              UNION ALL
+                SELECT w.doc, w.t, w.v, c.path, c.val FROM walk w
+                CROSS JOIN LATERAL (
+                    SELECT w.path || CASE WHEN k ~ '^[A-Za-z_][A-Za-z0-9_]*$' THEN '.' || k
+                                          ELSE '[''' || replace(replace(k, '\', '\\'), '''', '\''') || ''']' END,
+                           x
+                    FROM jsonb_each(CASE WHEN jsonb_typeof(w.val) = 'object' THEN w.val END) e(k, x)
+                    UNION ALL
+                    SELECT w.path || '[*]', x FROM jsonb_array_elements(CASE WHEN jsonb_typeof(w.val) = 'array' THEN w.val END) a(x)
+                ) c(path, val)
+            )
+            SELECT t, v, path, jsonb_typeof(val) AS k, count(DISTINCT doc) AS n
+            FROM walk WHERE path <> '$' GROUP BY 1, 2, 3, 4"#;
+        let walked = "SELECT w.event_type, w.event_version, w.path, w.json_type, w.events
+                      FROM (SELECT array_agg(t) t, array_agg(v) v, array_agg(p) p FROM docs) d
+                      CROSS JOIN LATERAL eventview._payload_shapes(d.t, d.v, d.p) w";
+        let diff = scalar_i64(&format!(
+            "SELECT count(*) FROM ((({walked}) EXCEPT ALL ({reference})) UNION ALL (({reference}) EXCEPT ALL ({walked}))) d"
+        ));
+        assert_eq!(diff, 0);
+        assert!(scalar_i64(&format!("SELECT count(*) FROM ({walked}) w")) >= 15);
+        // Nested far below the walk's depth limit: walked to the limit only.
+        let deep = scalar_i64(
+            r#"SELECT count(*) FROM eventview._payload_shapes(ARRAY['d'], ARRAY[1],
+                   ARRAY[(repeat('{"a":', 10000) || '1' || repeat('}', 10000))::jsonb])"#,
+        );
+        assert_eq!(deep, crate::core::observe_sql::MAX_DEPTH as i64);
+    }
 }

@@ -69,11 +69,13 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     let types: Option<Vec<String>> = definition.event_types.clone();
     spi_util::run(
         "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, realtime,
-                                       owner, applied_snapshot)
+                                       owner, applied_snapshot, known_name)
          VALUES ($1, $2::regclass, $3,
                  json_build_object('group_by', $4::json, 'measures', $5::json, 'event_types', $6::text[],
                                    'time_bucket', $7::interval, 'filter', $8::json),
-                 $7, $9, $10, $11::oid::regrole, pg_current_snapshot())",
+                 $7, $9, $10, $11::oid::regrole, pg_current_snapshot(),
+                 (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
+                  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $2::regclass))",
         &[
             view_id.into(),
             relid.into(),

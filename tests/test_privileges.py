@@ -158,7 +158,7 @@ def test_roles_get_exactly_their_rights(cluster, roles):
     admin.q("UPDATE eventview._views SET last_refresh_at = now() - interval '1 hour' WHERE relid = 'bv'::regclass")
     admin.q("SELECT eventview.run_maintenance()")
     err = admin.one("SELECT last_error FROM eventview.views WHERE name = 'bv'::regclass")
-    assert err is not None and "permission denied for table ev" in err, err
+    assert err is not None and "permission denied for table public.ev: view public.bv belongs to role pgev_bob" in err, err
     bob.denied("SELECT eventview.refresh('bv')")
     alice.q(f"GRANT SELECT ON ev TO {role('bob')}")
     assert bob.one("SELECT eventview.refresh('bv')") >= 1
@@ -254,4 +254,86 @@ def test_a_callers_search_path_and_tables_give_no_rights(cluster, roles):
     assert admin.one("SELECT count(*) FROM eventview.observed_fields WHERE path = '$.new'") == 0
     admin.q("SELECT eventview.refresh_all()")  # her altered table is not in the way of others
     for who in (admin, mallory):
+        who.conn.close()
+
+
+def test_a_table_given_to_another_role_takes_its_capture_along(cluster, roles):
+    """ALTER TABLE ... OWNER TO moves the capture functions and the changelog rights to the new
+    owner; the old owner keeps only the changelog SELECT its own views need, and capture goes on."""
+    admin = As(cluster, roles, "postgres")
+    alice, bob, rita = (As(cluster, roles, r) for r in ("alice", "bob", "rita"))
+    alice.q("SELECT eventview.create_event_table('handed')")
+    source_id = alice.one("SELECT source_id FROM eventview._sources WHERE relid = 'handed'::regclass")
+    log = f"eventview._changes_{source_id}"
+    alice.q("""SELECT eventview.create_view('alices_view', 'handed', group_by => '{"k": "$.k"}',
+               measures => '{"n": "count(*)"}')""")
+    alice.q("INSERT INTO handed (event_type, payload) VALUES ('e', '{\"k\": 1}')")
+    # ALTER OWNER needs membership in the new owner, which needs CREATE on the schema.
+    admin.q(f"GRANT {role('rita')} TO {role('alice')}")
+    admin.q(f"GRANT CREATE ON SCHEMA public TO {role('rita')}")
+    alice.q(f"ALTER TABLE handed OWNER TO {role('rita')}")
+    admin.q(f"REVOKE {role('rita')} FROM {role('alice')}")
+
+    owners = admin.q(f"""SELECT DISTINCT pg_get_userbyid(proowner)::text FROM pg_proc
+                         WHERE proname ~ '^_capture_{source_id}_' AND pronamespace = 'eventview'::regnamespace""")
+    assert owners == [(role("rita"),)]
+    privileges = lambda who: admin.q(f"""SELECT has_table_privilege('{role(who)}', '{log}', 'SELECT'),
+                                                has_table_privilege('{role(who)}', '{log}', 'INSERT'),
+                                                has_table_privilege('{role(who)}', '{log}', 'DELETE')""")[0]
+    assert privileges("rita") == (True, True, True)
+    # Alice no longer reads the table, nor its changelog (which holds old contents of events),
+    # until she is granted SELECT on the table: then her view reads the changelog again.
+    assert privileges("alice") == (False, False, False)
+    rita.q("INSERT INTO handed (event_type, payload) VALUES ('e', '{\"k\": 1}')")
+    rita.q(f"GRANT SELECT ON handed TO {role('alice')}")
+    assert privileges("alice") == (True, False, False)
+    assert alice.one("SELECT eventview.refresh('alices_view')") == 2
+    assert alice.q("SELECT k, n FROM alices_view") == [("1", 2)]
+    rita.q("SELECT eventview.prune('handed')")
+    rita.q("SELECT eventview.define_field('handed', 'k', '$.k')")
+    alice.denied("SELECT eventview.prune('handed')")
+
+    # Given on again, from a role without views of it: nothing of the changelog stays with her.
+    bob_has_nothing = privileges("bob")
+    assert bob_has_nothing == (False, False, False)
+    admin.q(f"ALTER TABLE handed OWNER TO {role('bob')}")
+    assert privileges("rita") == (False, False, False)
+    assert privileges("bob") == (True, True, True)
+    bob.q("INSERT INTO handed (event_type, payload) VALUES ('e', '{\"k\": 2}')")
+    assert alice.one("SELECT eventview.refresh('alices_view')") == 1
+    # Revoked SELECT on the table takes the changelog's along; granted again, it comes back.
+    bob.q(f"REVOKE SELECT ON handed FROM {role('alice')}")
+    assert privileges("alice") == (False, False, False)
+    alice.denied(f"SELECT * FROM {log}")
+    bob.q(f"GRANT SELECT ON handed TO {role('alice')}")
+    assert privileges("alice") == (True, False, False)
+    for who in (admin, alice, bob, rita):
+        who.conn.close()
+
+
+def test_a_renamed_view_keeps_its_quarantine(cluster, roles):
+    """Quarantine rows name their view; renaming the view or its schema (or moving it) renames
+    them, so the view's owner still sees them and rebuild and drop_view still find them."""
+    admin = As(cluster, roles, "postgres")
+    alice, bob = As(cluster, roles, "alice"), As(cluster, roles, "bob")
+    alice.q("SELECT eventview.create_event_table('qev')")
+    alice.q(f"GRANT SELECT ON qev TO {role('bob')}")
+    admin.q(f"CREATE SCHEMA bobs AUTHORIZATION {role('bob')}")
+    bob.q("""SELECT eventview.create_view('bobs.q1', 'qev', group_by => '{"k": "$.k"}',
+             measures => '{"s": "sum($.v)"}')""")
+    alice.q("INSERT INTO qev (event_type, payload) VALUES ('e', '{\"k\": 1, \"v\": \"x\"}'), ('e', '{\"k\": 1, \"v\": 2}')")
+    bob.q("SELECT eventview.refresh('bobs.q1')")
+    assert bob.q("SELECT view_name FROM eventview.quarantine") == [("bobs.q1",)]
+    bob.q("ALTER VIEW bobs.q1 RENAME TO q2")
+    assert bob.q("SELECT view_name FROM eventview.quarantine") == [("bobs.q2",)]
+    admin.q("ALTER SCHEMA bobs RENAME TO \"Bob's\"")
+    assert bob.q("SELECT view_name FROM eventview.quarantine") == [('"Bob\'s".q2',)]
+    bob.q("ALTER TABLE \"Bob's\".q2 SET SCHEMA public")
+    assert bob.q("SELECT view_name FROM eventview.quarantine") == [("public.q2",)]
+    # rebuild re-files the view's quarantine (the old rows go first), drop_view removes them.
+    bob.q("SELECT eventview.rebuild('q2')")
+    assert bob.one("SELECT count(*) FROM eventview.quarantine") == 1
+    bob.q("SELECT eventview.drop_view('q2')")
+    assert admin.one("SELECT count(*) FROM eventview.quarantine") == 0
+    for who in (admin, alice, bob):
         who.conn.close()

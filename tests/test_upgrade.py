@@ -30,7 +30,10 @@ EXTENSION_DIR = Path(subprocess.check_output([PG_CONFIG, "--sharedir"], text=Tru
 LIBRARY = Path(subprocess.check_output([PG_CONFIG, "--pkglibdir"], text=True).strip()) / "pg_eventview.so"
 
 # The commit each release was cut from: its library is built to create data as that release did.
-RELEASE_COMMITS = {"0.1.0": "276fcd18cf5586e22dd5754bb379858cb19d7425"}
+RELEASE_COMMITS = {
+    "0.1.0": "276fcd18cf5586e22dd5754bb379858cb19d7425",
+    "0.2.0": "b86713cd2a1be1567bfb0eacd4427ea66a696f81",
+}
 
 
 def released_versions():

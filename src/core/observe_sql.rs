@@ -27,6 +27,7 @@ pub const CHUNK: u32 = 5000;
 /// Returns (events observed, drift rows recorded).
 pub fn observe(source_id: i32, source_table: &str) -> String {
     let sid = source_id;
+    let touched = batch::touched_rows(source_table);
     let batch = batch::ctes(
         source_id,
         &format!(
@@ -38,8 +39,7 @@ pub fn observe(source_id: i32, source_table: &str) -> String {
         "WITH {batch},
 fresh AS (
     SELECT e.event_id, e.event_type, e.event_version, e.payload
-    FROM (SELECT DISTINCT event_id FROM ids WHERE op <> 'D') k
-    JOIN {source_table} e ON e.event_id = k.event_id
+    FROM {touched}
 ),
 vers AS (SELECT event_type, event_version, count(*) AS n FROM fresh GROUP BY 1, 2),
 -- The walk takes chunks of CHUNK payloads per call: one call per event would cost a function
@@ -48,7 +48,7 @@ vers AS (SELECT event_type, event_version, count(*) AS n FROM fresh GROUP BY 1, 
 obs AS (
     SELECT w.event_type, w.event_version, w.path, w.json_type, sum(w.events)::bigint AS n
     FROM (
-        SELECT array_agg(event_type) AS t, array_agg(event_version) AS v, array_agg(payload::text) AS p
+        SELECT array_agg(event_type) AS t, array_agg(event_version) AS v, array_agg(payload) AS p
         FROM (SELECT event_type, event_version, payload, (row_number() OVER ()) / {CHUNK} AS chunk FROM fresh) numbered
         GROUP BY chunk
     ) f

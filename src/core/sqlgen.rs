@@ -242,7 +242,7 @@ impl<'a> ViewSql<'a> {
             Some(w) => quote::typed_literal(w, "interval"),
             None => "NULL::interval".to_string(),
         };
-        let mut ctes = self.delta_input(Mode::Delta, &width);
+        let mut ctes = self.delta_input(Mode::Delta, &width, false);
         let (key_exprs, mut d_cols) = self.group_delta_columns();
         // Multiset measures carry the group's pending values along (value, sign), so that the
         // merge below works per group with index lookups and never joins two large sets on a
@@ -401,8 +401,10 @@ impl<'a> ViewSql<'a> {
         ))
     }
 
-    fn rows_delta(&self) -> String {
-        let src = &self.source_table;
+    /// The signed rows of the batch; `by_runs`: fetch touched rows by id ranges (see `batch`).
+    fn rows_delta(&self, by_runs: bool) -> String {
+        let touched =
+            if by_runs { batch::touched_rows(&self.source_table) } else { batch::touched_rows_by_id(&self.source_table) };
         let batch = batch::ctes(
             self.source_id,
             &format!(
@@ -422,7 +424,7 @@ delta_rows AS (
     WHERE f.op <> 'I'
     UNION ALL
     SELECT 1, true, e.event_id, e.event_type, e.event_version, e.producer, e.occurred_at, e.payload
-    FROM (SELECT DISTINCT event_id FROM ids) k JOIN {src} e ON e.event_id = k.event_id
+    FROM {touched}
 )"
         )
     }
@@ -453,7 +455,7 @@ delta_rows AS (
     /// (changes consumed, groups written, groups with a retraction, first type error).
     pub fn apply(&self, mode: Mode) -> String {
         let def = self.def;
-        let mut ctes = self.delta_input(mode, WIDTH_PARAM);
+        let mut ctes = self.delta_input(mode, WIDTH_PARAM, true);
         let (key_exprs, d_cols) = self.group_delta_columns();
         let group_positions: Vec<String> = (1..=key_exprs.len()).map(|p| p.to_string()).collect();
         let mut insert_cols: Vec<String> = vec!["__k".into()];
@@ -505,13 +507,13 @@ delta_rows AS (
 
     /// The CTEs from the rows to read through `good` (the type-checked values of each event,
     /// signed) and `bad_rows`: shared by the apply statement and realtime reads.
-    fn delta_input(&self, mode: Mode, width: &str) -> Vec<String> {
+    fn delta_input(&self, mode: Mode, width: &str, by_runs: bool) -> Vec<String> {
         let def = self.def;
         let refs = self.refs();
         let mut ctes: Vec<String> = Vec::new();
         let rows = match mode {
             Mode::Delta => {
-                ctes.push(self.rows_delta());
+                ctes.push(self.rows_delta(by_runs));
                 "delta_rows".to_string()
             }
             Mode::Full => {
@@ -520,7 +522,7 @@ delta_rows AS (
                 "full_rows".to_string()
             }
             Mode::Window => {
-                ctes.push(self.rows_delta());
+                ctes.push(self.rows_delta(by_runs));
                 ctes.push(self.rows_full(true));
                 "(SELECT * FROM delta_rows UNION ALL SELECT * FROM full_rows)".to_string()
             }

@@ -1,0 +1,96 @@
+-- pg_eventview 0.2.0 -> 0.3.0
+\echo Use "ALTER EXTENSION pg_eventview UPDATE TO '0.3.0'" to load this file. \quit
+
+-- The field observer walks stored jsonb instead of its text: the walk takes the payloads as
+-- they are stored (jsonb[], declared anyarray so they reach the library without conversion).
+DROP FUNCTION eventview."_payload_shapes"(TEXT[], INT[], TEXT[]);
+CREATE FUNCTION eventview."_payload_shapes"(
+	"event_types" TEXT[],
+	"event_versions" INT[],
+	"payloads" anyarray
+) RETURNS TABLE (
+	"event_type" TEXT,
+	"event_version" INT,
+	"path" TEXT,
+	"json_type" TEXT,
+	"events" bigint
+)
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'payload_shapes_wrapper';
+
+-- Views know the name their quarantine rows carry, kept up to date on renames (below).
+ALTER TABLE eventview._views ADD COLUMN known_name text;
+UPDATE eventview._views SET known_name = eventview._view_name(view_id);
+
+-- DDL that pg_eventview follows (an event trigger, as the extension owner):
+-- - an event table given to another role (ALTER TABLE ... OWNER TO) takes its capture along: the
+--   capture functions run as the table's owner and the changelog rights are the owner's, so both
+--   move to the new owner;
+-- - a view's owner reads the changelog of its event table only while it may read the table
+--   (GRANT, REVOKE, ALTER TABLE ... OWNER TO): the changelog holds the old contents of updated
+--   and deleted events;
+-- - a view renamed or moved (ALTER VIEW/TABLE ... RENAME or SET SCHEMA, ALTER SCHEMA ... RENAME):
+--   its quarantine rows take the new name, so its owner still sees them and drop_view and
+--   rebuild still find them.
+CREATE FUNCTION eventview._follow_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+    op text;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT s.source_id, now_owner.rolname AS now_owner, was.rolname AS was_owner,
+               p.proowner AS was_oid
+        FROM pg_catalog.pg_event_trigger_ddl_commands() d
+        JOIN eventview._sources s ON s.relid::oid OPERATOR(pg_catalog.=) d.objid
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
+        JOIN pg_catalog.pg_roles now_owner ON now_owner.oid OPERATOR(pg_catalog.=) c.relowner
+        -- (to_regprocedure: during a restore the functions may not exist yet)
+        JOIN pg_catalog.pg_proc p
+          ON p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
+                 pg_catalog.format('eventview._capture_%s_insert()', s.source_id))
+        JOIN pg_catalog.pg_roles was ON was.oid OPERATOR(pg_catalog.=) p.proowner
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+          AND p.proowner OPERATOR(pg_catalog.<>) c.relowner
+    LOOP
+        FOREACH op IN ARRAY ARRAY['insert', 'update', 'delete', 'truncate'] LOOP
+            EXECUTE pg_catalog.format('ALTER FUNCTION eventview._capture_%s_%s() OWNER TO %I',
+                                      r.source_id, op, r.now_owner);
+        END LOOP;
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON eventview._changes_%s TO %I',
+                                  r.source_id, r.now_owner);
+        -- (Its views may still need SELECT: the next loop grants it back if so.)
+        EXECUTE pg_catalog.format('REVOKE ALL ON eventview._changes_%s FROM %I',
+                                  r.source_id, r.was_owner);
+    END LOOP;
+    FOR r IN
+        SELECT DISTINCT v.source_id, o.rolname AS reader,
+               pg_catalog.has_table_privilege(v.owner::oid, s.relid::oid, 'SELECT') AS may_read,
+               pg_catalog.has_table_privilege(v.owner::oid,
+                   pg_catalog.format('eventview._changes_%s', v.source_id), 'SELECT') AS reads
+        FROM eventview._views v
+        JOIN eventview._sources s ON s.source_id OPERATOR(pg_catalog.=) v.source_id
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.relid::oid
+        JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) v.owner::oid
+        WHERE c.relowner OPERATOR(pg_catalog.<>) v.owner::oid AND NOT o.rolsuper
+    LOOP
+        IF r.may_read AND NOT r.reads THEN
+            EXECUTE pg_catalog.format('GRANT SELECT ON eventview._changes_%s TO %I', r.source_id, r.reader);
+        ELSIF r.reads AND NOT r.may_read THEN
+            EXECUTE pg_catalog.format('REVOKE SELECT ON eventview._changes_%s FROM %I', r.source_id, r.reader);
+        END IF;
+    END LOOP;
+    FOR r IN
+        SELECT v.view_id, v.known_name AS was, eventview._view_name(v.view_id) AS now
+        FROM eventview._views v
+        WHERE NOT coalesce(v.known_name OPERATOR(pg_catalog.=) eventview._view_name(v.view_id), false)
+    LOOP
+        UPDATE eventview.quarantine SET view_name = r.now WHERE view_name OPERATOR(pg_catalog.=) r.was;
+        UPDATE eventview._views SET known_name = r.now WHERE view_id OPERATOR(pg_catalog.=) r.view_id;
+    END LOOP;
+END
+$$;
+CREATE EVENT TRIGGER eventview_follow_ddl ON ddl_command_end
+    WHEN TAG IN ('ALTER TABLE', 'ALTER VIEW', 'ALTER SCHEMA', 'GRANT', 'REVOKE')
+    EXECUTE FUNCTION eventview._follow_ddl();
