@@ -291,63 +291,63 @@ const JENTRY_ISBOOL_FALSE: u32 = 0x2000_0000;
 const JENTRY_ISBOOL_TRUE: u32 = 0x3000_0000;
 const JENTRY_ISCONTAINER: u32 = 0x5000_0000;
 
+fn word(doc: &[u8], at: usize) -> Option<u32> {
+    let bytes = doc.get(at..at.checked_add(4)?)?;
+    Some(u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
+/// Opens the container starting at byte `at`: (level, is a scalar document).
+fn open(doc: &[u8], at: usize) -> Option<(Level, bool)> {
+    let header = word(doc, at)?;
+    let count = (header & JB_CMASK) as usize;
+    let object = header & JB_FOBJECT != 0;
+    let children = if object { count.checked_mul(2)? } else { count };
+    let entries = at + 4;
+    let data = entries.checked_add(children.checked_mul(4)?)?;
+    if data > doc.len() {
+        return None;
+    }
+    let mut level = Level { data, entries, count, object, next: 0, key_at: 0, value_at: 0, value_due: false };
+    if object {
+        // The first value starts where the last key ends.
+        level.value_at = start_of(doc, &level, count)?;
+    }
+    Some((level, header & JB_FSCALAR != 0))
+}
+
+/// Start offset of child `index`: the end of the previous child, found by walking back to the
+/// nearest child stored with its end offset (at most JB_OFFSET_STRIDE steps).
+fn start_of(doc: &[u8], level: &Level, index: usize) -> Option<usize> {
+    let mut offset: usize = 0;
+    for i in (0..index).rev() {
+        let entry = word(doc, level.entries + 4 * i)?;
+        offset += (entry & JENTRY_OFFLENMASK) as usize;
+        if entry & JENTRY_HAS_OFF != 0 {
+            break;
+        }
+    }
+    Some(offset)
+}
+
+/// Child `index`, which starts at offset `start`: (its JEntry, its end offset).
+fn child(doc: &[u8], level: &Level, index: usize, start: usize) -> Option<(u32, usize)> {
+    let entry = word(doc, level.entries + 4 * index)?;
+    let field = (entry & JENTRY_OFFLENMASK) as usize;
+    let end = if entry & JENTRY_HAS_OFF != 0 { field } else { start + field };
+    if end < start || level.data + end > doc.len() {
+        return None;
+    }
+    Some((entry, end))
+}
+
 impl<'a> JsonbBytes<'a> {
     /// `doc`: the root container (a jsonb value without its varlena header).
     pub fn new(doc: &'a [u8]) -> Self {
         JsonbBytes { doc, levels: Vec::new(), started: false }
     }
 
-    fn word(&self, at: usize) -> Option<u32> {
-        let bytes = self.doc.get(at..at.checked_add(4)?)?;
-        Some(u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
-    }
-
-    /// Opens the container starting at byte `at`: (level, is scalar document).
-    fn open(&self, at: usize) -> Option<(Level, bool)> {
-        let header = self.word(at)?;
-        let count = (header & JB_CMASK) as usize;
-        let object = header & JB_FOBJECT != 0;
-        let children = if object { count.checked_mul(2)? } else { count };
-        let entries = at + 4;
-        let data = entries.checked_add(children.checked_mul(4)?)?;
-        if data > self.doc.len() {
-            return None;
-        }
-        let mut level = Level { data, entries, count, object, next: 0, key_at: 0, value_at: 0, value_due: false };
-        if object {
-            // The first value starts where the last key ends.
-            level.value_at = self.start_of(&level, count)?;
-        }
-        Some((level, header & JB_FSCALAR != 0))
-    }
-
-    /// Start offset of child `index`: the end of the previous child, found by walking back to
-    /// the nearest child stored with its end offset.
-    fn start_of(&self, level: &Level, index: usize) -> Option<usize> {
-        let mut offset: usize = 0;
-        for i in (0..index).rev() {
-            let entry = self.word(level.entries + 4 * i)?;
-            offset += (entry & JENTRY_OFFLENMASK) as usize;
-            if entry & JENTRY_HAS_OFF != 0 {
-                break;
-            }
-        }
-        Some(offset)
-    }
-
-    /// Child `index` starting at offset `start`: (its JEntry, its end offset).
-    fn child(&self, level: &Level, index: usize, start: usize) -> Option<(u32, usize)> {
-        let entry = self.word(level.entries + 4 * index)?;
-        let field = (entry & JENTRY_OFFLENMASK) as usize;
-        let end = if entry & JENTRY_HAS_OFF != 0 { field } else { start + field };
-        if end < start || level.data + end > self.doc.len() {
-            return None;
-        }
-        Some((entry, end))
-    }
-
-    /// The value of child (`entry`, starting at `start`), walked into when it is a container and
-    /// `descend` says so.
+    /// The value of a child (`entry`, starting at offset `start` of the data area at `data`),
+    /// walked into when it is a container and `descend` says so.
     fn value(&mut self, data: usize, entry: u32, start: usize, descend: bool) -> Option<Token<'a>> {
         Some(match entry & JENTRY_TYPEMASK {
             JENTRY_ISSTRING => Token::Value(STRING),
@@ -356,12 +356,12 @@ impl<'a> JsonbBytes<'a> {
             JENTRY_ISCONTAINER => {
                 // Nested containers are aligned to 4 bytes within the data area.
                 let at = data + start.next_multiple_of(4);
-                let header = self.word(at)?;
+                let header = word(self.doc, at)?;
                 let kind = if header & JB_FOBJECT != 0 { OBJECT } else { ARRAY };
                 if !descend {
                     return Some(Token::Value(kind));
                 }
-                let (level, _) = self.open(at)?;
+                let (level, _) = open(self.doc, at)?;
                 self.levels.push(level);
                 Token::Begin(kind)
             }
@@ -370,45 +370,38 @@ impl<'a> JsonbBytes<'a> {
     }
 
     fn step(&mut self, descend: bool) -> Option<Token<'a>> {
+        let doc = self.doc;
         if !self.started {
             self.started = true;
-            let (level, scalar) = self.open(0)?;
+            let (level, scalar) = open(doc, 0)?;
             if scalar {
                 // A scalar document is stored as a one-element array flagged scalar.
-                let (entry, _) = self.child(&level, 0, 0)?;
+                let (entry, _) = child(doc, &level, 0, 0)?;
                 return self.value(level.data, entry, 0, false);
             }
             let kind = if level.object { OBJECT } else { ARRAY };
             self.levels.push(level);
             return Some(Token::Begin(kind));
         }
-        let doc = self.doc;
         let top = self.levels.last_mut()?;
         if top.next >= top.count {
             self.levels.pop();
             return Some(Token::End);
         }
-        let (index, start, data) = if top.object && !top.value_due {
-            let i = top.next;
-            let start = top.key_at;
-            let top = self.levels.last().expect("a level");
-            let (_, end) = self.child(top, i, start)?;
-            let data = top.data;
-            let top = self.levels.last_mut().expect("a level");
+        if top.object && !top.value_due {
+            let (_, end) = child(doc, top, top.next, top.key_at)?;
+            let key = doc.get(top.data + top.key_at..top.data + end)?;
             top.key_at = end;
             top.value_due = true;
-            return doc.get(data + start..data + end).map(Token::Key);
-        } else if top.object {
-            top.value_due = false;
-            (top.count + top.next, top.value_at, top.data)
-        } else {
-            (top.next, top.value_at, top.data)
-        };
-        let level = self.levels.last().expect("a level");
-        let (entry, end) = self.child(level, index, start)?;
-        let top = self.levels.last_mut().expect("a level");
+            return Some(Token::Key(key));
+        }
+        let index = if top.object { top.count + top.next } else { top.next };
+        let start = top.value_at;
+        let (entry, end) = child(doc, top, index, start)?;
+        top.value_due = false;
         top.next += 1;
         top.value_at = end;
+        let data = top.data;
         self.value(data, entry, start, descend)
     }
 }
@@ -614,6 +607,30 @@ mod tests {
             let doc = format!("{{\"root\": {}}}", random_json(&mut rng, 0));
             let parsed: Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("case {case}: {doc}: {e}"));
             assert_eq!(walked(&parsed), expected(&parsed), "case {case}: {doc}");
+        }
+    }
+
+    /// Malformed stored documents (random words, headers claiming more members than there are
+    /// bytes, truncations) end the walk early: no panic, no read outside the bytes, no loop.
+    #[test]
+    fn malformed_jsonb_bytes_end_the_walk() {
+        let mut rng = crate::core::fuzz::Rng(0x0bad_b17e_5eed);
+        let flags = [0x2000_0000u32, 0x4000_0000, 0x5000_0000, 0x8000_0000, 0x1000_0000, 0];
+        for _ in 0..20_000 {
+            let words = rng.below(24);
+            let mut doc = Vec::new();
+            for _ in 0..words {
+                let w = match rng.below(3) {
+                    0 => rng.next() as u32,
+                    1 => flags[rng.below(flags.len())] | rng.below(40) as u32,
+                    _ => rng.below(64) as u32,
+                };
+                doc.extend_from_slice(&w.to_ne_bytes());
+            }
+            doc.truncate(doc.len().saturating_sub(rng.below(4)));
+            let mut counter = ShapeCounter::default();
+            counter.add("t", 1, &mut JsonbBytes::new(&doc));
+            assert!(counter.rows().len() <= 2 * MAX_MEMBERS as usize * MAX_DEPTH as usize);
         }
     }
 
