@@ -38,25 +38,33 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r record;
     op text;
+    capture regprocedure;
 BEGIN
+    -- The GRANTs and REVOKEs below fire this trigger again: those nested runs have nothing to do.
+    IF pg_catalog.current_setting('eventview.following_ddl', true) OPERATOR(pg_catalog.=) 'on' THEN
+        RETURN;
+    END IF;
+    PERFORM pg_catalog.set_config('eventview.following_ddl', 'on', true);
     FOR r IN
-        SELECT DISTINCT s.source_id, now_owner.rolname AS now_owner, was.rolname AS was_owner,
-               p.proowner AS was_oid
+        SELECT DISTINCT s.source_id, now_owner.rolname AS now_owner, was.rolname AS was_owner
         FROM pg_catalog.pg_event_trigger_ddl_commands() d
         JOIN eventview._sources s ON s.relid::oid OPERATOR(pg_catalog.=) d.objid
         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
         JOIN pg_catalog.pg_roles now_owner ON now_owner.oid OPERATOR(pg_catalog.=) c.relowner
-        -- (to_regprocedure: during a restore the functions may not exist yet)
+        -- (to_regprocedure, to_regclass: during a restore these may not exist yet)
         JOIN pg_catalog.pg_proc p
           ON p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
                  pg_catalog.format('eventview._capture_%s_insert()', s.source_id))
         JOIN pg_catalog.pg_roles was ON was.oid OPERATOR(pg_catalog.=) p.proowner
         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
           AND p.proowner OPERATOR(pg_catalog.<>) c.relowner
+          AND pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', s.source_id)) IS NOT NULL
     LOOP
         FOREACH op IN ARRAY ARRAY['insert', 'update', 'delete', 'truncate'] LOOP
-            EXECUTE pg_catalog.format('ALTER FUNCTION eventview._capture_%s_%s() OWNER TO %I',
-                                      r.source_id, op, r.now_owner);
+            capture := pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', r.source_id, op));
+            IF capture IS NOT NULL THEN
+                EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', capture, r.now_owner);
+            END IF;
         END LOOP;
         EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON eventview._changes_%s TO %I',
                                   r.source_id, r.now_owner);
@@ -64,16 +72,21 @@ BEGIN
         EXECUTE pg_catalog.format('REVOKE ALL ON eventview._changes_%s FROM %I',
                                   r.source_id, r.was_owner);
     END LOOP;
+    -- What a view's owner was granted on the changelog (directly: what GRANT and REVOKE change).
     FOR r IN
         SELECT DISTINCT v.source_id, o.rolname AS reader,
                pg_catalog.has_table_privilege(v.owner::oid, s.relid::oid, 'SELECT') AS may_read,
-               pg_catalog.has_table_privilege(v.owner::oid,
-                   pg_catalog.format('eventview._changes_%s', v.source_id), 'SELECT') AS reads
+               EXISTS (SELECT 1 FROM pg_catalog.pg_class l, pg_catalog.aclexplode(l.relacl) a
+                       WHERE l.oid OPERATOR(pg_catalog.=) log.oid
+                         AND a.grantee OPERATOR(pg_catalog.=) v.owner::oid
+                         AND a.privilege_type OPERATOR(pg_catalog.=) 'SELECT') AS reads
         FROM eventview._views v
         JOIN eventview._sources s ON s.source_id OPERATOR(pg_catalog.=) v.source_id
         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.relid::oid
         JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) v.owner::oid
-        WHERE c.relowner OPERATOR(pg_catalog.<>) v.owner::oid AND NOT o.rolsuper
+        CROSS JOIN LATERAL (SELECT pg_catalog.to_regclass(
+                                pg_catalog.format('eventview._changes_%s', v.source_id))::oid AS oid) log
+        WHERE c.relowner OPERATOR(pg_catalog.<>) v.owner::oid AND NOT o.rolsuper AND log.oid IS NOT NULL
     LOOP
         IF r.may_read AND NOT r.reads THEN
             EXECUTE pg_catalog.format('GRANT SELECT ON eventview._changes_%s TO %I', r.source_id, r.reader);
@@ -81,14 +94,19 @@ BEGIN
             EXECUTE pg_catalog.format('REVOKE SELECT ON eventview._changes_%s FROM %I', r.source_id, r.reader);
         END IF;
     END LOOP;
-    FOR r IN
-        SELECT v.view_id, v.known_name AS was, eventview._view_name(v.view_id) AS now
-        FROM eventview._views v
-        WHERE NOT coalesce(v.known_name OPERATOR(pg_catalog.=) eventview._view_name(v.view_id), false)
-    LOOP
-        UPDATE eventview.quarantine SET view_name = r.now WHERE view_name OPERATOR(pg_catalog.=) r.was;
-        UPDATE eventview._views SET known_name = r.now WHERE view_id OPERATOR(pg_catalog.=) r.view_id;
-    END LOOP;
+    -- Renamed views: one statement maps old names to new ones (renames may have crossed); the
+    -- view's row first, which waits for a refresh of it filing quarantine rows meanwhile. A view
+    -- whose relation is gone (dropped behind the API's back) keeps its name.
+    WITH renamed AS (
+        UPDATE eventview._views v SET known_name = n.now
+        FROM (SELECT view_id, known_name AS was, eventview._view_name(view_id) AS now FROM eventview._views) n
+        WHERE v.view_id OPERATOR(pg_catalog.=) n.view_id AND n.now IS NOT NULL
+          AND NOT coalesce(n.was OPERATOR(pg_catalog.=) n.now, false)
+        RETURNING n.was, n.now
+    )
+    UPDATE eventview.quarantine q SET view_name = r2.now
+    FROM renamed r2 WHERE q.view_name OPERATOR(pg_catalog.=) r2.was;
+    PERFORM pg_catalog.set_config('eventview.following_ddl', 'off', true);
 END
 $$;
 CREATE EVENT TRIGGER eventview_follow_ddl ON ddl_command_end

@@ -152,6 +152,7 @@ fn payload_shapes(
         for (t, v) in event_types.iter().zip(&event_versions) {
             let Some(doc) = docs.next() else { break };
             let (Some(t), Some(v), Some(doc)) = (t, v, doc) else { continue };
+            pgrx::check_for_interrupts!();
             // SAFETY: a non-null element of a jsonb[] argument, alive for this call.
             let root = unsafe { crate::shapes::jsonb_root(doc.datum()) };
             counter.add(t, *v, &mut crate::shapes::JsonbBytes::new(root));

@@ -13,12 +13,11 @@
 
 use crate::core::observe_sql::{MAX_DEPTH, MAX_MEMBERS};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, Hasher};
 
-/// A fast non-cryptographic hash for the walk's short keys (paths, type names): the keys are
-/// the payloads' own, but a collision costs only time, and the tables hold at most the
-/// observer's bounded number of distinct paths per chunk.
-#[derive(Default)]
+/// A fast hash for the walk's short keys (paths, type names). The keys come from payloads, which
+/// producers choose: the hash starts from a seed drawn once per process, so collisions cannot be
+/// prepared in advance.
 struct FxHasher(u64);
 
 impl Hasher for FxHasher {
@@ -35,11 +34,32 @@ impl Hasher for FxHasher {
     }
 
     fn finish(&self) -> u64 {
-        self.0
+        // A final mix, so that the low bits the table uses depend on every input bit.
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^ (x >> 33)
     }
 }
 
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+#[derive(Clone, Copy)]
+struct SeededFx(u64);
+
+impl Default for SeededFx {
+    fn default() -> Self {
+        static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        SeededFx(*SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)))
+    }
+}
+
+impl BuildHasher for SeededFx {
+    type Hasher = FxHasher;
+    fn build_hasher(&self) -> FxHasher {
+        FxHasher(self.0)
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, SeededFx>;
 
 /// JSON types as the observer records them, indexed by `Kind`.
 pub const KINDS: [&str; 6] = ["object", "array", "string", "number", "boolean", "null"];
@@ -85,8 +105,8 @@ pub struct ShapeCounter {
     group_ids: FastMap<(String, i32), u32>,
     paths: Vec<String>,
     path_ids: FastMap<String, u32>,
-    /// Events per group, path and kind: `counts[group][path][kind]`.
-    counts: Vec<Vec<[i64; KINDS.len()]>>,
+    /// Events per (group, path), by kind: sparse, since event types rarely share their paths.
+    counts: FastMap<(u32, u32), [i64; KINDS.len()]>,
     /// (path id, kind) of the event being walked; deduplicated when it ends.
     event: Vec<(u32, Kind)>,
     path: String,
@@ -100,12 +120,8 @@ impl ShapeCounter {
         self.walk(payload);
         self.event.sort_unstable();
         self.event.dedup();
-        let counts = &mut self.counts[group as usize];
-        if counts.len() < self.paths.len() {
-            counts.resize(self.paths.len(), [0; KINDS.len()]);
-        }
         for &(path, kind) in &self.event {
-            counts[path as usize][kind as usize] += 1;
+            self.counts.entry((group, path)).or_insert([0; KINDS.len()])[kind as usize] += 1;
         }
     }
 
@@ -123,7 +139,6 @@ impl ShapeCounter {
         let id = self.groups.len() as u32;
         self.groups.push(key.clone());
         self.group_ids.insert(key, id);
-        self.counts.push(Vec::new());
         id
     }
 
@@ -215,13 +230,11 @@ impl ShapeCounter {
     /// The counts: (event type, version, path, JSON type, events).
     pub fn rows(self) -> Vec<(String, i32, String, &'static str, i64)> {
         let mut out = Vec::new();
-        for (group, per_path) in self.counts.iter().enumerate() {
-            let (t, v) = &self.groups[group];
-            for (path, per_kind) in per_path.iter().enumerate() {
-                for (kind, &n) in per_kind.iter().enumerate() {
-                    if n > 0 {
-                        out.push((t.clone(), *v, self.paths[path].clone(), KINDS[kind], n));
-                    }
+        for ((group, path), per_kind) in &self.counts {
+            let (t, v) = &self.groups[*group as usize];
+            for (kind, &n) in per_kind.iter().enumerate() {
+                if n > 0 {
+                    out.push((t.clone(), *v, self.paths[*path as usize].clone(), KINDS[kind], n));
                 }
             }
         }
@@ -266,6 +279,9 @@ pub struct JsonbBytes<'a> {
 struct Level {
     /// Byte index of the data area (after the JEntries).
     data: usize,
+    /// Byte index where the container ends (its entry's range in the parent): children are
+    /// read only inside it, so every byte is read at most once per level.
+    limit: usize,
     /// Byte index of the JEntries.
     entries: usize,
     count: usize,
@@ -296,18 +312,21 @@ fn word(doc: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
 }
 
-/// Opens the container starting at byte `at`: (level, is a scalar document).
-fn open(doc: &[u8], at: usize) -> Option<(Level, bool)> {
+/// Opens the container starting at byte `at` and ending at `limit`: (level, is a scalar document).
+fn open(doc: &[u8], at: usize, limit: usize) -> Option<(Level, bool)> {
+    if at.checked_add(4)? > limit || limit > doc.len() {
+        return None;
+    }
     let header = word(doc, at)?;
     let count = (header & JB_CMASK) as usize;
     let object = header & JB_FOBJECT != 0;
     let children = if object { count.checked_mul(2)? } else { count };
     let entries = at + 4;
     let data = entries.checked_add(children.checked_mul(4)?)?;
-    if data > doc.len() {
+    if data > limit {
         return None;
     }
-    let mut level = Level { data, entries, count, object, next: 0, key_at: 0, value_at: 0, value_due: false };
+    let mut level = Level { data, limit, entries, count, object, next: 0, key_at: 0, value_at: 0, value_due: false };
     if object {
         // The first value starts where the last key ends.
         level.value_at = start_of(doc, &level, count)?;
@@ -334,7 +353,7 @@ fn child(doc: &[u8], level: &Level, index: usize, start: usize) -> Option<(u32, 
     let entry = word(doc, level.entries + 4 * index)?;
     let field = (entry & JENTRY_OFFLENMASK) as usize;
     let end = if entry & JENTRY_HAS_OFF != 0 { field } else { start + field };
-    if end < start || level.data + end > doc.len() {
+    if end < start || level.data.checked_add(end)? > level.limit {
         return None;
     }
     Some((entry, end))
@@ -348,20 +367,21 @@ impl<'a> JsonbBytes<'a> {
 
     /// The value of a child (`entry`, starting at offset `start` of the data area at `data`),
     /// walked into when it is a container and `descend` says so.
-    fn value(&mut self, data: usize, entry: u32, start: usize, descend: bool) -> Option<Token<'a>> {
+    fn value(&mut self, data: usize, entry: u32, start: usize, end: usize, descend: bool) -> Option<Token<'a>> {
         Some(match entry & JENTRY_TYPEMASK {
             JENTRY_ISSTRING => Token::Value(STRING),
             JENTRY_ISNUMERIC => Token::Value(NUMBER),
             JENTRY_ISBOOL_FALSE | JENTRY_ISBOOL_TRUE => Token::Value(BOOLEAN),
             JENTRY_ISCONTAINER => {
-                // Nested containers are aligned to 4 bytes within the data area.
+                // Nested containers are aligned to 4 bytes within the data area, and lie
+                // within their entry's range.
                 let at = data + start.next_multiple_of(4);
                 let header = word(self.doc, at)?;
                 let kind = if header & JB_FOBJECT != 0 { OBJECT } else { ARRAY };
                 if !descend {
                     return Some(Token::Value(kind));
                 }
-                let (level, _) = open(self.doc, at)?;
+                let (level, _) = open(self.doc, at, data + end)?;
                 self.levels.push(level);
                 Token::Begin(kind)
             }
@@ -373,11 +393,11 @@ impl<'a> JsonbBytes<'a> {
         let doc = self.doc;
         if !self.started {
             self.started = true;
-            let (level, scalar) = open(doc, 0)?;
+            let (level, scalar) = open(doc, 0, doc.len())?;
             if scalar {
                 // A scalar document is stored as a one-element array flagged scalar.
-                let (entry, _) = child(doc, &level, 0, 0)?;
-                return self.value(level.data, entry, 0, false);
+                let (entry, end) = child(doc, &level, 0, 0)?;
+                return self.value(level.data, entry, 0, end, false);
             }
             let kind = if level.object { OBJECT } else { ARRAY };
             self.levels.push(level);
@@ -402,7 +422,7 @@ impl<'a> JsonbBytes<'a> {
         top.next += 1;
         top.value_at = end;
         let data = top.data;
-        self.value(data, entry, start, descend)
+        self.value(data, entry, start, end, descend)
     }
 }
 

@@ -191,4 +191,28 @@ mod tests {
         );
         assert_eq!(deep, crate::core::observe_sql::MAX_DEPTH as i64);
     }
+
+    /// Any bigint is a valid event_id (OVERRIDING SYSTEM VALUE): ids at both ends of the range
+    /// are read back and counted like any other (runs of ids are found without bigint overflow).
+    #[pg_test]
+    fn extreme_event_ids_refresh_like_any_other() {
+        setup_events();
+        Spi::run(
+            "SELECT eventview.create_view('ut_ids', 'ut_events', group_by => '{\"sku\": \"$.sku\"}',
+               measures => '{\"n\": \"count(*)\"}')",
+        )
+        .unwrap();
+        Spi::run(
+            "INSERT INTO ut_events (event_id, event_type, payload) OVERRIDING SYSTEM VALUE VALUES
+               (-9223372036854775808, 'a', '{\"sku\": \"lo\"}'), (-9223372036854775807, 'a', '{\"sku\": \"lo\"}'),
+               (9223372036854775807, 'a', '{\"sku\": \"hi\"}')",
+        )
+        .unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_ids')"), 3);
+        assert_matches(
+            "ut_ids",
+            "SELECT CASE WHEN jsonb_typeof(payload->'sku') IN ('string','number','boolean') THEN payload->>'sku' END, count(*)
+             FROM ut_events GROUP BY 1",
+        );
+    }
 }

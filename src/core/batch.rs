@@ -59,7 +59,8 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 /// The same rows as `touched_rows_by_id`, read as runs of consecutive ids, one index range scan
 /// per run: an INSERT ... SELECT or COPY of n rows takes n consecutive ids, so its rows are read
 /// like a table range (about a tenth of the buffer visits of one lookup per id). Every id of a
-/// run is in the batch, so a run never reads a row the batch did not touch. The scan is a
+/// run is in the batch, so a run never reads a row the batch did not touch (runs are found in
+/// numeric: any bigint is a valid event_id, and bigint arithmetic could overflow). The scan is a
 /// LATERAL subquery kept from being pulled up (OFFSET 0), so it can only be planned as a range
 /// scan per run: the planner cannot know how short the runs are, estimates far too many rows,
 /// and would otherwise prefer one sequential scan of the table. For the same reason statements
@@ -67,7 +68,7 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 pub fn touched_rows(source_table: &str) -> String {
     format!(
         "(SELECT min(event_id) AS lo, max(event_id) AS hi
-     FROM (SELECT event_id, event_id - row_number() OVER (ORDER BY event_id) AS run
+     FROM (SELECT event_id, event_id::numeric - row_number() OVER (ORDER BY event_id) AS run
            FROM (SELECT DISTINCT event_id FROM ids) k) numbered
      GROUP BY run) runs
     CROSS JOIN LATERAL (SELECT * FROM {source_table} x
