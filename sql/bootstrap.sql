@@ -287,6 +287,43 @@ CREATE POLICY filers_insert ON eventview.quarantine FOR INSERT
     WITH CHECK (eventview._may_file_quarantine(source, view_name));
 GRANT SELECT, INSERT ON eventview.quarantine TO PUBLIC;
 
+-- A view's owner reads the changelog of its event table only while it may SELECT the table (the
+-- changelog holds the old contents of updated and deleted events). Called by the DDL trigger
+-- below and by run_maintenance (role membership changes fire no event trigger). "Reads" is what
+-- the owner was granted on the changelog directly, which is what GRANT and REVOKE change.
+CREATE FUNCTION eventview._sync_changelog_readers() RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+    following text := pg_catalog.current_setting('eventview.following_ddl', true);
+BEGIN
+    -- Its GRANTs and REVOKEs fire the DDL trigger, which has nothing to add.
+    PERFORM pg_catalog.set_config('eventview.following_ddl', 'on', true);
+    FOR r IN
+        SELECT DISTINCT v.source_id, o.rolname AS reader,
+               pg_catalog.has_table_privilege(v.owner::oid, s.relid::oid, 'SELECT') AS may_read,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_class l, pg_catalog.aclexplode(l.relacl) a
+                       WHERE l.oid OPERATOR(pg_catalog.=) log.oid
+                         AND a.grantee OPERATOR(pg_catalog.=) v.owner::oid
+                         AND a.privilege_type OPERATOR(pg_catalog.=) 'SELECT') AS reads
+        FROM eventview._views v
+        JOIN eventview._sources s ON s.source_id OPERATOR(pg_catalog.=) v.source_id
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.relid::oid
+        JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) v.owner::oid
+        CROSS JOIN LATERAL (SELECT pg_catalog.to_regclass(
+                                pg_catalog.format('eventview._changes_%s', v.source_id))::oid AS oid) log
+        WHERE c.relowner OPERATOR(pg_catalog.<>) v.owner::oid AND NOT o.rolsuper AND log.oid IS NOT NULL
+    LOOP
+        IF r.may_read AND NOT r.reads THEN
+            EXECUTE pg_catalog.format('GRANT SELECT ON eventview._changes_%s TO %I', r.source_id, r.reader);
+        ELSIF r.reads AND NOT r.may_read THEN
+            EXECUTE pg_catalog.format('REVOKE SELECT ON eventview._changes_%s FROM %I', r.source_id, r.reader);
+        END IF;
+    END LOOP;
+    PERFORM pg_catalog.set_config('eventview.following_ddl', coalesce(following, 'off'), true);
+END
+$$;
+
 -- DDL that pg_eventview follows (an event trigger, as the extension owner):
 -- - an event table given to another role (ALTER TABLE ... OWNER TO) takes its capture along: the
 --   capture functions run as the table's owner and the changelog rights are the owner's, so both
@@ -336,28 +373,7 @@ BEGIN
         EXECUTE pg_catalog.format('REVOKE ALL ON eventview._changes_%s FROM %I',
                                   r.source_id, r.was_owner);
     END LOOP;
-    -- What a view's owner was granted on the changelog (directly: what GRANT and REVOKE change).
-    FOR r IN
-        SELECT DISTINCT v.source_id, o.rolname AS reader,
-               pg_catalog.has_table_privilege(v.owner::oid, s.relid::oid, 'SELECT') AS may_read,
-               EXISTS (SELECT 1 FROM pg_catalog.pg_class l, pg_catalog.aclexplode(l.relacl) a
-                       WHERE l.oid OPERATOR(pg_catalog.=) log.oid
-                         AND a.grantee OPERATOR(pg_catalog.=) v.owner::oid
-                         AND a.privilege_type OPERATOR(pg_catalog.=) 'SELECT') AS reads
-        FROM eventview._views v
-        JOIN eventview._sources s ON s.source_id OPERATOR(pg_catalog.=) v.source_id
-        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.relid::oid
-        JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) v.owner::oid
-        CROSS JOIN LATERAL (SELECT pg_catalog.to_regclass(
-                                pg_catalog.format('eventview._changes_%s', v.source_id))::oid AS oid) log
-        WHERE c.relowner OPERATOR(pg_catalog.<>) v.owner::oid AND NOT o.rolsuper AND log.oid IS NOT NULL
-    LOOP
-        IF r.may_read AND NOT r.reads THEN
-            EXECUTE pg_catalog.format('GRANT SELECT ON eventview._changes_%s TO %I', r.source_id, r.reader);
-        ELSIF r.reads AND NOT r.may_read THEN
-            EXECUTE pg_catalog.format('REVOKE SELECT ON eventview._changes_%s FROM %I', r.source_id, r.reader);
-        END IF;
-    END LOOP;
+    PERFORM eventview._sync_changelog_readers();
     -- Renamed views: one statement maps old names to new ones (renames may have crossed); the
     -- view's row first, which waits for a refresh of it filing quarantine rows meanwhile. A view
     -- whose relation is gone (dropped behind the API's back) keeps its name.

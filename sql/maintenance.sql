@@ -182,6 +182,13 @@ BEGIN
             WHERE view_id = v.view_id;
         END;
     END LOOP;
+    -- View owners' changelog rights follow their rights on the tables, also where a change of
+    -- role membership changed those (no event trigger sees that).
+    BEGIN
+        PERFORM eventview._sync_changelog_readers();
+    EXCEPTION WHEN others THEN
+        RAISE WARNING 'pg_eventview: syncing changelog rights failed: %', SQLERRM;
+    END;
     -- Every table's field observer moves on, also where no view was due (or exists): it is a
     -- consumer of the changelog, and prune waits for every consumer.
     BEGIN
