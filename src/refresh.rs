@@ -33,7 +33,8 @@ pub struct Applied {
     pub groups_written: i64,
 }
 
-fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
+/// The SQL generator of a catalogued view.
+pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
     ViewSql {
         def: &view.definition,
         view_id: view.view_id,

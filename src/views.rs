@@ -69,13 +69,11 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     let types: Option<Vec<String>> = definition.event_types.clone();
     spi_util::run(
         "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, realtime,
-                                       owner, applied_snapshot, known_name)
+                                       owner, applied_snapshot)
          VALUES ($1, $2::regclass, $3,
                  json_build_object('group_by', $4::json, 'measures', $5::json, 'event_types', $6::text[],
                                    'time_bucket', $7::interval, 'filter', $8::json),
-                 $7, $9, $10, $11::oid::regrole, pg_current_snapshot(),
-                 (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
-                  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $2::regclass))",
+                 $7, $9, $10, $11::oid::regrole, pg_current_snapshot())",
         &[
             view_id.into(),
             relid.into(),
@@ -89,6 +87,11 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
             args.realtime.into(),
             owner.into(),
         ],
+    )?;
+    // The name its quarantine rows will carry (kept up to date by eventview._follow_ddl).
+    spi_util::run(
+        "UPDATE eventview._views SET known_name = eventview._view_name(view_id) WHERE view_id = $1",
+        &[view_id.into()],
     )?;
     // Storage is private to the owner; readers are granted on the user relation.
     spi_util::run_all(&[format!("REVOKE ALL ON {} FROM PUBLIC", names::view_data(view_id))])?;
@@ -116,12 +119,7 @@ pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
             .first();
         Ok::<_, pgrx::spi::SpiError>((row.get::<bool>(1)?.unwrap_or(false), row.get::<String>(2)?))
     })?;
-    let sql = ViewSql {
-        def: &view.definition,
-        view_id: view.view_id,
-        source_id: view.source.source_id,
-        source_table: view.source.table_sql.clone(),
-    };
+    let sql = refresh::sql_of(view);
     let reads = if realtime { Reads::Realtime { bucket_width: width.as_deref() } } else { Reads::Stored };
     let statement = sql.replace_user_view(&relation::qualified(view.relid)?, reads);
     privileges::as_role(view.owner, || spi_util::run_all(&[statement]))
@@ -129,7 +127,7 @@ pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
 
 pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     let view = catalog::view_by_relid(relid, true)?.ok_or_else(|| EvError::invalid("not an incremental view"))?;
-    let sql = ViewSql { def: &view.definition, view_id: view.view_id, source_id: view.source.source_id, source_table: view.source.table_sql.clone() };
+    let sql = refresh::sql_of(&view);
     let user = relation::qualified(relid)?;
     // Its quarantine goes with it: the rows are found by the view's name, which another view
     // may take later.
