@@ -10,8 +10,11 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
 $$;
 
 -- The ingest gate: validates envelopes, inserts the good ones in one statement, quarantines the
--- bad ones with a reason, and counts duplicates of the idempotency key. Plain SQL on purpose:
--- thousands of envelopes per call run at INSERT ... SELECT speed, with no per-row round trip.
+-- bad ones with a reason, and counts duplicates of the idempotency key. Thousands of envelopes
+-- per call at INSERT ... SELECT speed, with no per-row round trip: each envelope is checked by
+-- one pass in Rust over the stored jsonb (eventview._envelope_problem, core::envelope_check),
+-- which returns the number of its first problem; the reason text is written here, only for
+-- the envelopes refused.
 CREATE FUNCTION eventview.ingest(source text, events jsonb)
 RETURNS TABLE(inserted bigint, duplicates bigint, quarantined bigint)
 LANGUAGE plpgsql VOLATILE AS $$
@@ -27,70 +30,47 @@ BEGIN
                   HINT = 'Pass [{"type": ..., "payload": {...}}, ...].';
     END IF;
     RETURN QUERY EXECUTE format($sql$
-        WITH env AS (
-            -- occurred_at is parsed once here, for the check and for the insert (written out
-            -- rather than through eventview._rfc3339, which is not inlined on an argument
-            -- like this one and would cost a SQL function call per envelope).
-            SELECT e AS envelope, ord,
-                   CASE WHEN jsonb_typeof(e->'occurred_at') = 'string' AND eventview._rfc3339_valid(e->>'occurred_at')
-                        THEN (e->>'occurred_at')::timestamptz END AS ts
+        WITH checked AS (
+            SELECT e AS envelope, ord, eventview._envelope_problem(e, $2) AS problem
             FROM jsonb_array_elements($1) WITH ORDINALITY AS t(e, ord)
-        ),
-        checked AS (
-            SELECT envelope, ord, ts, CASE
-                WHEN jsonb_typeof(envelope) <> 'object' THEN
-                    'envelope is a JSON ' || jsonb_typeof(envelope) || ', not an object'
-                WHEN jsonb_typeof(envelope->'type') IS DISTINCT FROM 'string' OR envelope->>'type' = '' THEN
-                    'envelope has no "type" (a non-empty string)'
-                WHEN envelope ? 'version' AND envelope->'version' <> 'null'::jsonb AND NOT (
-                         jsonb_typeof(envelope->'version') = 'number'
-                         AND (envelope->'version')::numeric = trunc((envelope->'version')::numeric)
-                         AND (envelope->'version')::numeric BETWEEN 1 AND 2147483647) THEN
-                    'bad "version": ' || left((envelope->'version')::text, 100) || ' is not an integer >= 1'
-                WHEN envelope ? 'producer' AND envelope->'producer' <> 'null'::jsonb
-                     AND jsonb_typeof(envelope->'producer') <> 'string' THEN
-                    'bad "producer": a JSON ' || jsonb_typeof(envelope->'producer') || ', not a string'
-                WHEN envelope ? 'occurred_at' AND envelope->'occurred_at' <> 'null'::jsonb
-                     AND ts IS NULL THEN
-                    'unparsable "occurred_at": ' || left((envelope->'occurred_at')::text, 100) || ' is not an RFC 3339 timestamp'
-                WHEN envelope ? 'key' AND envelope->'key' <> 'null'::jsonb
-                     AND jsonb_typeof(envelope->'key') <> 'string' THEN
-                    'bad "key": a JSON ' || jsonb_typeof(envelope->'key') || ', not a string'
-                WHEN jsonb_typeof(envelope->'payload') IS DISTINCT FROM 'object' THEN
-                    'payload is ' || coalesce('a JSON ' || jsonb_typeof(envelope->'payload'), 'missing') || ', not a JSON object'
-                WHEN octet_length((envelope->'payload')::text) > $2 THEN
-                    'payload has ' || octet_length((envelope->'payload')::text) || ' bytes, more than eventview.max_payload_bytes (' || $2 || ')'
-            END AS reason
-            FROM env
         ),
         rejected AS (
             INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
-            SELECT %2$L::regclass, NULL, NULL, reason, envelope
-            FROM checked WHERE reason IS NOT NULL
+            SELECT %2$L::regclass, NULL, NULL, CASE problem
+                WHEN 1 THEN 'envelope is a JSON ' || jsonb_typeof(envelope) || ', not an object'
+                WHEN 2 THEN 'envelope has no "type" (a non-empty string)'
+                WHEN 3 THEN 'bad "version": ' || left((envelope->'version')::text, 100) || ' is not an integer >= 1'
+                WHEN 4 THEN 'bad "producer": a JSON ' || jsonb_typeof(envelope->'producer') || ', not a string'
+                WHEN 5 THEN 'unparsable "occurred_at": ' || left((envelope->'occurred_at')::text, 100) || ' is not an RFC 3339 timestamp'
+                WHEN 6 THEN 'bad "key": a JSON ' || jsonb_typeof(envelope->'key') || ', not a string'
+                WHEN 7 THEN 'payload is ' || coalesce('a JSON ' || jsonb_typeof(envelope->'payload'), 'missing') || ', not a JSON object'
+                WHEN 8 THEN 'payload has ' || octet_length((envelope->'payload')::text) || ' bytes, more than eventview.max_payload_bytes (' || $2 || ')'
+            END, envelope
+            FROM checked WHERE problem IS NOT NULL
             ORDER BY ord
         ),
-        good AS (
-            SELECT envelope, ord, ts FROM checked WHERE reason IS NULL
-        ),
         added AS (
+            -- JSON null in version, producer, occurred_at or key means the default (->> gives
+            -- NULL); occurred_at was checked to be RFC 3339, so its cast cannot fail.
             INSERT INTO %1$s (event_key, event_type, event_version, producer, occurred_at, payload)
             SELECT envelope->>'key', envelope->>'type',
-                   coalesce((envelope->'version')::numeric::integer, 1),
+                   coalesce((envelope->>'version')::numeric::integer, 1),
                    coalesce(envelope->>'producer', current_user),
-                   coalesce(ts, now()),
+                   coalesce((envelope->>'occurred_at')::timestamptz, now()),
                    envelope->'payload'
-            FROM good
+            FROM checked WHERE problem IS NULL
             -- In envelope order, so a key repeated within the batch (or seen before) is a
             -- duplicate after its first occurrence: DO NOTHING also skips a row that conflicts
             -- with one this statement inserted.
             ORDER BY ord
             ON CONFLICT (event_key) DO NOTHING
             RETURNING 1
-        )
+        ),
+        -- (Counted from the input: a producer may file rejects but not read them back.)
+        refused AS (SELECT count(*) AS n FROM checked WHERE problem IS NOT NULL)
         SELECT (SELECT count(*) FROM added),
-               (SELECT count(*) FROM good) - (SELECT count(*) FROM added),
-               -- (Counted from the input: a producer may file rejects but not read them back.)
-               (SELECT count(*) FROM checked WHERE reason IS NOT NULL)
+               jsonb_array_length($1) - (SELECT n FROM refused) - (SELECT count(*) FROM added),
+               (SELECT n FROM refused)
     $sql$, v_table, v_table) USING events, v_limit;
 END
 $$;

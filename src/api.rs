@@ -154,8 +154,8 @@ fn payload_shapes(
             let (Some(t), Some(v), Some(doc)) = (t, v, doc) else { continue };
             pgrx::check_for_interrupts!();
             // SAFETY: a non-null element of a jsonb[] argument, alive for this call.
-            let root = unsafe { crate::shapes::jsonb_root(doc.datum()) };
-            counter.add(t, *v, &mut crate::shapes::JsonbBytes::new(root));
+            let root = unsafe { crate::stored_jsonb::jsonb_root(doc.datum()) };
+            counter.add(t, *v, &mut crate::core::jsonb_bytes::JsonbBytes::new(root));
         }
         Ok(TableIterator::new(counter.rows().into_iter().map(|(t, v, p, k, n)| (t, v, p, k.to_string(), n))))
     })
@@ -200,6 +200,22 @@ fn prune_events(source: pg_sys::Oid, retention: pgrx::datum::Interval, max_rows:
 #[pg_extern(name = "_rfc3339_valid", immutable, strict, parallel_safe)]
 pub fn rfc3339_valid(s: &str) -> bool {
     crate::core::rfc3339::is_valid(s)
+}
+
+/// The ingest gate's check of one envelope (see `core::envelope_check`): NULL when it is good,
+/// else the number of its first problem. `envelope` is a jsonb, declared anyelement so that the
+/// stored value reaches the check as it is (pgrx would pass a jsonb argument through its text).
+#[pg_extern(name = "_envelope_problem", immutable, strict, parallel_safe)]
+pub fn envelope_problem(envelope: pgrx::AnyElement, max_payload_bytes: i64) -> Result<Option<i32>, ErrorReport> {
+    crate::errors::at_boundary(|| {
+        if envelope.oid() != pg_sys::JSONBOID {
+            return Err(crate::errors::EvError::invalid("eventview._envelope_problem takes a jsonb"));
+        }
+        // SAFETY: a non-null jsonb argument (the function is strict), alive for this call.
+        let root = unsafe { crate::stored_jsonb::jsonb_root(envelope.datum()) };
+        let limit = u64::try_from(max_payload_bytes).unwrap_or(0);
+        Ok(crate::core::envelope_check::check(root, limit).map(|problem| problem as i32))
+    })
 }
 
 /// Counts one event read by a full recomputation and reports progress (see `progress`).

@@ -30,6 +30,7 @@ mod relation;
 mod scheduler;
 mod shapes;
 mod spi_util;
+mod stored_jsonb;
 mod views;
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -38,7 +39,7 @@ mod tests;
 ::pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
-extension_sql_file!("../sql/ingest.sql", name = "ingest", requires = [api::event_table_sql, api::rfc3339_valid]);
+extension_sql_file!("../sql/ingest.sql", name = "ingest", requires = [api::event_table_sql, api::rfc3339_valid, api::envelope_problem]);
 extension_sql_file!("../sql/maintenance.sql", name = "maintenance", requires = [api::event_table_sql, api::view_id]);
 extension_sql_file!("../sql/api.sql", name = "api", finalize);
 

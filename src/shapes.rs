@@ -4,13 +4,14 @@
 //! Paths are written `$.a.b`, `$['odd key']` (RFC 9535 quoting) and `[*]` for array elements.
 //! Bounded: at most MAX_DEPTH levels and MAX_MEMBERS members of each object or array.
 //!
-//! The walk reads the stored jsonb directly (PostgreSQL's JsonbIterator), never its text: turning
+//! The walk reads the stored jsonb directly (`core::jsonb_bytes`), never its text: turning
 //! a payload into text and scanning that cost about five times as much as the walk itself. It is
 //! written against a small token interface (`Tokens`) so its depth and member bounds are unit
 //! tested without a server, against a recursive reference walk. Past MAX_DEPTH (and past
 //! MAX_MEMBERS) the iterator is told not to descend, so a payload nested thousands of levels deep
 //! costs no more stack or memory than one nested MAX_DEPTH levels.
 
+use crate::core::jsonb_bytes::{Kind, Token, Tokens, KINDS, OBJECT};
 use crate::core::observe_sql::{MAX_DEPTH, MAX_MEMBERS};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -61,35 +62,6 @@ impl BuildHasher for SeededFx {
 
 type FastMap<K, V> = HashMap<K, V, SeededFx>;
 
-/// JSON types as the observer records them, indexed by `Kind`.
-pub const KINDS: [&str; 6] = ["object", "array", "string", "number", "boolean", "null"];
-
-pub type Kind = u8;
-pub const OBJECT: Kind = 0;
-pub const ARRAY: Kind = 1;
-pub const STRING: Kind = 2;
-pub const NUMBER: Kind = 3;
-pub const BOOLEAN: Kind = 4;
-pub const NULL: Kind = 5;
-
-/// One step of a walk over a JSON document.
-pub enum Token<'a> {
-    /// A container the walk descends into (its members follow, then `End`).
-    Begin(Kind),
-    /// An object member's key (its value comes with the next step).
-    Key(&'a [u8]),
-    /// A value the walk does not descend into: a scalar, or a container it was told to skip.
-    Value(Kind),
-    /// The end of the innermost container walked into.
-    End,
-}
-
-/// A document as a sequence of tokens. `descend` says whether a container coming next is to be
-/// walked into (`Begin`) or passed over as one `Value`; it only matters for a step that yields a
-/// value (after `Key`, or an array element). The first step yields the document's root.
-pub trait Tokens {
-    fn next(&mut self, descend: bool) -> Token<'_>;
-}
 
 struct Frame {
     object: bool,
@@ -212,7 +184,7 @@ impl ShapeCounter {
 
     fn value(&mut self, token: Token<'_>, counted: bool, frames: &mut Vec<Frame>) {
         match token {
-            Token::Value(kind) => {
+            Token::Value(kind, _) => {
                 if counted {
                     self.record(kind);
                 }
@@ -261,200 +233,10 @@ fn push_member(path: &mut String, key: &[u8]) {
     path.push_str("']");
 }
 
-/// A stored jsonb document read in place, in PostgreSQL's on-disk jsonb format (`utils/jsonb.h`,
-/// unchanged since 9.4): a container is a header word (member count and object/array/scalar
-/// flags), one JEntry word per child (type bits, and either the child's length or, every
-/// JB_OFFSET_STRIDE children, its end offset), then the children's data, nested containers
-/// aligned to 4 bytes. An object's children are its keys in order, then their values in the
-/// same order. Reading it here takes no function call per token (the JsonbIterator API costs a
-/// call through pgrx's error guard and an allocation per container). Every read is bounds
-/// checked: a malformed document ends the walk early, it never reads outside the document.
-pub struct JsonbBytes<'a> {
-    doc: &'a [u8],
-    levels: Vec<Level>,
-    started: bool,
-}
-
-/// A container being read.
-struct Level {
-    /// Byte index of the data area (after the JEntries).
-    data: usize,
-    /// Byte index where the container ends (its entry's range in the parent): children are
-    /// read only inside it, so every byte is read at most once per level.
-    limit: usize,
-    /// Byte index of the JEntries.
-    entries: usize,
-    count: usize,
-    object: bool,
-    /// Index of the next member.
-    next: usize,
-    /// Start offsets (in the data area) of the next key and the next value.
-    key_at: usize,
-    value_at: usize,
-    /// An object's key was read, its value is next.
-    value_due: bool,
-}
-
-const JB_CMASK: u32 = 0x0FFF_FFFF;
-const JB_FSCALAR: u32 = 0x1000_0000;
-const JB_FOBJECT: u32 = 0x2000_0000;
-const JENTRY_OFFLENMASK: u32 = 0x0FFF_FFFF;
-const JENTRY_TYPEMASK: u32 = 0x7000_0000;
-const JENTRY_HAS_OFF: u32 = 0x8000_0000;
-const JENTRY_ISSTRING: u32 = 0x0000_0000;
-const JENTRY_ISNUMERIC: u32 = 0x1000_0000;
-const JENTRY_ISBOOL_FALSE: u32 = 0x2000_0000;
-const JENTRY_ISBOOL_TRUE: u32 = 0x3000_0000;
-const JENTRY_ISCONTAINER: u32 = 0x5000_0000;
-
-fn word(doc: &[u8], at: usize) -> Option<u32> {
-    let bytes = doc.get(at..at.checked_add(4)?)?;
-    Some(u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
-}
-
-/// Opens the container starting at byte `at` and ending at `limit`: (level, is a scalar document).
-fn open(doc: &[u8], at: usize, limit: usize) -> Option<(Level, bool)> {
-    if at.checked_add(4)? > limit || limit > doc.len() {
-        return None;
-    }
-    let header = word(doc, at)?;
-    let count = (header & JB_CMASK) as usize;
-    let object = header & JB_FOBJECT != 0;
-    let children = if object { count.checked_mul(2)? } else { count };
-    let entries = at + 4;
-    let data = entries.checked_add(children.checked_mul(4)?)?;
-    if data > limit {
-        return None;
-    }
-    let mut level = Level { data, limit, entries, count, object, next: 0, key_at: 0, value_at: 0, value_due: false };
-    if object {
-        // The first value starts where the last key ends.
-        level.value_at = start_of(doc, &level, count)?;
-    }
-    Some((level, header & JB_FSCALAR != 0))
-}
-
-/// Start offset of child `index`: the end of the previous child, found by walking back to the
-/// nearest child stored with its end offset (at most JB_OFFSET_STRIDE steps).
-fn start_of(doc: &[u8], level: &Level, index: usize) -> Option<usize> {
-    let mut offset: usize = 0;
-    for i in (0..index).rev() {
-        let entry = word(doc, level.entries + 4 * i)?;
-        offset += (entry & JENTRY_OFFLENMASK) as usize;
-        if entry & JENTRY_HAS_OFF != 0 {
-            break;
-        }
-    }
-    Some(offset)
-}
-
-/// Child `index`, which starts at offset `start`: (its JEntry, its end offset).
-fn child(doc: &[u8], level: &Level, index: usize, start: usize) -> Option<(u32, usize)> {
-    let entry = word(doc, level.entries + 4 * index)?;
-    let field = (entry & JENTRY_OFFLENMASK) as usize;
-    let end = if entry & JENTRY_HAS_OFF != 0 { field } else { start + field };
-    if end < start || level.data.checked_add(end)? > level.limit {
-        return None;
-    }
-    Some((entry, end))
-}
-
-impl<'a> JsonbBytes<'a> {
-    /// `doc`: the root container (a jsonb value without its varlena header).
-    pub fn new(doc: &'a [u8]) -> Self {
-        JsonbBytes { doc, levels: Vec::new(), started: false }
-    }
-
-    /// The value of a child (`entry`, starting at offset `start` of the data area at `data`),
-    /// walked into when it is a container and `descend` says so.
-    fn value(&mut self, data: usize, entry: u32, start: usize, end: usize, descend: bool) -> Option<Token<'a>> {
-        Some(match entry & JENTRY_TYPEMASK {
-            JENTRY_ISSTRING => Token::Value(STRING),
-            JENTRY_ISNUMERIC => Token::Value(NUMBER),
-            JENTRY_ISBOOL_FALSE | JENTRY_ISBOOL_TRUE => Token::Value(BOOLEAN),
-            JENTRY_ISCONTAINER => {
-                // Nested containers are aligned to 4 bytes within the data area, and lie
-                // within their entry's range.
-                let at = data + start.next_multiple_of(4);
-                let header = word(self.doc, at)?;
-                let kind = if header & JB_FOBJECT != 0 { OBJECT } else { ARRAY };
-                if !descend {
-                    return Some(Token::Value(kind));
-                }
-                let (level, _) = open(self.doc, at, data + end)?;
-                self.levels.push(level);
-                Token::Begin(kind)
-            }
-            _ => Token::Value(NULL),
-        })
-    }
-
-    fn step(&mut self, descend: bool) -> Option<Token<'a>> {
-        let doc = self.doc;
-        if !self.started {
-            self.started = true;
-            let (level, scalar) = open(doc, 0, doc.len())?;
-            if scalar {
-                // A scalar document is stored as a one-element array flagged scalar.
-                let (entry, end) = child(doc, &level, 0, 0)?;
-                return self.value(level.data, entry, 0, end, false);
-            }
-            let kind = if level.object { OBJECT } else { ARRAY };
-            self.levels.push(level);
-            return Some(Token::Begin(kind));
-        }
-        let top = self.levels.last_mut()?;
-        if top.next >= top.count {
-            self.levels.pop();
-            return Some(Token::End);
-        }
-        if top.object && !top.value_due {
-            let (_, end) = child(doc, top, top.next, top.key_at)?;
-            let key = doc.get(top.data + top.key_at..top.data + end)?;
-            top.key_at = end;
-            top.value_due = true;
-            return Some(Token::Key(key));
-        }
-        let index = if top.object { top.count + top.next } else { top.next };
-        let start = top.value_at;
-        let (entry, end) = child(doc, top, index, start)?;
-        top.value_due = false;
-        top.next += 1;
-        top.value_at = end;
-        let data = top.data;
-        self.value(data, entry, start, end, descend)
-    }
-}
-
-impl Tokens for JsonbBytes<'_> {
-    fn next(&mut self, descend: bool) -> Token<'_> {
-        match self.step(descend) {
-            Some(token) => token,
-            None => {
-                // Malformed: stop the walk (every level ends).
-                self.levels.clear();
-                Token::End
-            }
-        }
-    }
-}
-
-/// The bytes of a jsonb datum's root container.
-///
-/// # Safety
-/// `datum` must be a non-null jsonb datum, alive while the returned slice is used.
-pub unsafe fn jsonb_root<'a>(datum: pgrx::pg_sys::Datum) -> &'a [u8] {
-    use pgrx::pg_sys;
-    // Detoasted, and a short header made a full one (the container must be 4-byte aligned).
-    let value = pg_sys::pg_detoast_datum(datum.cast_mut_ptr::<pg_sys::varlena>());
-    let bytes = value as *const u8;
-    let total = pgrx::varsize_any(value);
-    std::slice::from_raw_parts(bytes.add(pg_sys::VARHDRSZ), total.saturating_sub(pg_sys::VARHDRSZ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::jsonb_bytes::*;
     use serde_json::Value;
 
     /// A parsed document as tokens, for testing the walk without a server.
@@ -507,7 +289,7 @@ mod tests {
                         }
                         Token::Begin(ARRAY)
                     }
-                    other => Token::Value(kind(other)),
+                    other => Token::Value(kind(other), &[]),
                 },
             }
         }

@@ -215,4 +215,104 @@ mod tests {
              FROM ut_events GROUP BY 1",
         );
     }
+
+    /// The ingest gate's one-pass check in Rust gives, for every combination of good and bad
+    /// envelope members, the problem the SQL checks of release 0.3.0 found (kept here as the
+    /// reference), in the same order of precedence.
+    #[pg_test]
+    fn envelope_checks_match_the_sql_reference() {
+        Spi::run(
+            r#"CREATE TEMP TABLE envs AS
+               SELECT jsonb_strip_nulls(jsonb_build_object('type', t, 'version', v, 'producer', p,
+                          'occurred_at', o, 'key', k, 'payload', pl)) AS e
+               FROM unnest(ARRAY['"a"', '""', '5', 'null', 'absent']) t0(t0)
+               CROSS JOIN LATERAL (SELECT CASE WHEN t0 = 'absent' THEN NULL ELSE t0::jsonb END) t1(t)
+               CROSS JOIN unnest(ARRAY['1', '2.0', '0', '-1', '1.5', '2147483647', '2147483648', '1e3',
+                                       '0.0001', '"2"', 'true', 'null', 'absent']) v0(v0)
+               CROSS JOIN LATERAL (SELECT CASE WHEN v0 = 'absent' THEN NULL ELSE v0::jsonb END) v1(v)
+               CROSS JOIN unnest(ARRAY['"ios"', '7', '["x"]', 'null', 'absent']) p0(p0)
+               CROSS JOIN LATERAL (SELECT CASE WHEN p0 = 'absent' THEN NULL ELSE p0::jsonb END) p1(p)
+               CROSS JOIN unnest(ARRAY['"2026-11-30T10:00:00Z"', '"2026-11-30T10:00:00.5+02:00"', '"yesterday"',
+                                       '"2026-02-30T10:00:00Z"', '"2026-11-30 10:00:00"', '12', 'null', 'absent']) o0(o0)
+               CROSS JOIN LATERAL (SELECT CASE WHEN o0 = 'absent' THEN NULL ELSE o0::jsonb END) o1(o)
+               CROSS JOIN unnest(ARRAY['"k"', '5', 'null', 'absent']) k0(k0)
+               CROSS JOIN LATERAL (SELECT CASE WHEN k0 = 'absent' THEN NULL ELSE k0::jsonb END) k1(k)
+               CROSS JOIN unnest(ARRAY['{"x": 1}', '{}', '[1]', '"s"', 'null', 'absent',
+                                       '{"s": "a long string past the limit"}']) l0(l0)
+               CROSS JOIN LATERAL (SELECT CASE WHEN l0 = 'absent' THEN NULL ELSE l0::jsonb END) l1(pl);
+               -- jsonb_strip_nulls drops JSON nulls too: put the explicit nulls back.
+               INSERT INTO envs SELECT e || jsonb_build_object(m, NULL) FROM envs,
+                   unnest(ARRAY['version', 'producer', 'occurred_at', 'key', 'payload', 'type']) m
+                   WHERE length(e::text) % 5 = 0;
+               INSERT INTO envs VALUES ('7'), ('"s"'), ('[1, 2]'), ('null'), ('{}'), ('[{"type": "a", "payload": {}}]');"#,
+        )
+        .unwrap();
+        let reference = r#"
+            SELECT CASE
+                WHEN jsonb_typeof(e) <> 'object' THEN 1
+                WHEN jsonb_typeof(e->'type') IS DISTINCT FROM 'string' OR e->>'type' = '' THEN 2
+                WHEN e ? 'version' AND e->'version' <> 'null'::jsonb AND NOT (
+                         jsonb_typeof(e->'version') = 'number'
+                         AND (e->'version')::numeric = trunc((e->'version')::numeric)
+                         AND (e->'version')::numeric BETWEEN 1 AND 2147483647) THEN 3
+                WHEN e ? 'producer' AND e->'producer' <> 'null'::jsonb AND jsonb_typeof(e->'producer') <> 'string' THEN 4
+                WHEN e ? 'occurred_at' AND e->'occurred_at' <> 'null'::jsonb
+                     AND (jsonb_typeof(e->'occurred_at') <> 'string' OR NOT eventview._rfc3339_valid(e->>'occurred_at')) THEN 5
+                WHEN e ? 'key' AND e->'key' <> 'null'::jsonb AND jsonb_typeof(e->'key') <> 'string' THEN 6
+                WHEN jsonb_typeof(e->'payload') IS DISTINCT FROM 'object' THEN 7
+                WHEN octet_length((e->'payload')::text) > 20 THEN 8
+            END"#;
+        let differ = scalar_i64(&format!(
+            "SELECT count(*) FROM envs WHERE eventview._envelope_problem(e, 20) IS DISTINCT FROM ({reference})"
+        ));
+        assert_eq!(differ, 0);
+        assert!(scalar_i64("SELECT count(*) FROM envs") > 20_000);
+        assert_eq!(scalar_i64("SELECT count(DISTINCT eventview._envelope_problem(e, 20)) FROM envs"), 8);
+        assert!(scalar_i64("SELECT count(*) FROM envs WHERE eventview._envelope_problem(e, 20) IS NULL") > 100);
+    }
+
+    /// The gate's size of a payload (bytes of its JSON text, counted without printing it) is
+    /// exactly what `payload::text` prints: a limit of that size admits it, one byte less refuses
+    /// it. Numbers print as numeric does (exponents written out, trailing zeros of the scale),
+    /// strings with their escapes.
+    #[pg_test]
+    fn payload_sizes_are_the_length_of_the_json_text() {
+        let mut rng = crate::core::fuzz::Rng(0x0517_e5_0f_7e47);
+        const SCALARS: &[&str] = &[
+            "0", "-0", "1", "-1", "9999", "10000", "-123.4500", "0.0001", "1e1000", "-1e-300", "123456789012345678901234567890",
+            "0.000000000000000000001", "1.5e3", "2e-2", "100000000", "true", "false", "null", "\"\"",
+            r#""a\"b\\c\n\t\r\b\f\u0001\u001f é😀""#, "\"plain text\"", "[]", "{}",
+        ];
+        fn doc(rng: &mut crate::core::fuzz::Rng, depth: u32) -> String {
+            match if depth > 4 { 0 } else { rng.below(4) } {
+                0 | 1 => rng.pick(SCALARS).to_string(),
+                2 => format!("[{}]", (0..rng.below(5)).map(|_| doc(rng, depth + 1)).collect::<Vec<_>>().join(", ")),
+                _ => format!(
+                    "{{{}}}",
+                    (0..rng.below(5))
+                        .map(|i| format!("\"k{i}{}\": {}", ["", "\\\"", "\\n", "é"][rng.below(4)], doc(rng, depth + 1)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
+        Spi::run("CREATE TEMP TABLE payloads (p jsonb)").unwrap();
+        for _ in 0..3000 {
+            let text = format!("{{\"root\": {}}}", doc(&mut rng, 0));
+            Spi::run_with_args("INSERT INTO payloads VALUES ($1::jsonb)", &[text.as_str().into()]).unwrap();
+        }
+        // Wide, long and deep payloads: past the jsonb format's offset stride, and 10,000 levels.
+        Spi::run(
+            r#"INSERT INTO payloads SELECT jsonb_object_agg('k' || i, CASE WHEN i % 2 = 0 THEN to_jsonb(i * 1.25) ELSE to_jsonb(repeat('x', i)) END)
+                 FROM generate_series(1, 500) i;
+               INSERT INTO payloads SELECT jsonb_build_object('xs', jsonb_agg(i)) FROM generate_series(1, 2000) i;
+               INSERT INTO payloads SELECT (repeat('{"a":', 10000) || '1' || repeat('}', 10000))::jsonb;"#,
+        )
+        .unwrap();
+        let wrong = scalar_i64(
+            "SELECT count(*) FROM (SELECT jsonb_build_object('type', 'a', 'payload', p) AS e, octet_length(p::text) AS n FROM payloads) x
+             WHERE eventview._envelope_problem(e, n) IS NOT NULL OR eventview._envelope_problem(e, n - 1) IS DISTINCT FROM 8",
+        );
+        assert_eq!(wrong, 0);
+    }
 }

@@ -33,6 +33,7 @@ LIBRARY = Path(subprocess.check_output([PG_CONFIG, "--pkglibdir"], text=True).st
 RELEASE_COMMITS = {
     "0.1.0": "276fcd18cf5586e22dd5754bb379858cb19d7425",
     "0.2.0": "b86713cd2a1be1567bfb0eacd4427ea66a696f81",
+    "0.3.0": "94b7f6b3c527ab9d876662663737afabe7b0ed3a",
 }
 
 
@@ -241,6 +242,9 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
         assert c.execute("""SELECT indexdef FROM pg_indexes WHERE schemaname = 'eventview'
                             AND tablename LIKE '\\_changes\\_%'""").fetchall() == [
             ("CREATE INDEX _changes_1_xid_seq_idx ON eventview._changes_1 USING btree (xid, seq)",)]
+        # and store the id arrays of inserts uncompressed, as new changelogs do.
+        assert c.execute("""SELECT attstorage FROM pg_attribute
+                            WHERE attrelid = 'eventview._changes_1'::regclass AND attname = 'event_ids'""").fetchone()[0] == "e"
         assert c.execute("""SELECT count(*) FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
                             WHERE e.extname = 'pg_eventview' AND d.deptype = 'e' AND d.classid = 'pg_class'::regclass
                               AND d.objid IN (SELECT oid FROM pg_class WHERE relname ~ '^_(changes|v)[0-9]')""").fetchone()[0] == 0

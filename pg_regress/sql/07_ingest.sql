@@ -19,10 +19,13 @@ SELECT * FROM eventview.ingest('gate', '[
   {"type": "b", "payload": {}, "version": 0},
   {"type": "b", "payload": {}, "key": 5},
   {"type": "b", "payload": {}, "producer": ["x"]},
+  {"type": "c", "payload": {}, "version": null, "producer": null, "occurred_at": null, "key": null},
+  {"type": "c", "payload": {"n": 1}, "version": 2.0},
   7]');
 -- A key seen before is a duplicate, not an error.
 SELECT * FROM eventview.ingest('gate', '[{"type": "a", "payload": {"x": 1}, "key": "k1"}]');
-SELECT event_key, event_type, event_version, producer = current_user AS default_producer, occurred_at, payload
+SELECT event_key, event_type, event_version, producer = current_user AS default_producer,
+       CASE WHEN occurred_at = ingested_at THEN 'default (now)' ELSE occurred_at::text END AS occurred_at, payload
 FROM gate ORDER BY event_id;
 SELECT source, view_name, event_id, reason, event FROM eventview.quarantine WHERE source = 'gate'::regclass ORDER BY id;
 -- Oversized payloads, by a user-settable limit.

@@ -4,10 +4,10 @@
 //! quoting is balanced. Deterministic: a failure names its seed and input.
 
 /// xorshift64*: small, deterministic, good enough to explore inputs (shared by the seeded tests).
-#[cfg(test)]
+#[cfg(any(test, feature = "pg_test"))]
 pub(crate) struct Rng(pub u64);
 
-#[cfg(test)]
+#[cfg(any(test, feature = "pg_test"))]
 impl Rng {
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;

@@ -4,7 +4,9 @@
 pub mod batch;
 pub mod definition;
 pub(crate) mod fuzz;
+pub mod envelope_check;
 pub mod envelope_sql;
+pub mod jsonb_bytes;
 pub mod jsonpath;
 pub mod names;
 pub mod observe_sql;
