@@ -1,8 +1,8 @@
 -- An RFC 3339 timestamp ("2026-11-30T10:00:00Z", "...+02:00") from a JSON string, or NULL when
 -- the value is anything else. Postgres-only inputs such as 'now' or 'yesterday' are not RFC 3339.
 -- The check (Rust, core::rfc3339) guarantees the cast cannot fail; plain SQL so that it is
--- inlined into the ingest statement and into refreshes (STABLE because the cast is, though the
--- offset is always explicit and the session TimeZone does not matter).
+-- inlined into refreshes (STABLE because the cast is, though the offset is always explicit and
+-- the session TimeZone does not matter). The ingest gate checks occurred_at in its own pass.
 CREATE FUNCTION eventview._rfc3339(j jsonb) RETURNS timestamptz
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN pg_catalog.jsonb_typeof(j) = 'string' AND eventview._rfc3339_valid(j #>> '{}')

@@ -3,15 +3,20 @@
 
 -- Changelogs store the id arrays of inserts uncompressed (compressing them was most of the
 -- capture's cost on large inserts; see core::envelope_sql::create_changelog).
+-- (SET STORAGE changes only the catalog, no rewrite; its lock on each changelog, which
+-- producers' captures write to, is held until the update commits. The DDL trigger has nothing
+-- to follow here.)
 DO $$
 DECLARE
     r record;
 BEGIN
+    PERFORM pg_catalog.set_config('eventview.following_ddl', 'on', true);
     FOR r IN SELECT source_id FROM eventview._sources
              WHERE pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', source_id)) IS NOT NULL
     LOOP
         EXECUTE pg_catalog.format('ALTER TABLE eventview._changes_%s ALTER COLUMN event_ids SET STORAGE EXTERNAL', r.source_id);
     END LOOP;
+    PERFORM pg_catalog.set_config('eventview.following_ddl', 'off', true);
 END
 $$;
 

@@ -208,8 +208,12 @@ pub fn rfc3339_valid(s: &str) -> bool {
 #[pg_extern(name = "_envelope_problem", immutable, strict, parallel_safe)]
 pub fn envelope_problem(envelope: pgrx::AnyElement, max_payload_bytes: i64) -> Result<Option<i32>, ErrorReport> {
     crate::errors::at_boundary(|| {
-        if envelope.oid() != pg_sys::JSONBOID {
-            return Err(crate::errors::EvError::invalid("eventview._envelope_problem takes a jsonb"));
+        // SAFETY: a catalog lookup of the argument's type.
+        if unsafe { pg_sys::getBaseType(envelope.oid()) } != pg_sys::JSONBOID {
+            return Err(crate::errors::EvError::new(
+                PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+                "eventview._envelope_problem takes a jsonb",
+            ));
         }
         // SAFETY: a non-null jsonb argument (the function is strict), alive for this call.
         let root = unsafe { crate::stored_jsonb::jsonb_root(envelope.datum()) };

@@ -228,7 +228,8 @@ mod tests {
                FROM unnest(ARRAY['"a"', '""', '5', 'null', 'absent']) t0(t0)
                CROSS JOIN LATERAL (SELECT CASE WHEN t0 = 'absent' THEN NULL ELSE t0::jsonb END) t1(t)
                CROSS JOIN unnest(ARRAY['1', '2.0', '0', '-1', '1.5', '2147483647', '2147483648', '1e3',
-                                       '0.0001', '"2"', 'true', 'null', 'absent']) v0(v0)
+                                       '0.0001', '"2"', 'true', 'null', 'absent', '1e20', '-0', '2147483647.0',
+                                       '-2', '3.000000000000000000001']) v0(v0)
                CROSS JOIN LATERAL (SELECT CASE WHEN v0 = 'absent' THEN NULL ELSE v0::jsonb END) v1(v)
                CROSS JOIN unnest(ARRAY['"ios"', '7', '["x"]', 'null', 'absent']) p0(p0)
                CROSS JOIN LATERAL (SELECT CASE WHEN p0 = 'absent' THEN NULL ELSE p0::jsonb END) p1(p)

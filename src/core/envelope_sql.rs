@@ -48,8 +48,8 @@ pub fn create_changelog(source_id: i32) -> Vec<String> {
     old_payload       jsonb
 )"
         ),
-        // The ids of a large INSERT or COPY are one array (80 kB per 10,000 rows), always
-        // stored out of line: stored uncompressed, because compressing it (pglz) took about
+        // The ids of a large INSERT or COPY are one array (80 kB per 10,000 rows), stored out
+        // of line once past about 2 kB: stored uncompressed, because compressing it (pglz) took about
         // four times as long as writing it, on the producer's path, for a record that lives
         // only until every consumer has applied it.
         format!("ALTER TABLE {log} ALTER COLUMN event_ids SET STORAGE EXTERNAL"),
