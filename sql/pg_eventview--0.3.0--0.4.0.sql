@@ -2,7 +2,9 @@
 \echo Use "ALTER EXTENSION pg_eventview UPDATE TO '0.4.0'" to load this file. \quit
 
 -- Changelogs store the id arrays of inserts uncompressed (compressing them was most of the
--- capture's cost on large inserts; see core::envelope_sql::create_changelog).
+-- capture's cost on large inserts; see core::envelope_sql::create_changelog), and view storage
+-- leaves room on its pages for updates in place (core::sqlgen::STORAGE_FILLFACTOR; it applies
+-- to pages filled from now on, and VACUUM FULL rewrites a table to it).
 -- (SET STORAGE changes only the catalog, no rewrite; its lock on each changelog, which
 -- producers' captures write to, is held until the update commits. The DDL trigger has nothing
 -- to follow here.)
@@ -15,6 +17,12 @@ BEGIN
              WHERE pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', source_id)) IS NOT NULL
     LOOP
         EXECUTE pg_catalog.format('ALTER TABLE eventview._changes_%s ALTER COLUMN event_ids SET STORAGE EXTERNAL', r.source_id);
+    END LOOP;
+    FOR r IN SELECT c.oid::pg_catalog.regclass AS storage FROM pg_catalog.pg_class c
+             WHERE c.relnamespace = 'eventview'::pg_catalog.regnamespace AND c.relkind = 'r'
+               AND c.relname OPERATOR(pg_catalog.~) '^_v[0-9]+_(data|m[0-9]+)$'
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE %s SET (fillfactor = 70)', r.storage);
     END LOOP;
     PERFORM pg_catalog.set_config('eventview.following_ddl', 'off', true);
 END

@@ -122,7 +122,9 @@ pub fn event_table_sql(name: &str) -> Result<String, ErrorReport> {
     lookup(|| crate::catalog::source_by_name(name).map(|s| s.table_sql))
 }
 
-/// The observer's payload walk over one chunk of events (see `shapes`). `payloads` is a jsonb[]
+/// The observer's payload walk over one chunk of events (see `shapes`): (type, version, path,
+/// JSON type, events having it), plus per type and version a row with path '' counting the
+/// events walked. `payloads` is a jsonb[]
 /// (declared anyarray so the stored documents reach the walk as they are, not as text).
 #[pg_extern(name = "_payload_shapes", immutable, parallel_safe)]
 fn payload_shapes(

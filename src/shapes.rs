@@ -77,6 +77,8 @@ pub struct ShapeCounter {
     group_ids: FastMap<(String, i32), u32>,
     paths: Vec<String>,
     path_ids: FastMap<String, u32>,
+    /// Events walked per group.
+    events: Vec<i64>,
     /// Events per (group, path), by kind: sparse, since event types rarely share their paths.
     counts: FastMap<(u32, u32), [i64; KINDS.len()]>,
     /// (path id, kind) of the event being walked; deduplicated when it ends.
@@ -88,6 +90,7 @@ impl ShapeCounter {
     /// Walks one event's payload and counts each (path, JSON type) it has once.
     pub fn add<T: Tokens>(&mut self, event_type: &str, event_version: i32, payload: &mut T) {
         let group = self.group_id(event_type, event_version);
+        self.events[group as usize] += 1;
         self.event.clear();
         self.walk(payload);
         self.event.sort_unstable();
@@ -110,6 +113,7 @@ impl ShapeCounter {
         }
         let id = self.groups.len() as u32;
         self.groups.push(key.clone());
+        self.events.push(0);
         self.group_ids.insert(key, id);
         id
     }
@@ -199,9 +203,13 @@ impl ShapeCounter {
         }
     }
 
-    /// The counts: (event type, version, path, JSON type, events).
+    /// The counts: (event type, version, path, JSON type, events), and per event type and
+    /// version one row with path and JSON type '' counting the events walked.
     pub fn rows(self) -> Vec<(String, i32, String, &'static str, i64)> {
         let mut out = Vec::new();
+        for ((t, v), &n) in self.groups.iter().zip(&self.events) {
+            out.push((t.clone(), *v, String::new(), "", n));
+        }
         for ((group, path), per_kind) in &self.counts {
             let (t, v) = &self.groups[*group as usize];
             for (kind, &n) in per_kind.iter().enumerate() {
@@ -328,7 +336,7 @@ mod tests {
     fn walked(doc: &Value) -> Seen {
         let mut counter = ShapeCounter::default();
         counter.add("t", 1, &mut ValueTokens::new(doc));
-        counter.rows().into_iter().map(|(_, _, path, kind, n)| {
+        counter.rows().into_iter().filter(|row| !row.2.is_empty()).map(|(_, _, path, kind, n)| {
             assert_eq!(n, 1);
             (path, kind)
         }).collect()
@@ -361,7 +369,10 @@ mod tests {
         assert_eq!(get(1, "$.items[*].id", "number"), Some(1));
         assert_eq!(get(1, "$.items[*].id", "string"), Some(1));
         assert_eq!(get(1, "$['it\\'s']", "null"), Some(1));
-        assert_eq!(rows.len(), 9);
+        // Events walked per type and version.
+        assert_eq!(get(1, "", ""), Some(2));
+        assert_eq!(get(2, "", ""), Some(1));
+        assert_eq!(rows.len(), 9 + 2);
     }
 
     #[test]

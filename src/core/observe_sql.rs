@@ -20,8 +20,9 @@ use super::batch;
 pub const MAX_DEPTH: u32 = 32;
 /// Members of one object (or elements of one array) the observer walks.
 pub const MAX_MEMBERS: u32 = 1000;
-/// Payloads handed to one call of the walk.
-pub const CHUNK: u32 = 5000;
+/// Payloads handed to one call of the walk: at most 2^CHUNK_BITS, those whose event ids agree
+/// but for the low CHUNK_BITS bits.
+pub const CHUNK_BITS: u32 = 12;
 
 /// The observer statement for one source. $1: the paths views read, normalized (text[]).
 /// Returns (events observed, drift rows recorded).
@@ -37,22 +38,26 @@ pub fn observe(source_id: i32, source_table: &str) -> String {
     );
     format!(
         "WITH {batch},
-fresh AS (
-    SELECT e.event_id, e.event_type, e.event_version, e.payload
-    FROM {touched}
-),
-vers AS (SELECT event_type, event_version, count(*) AS n FROM fresh GROUP BY 1, 2),
--- The walk takes chunks of CHUNK payloads per call: one call per event would cost a function
--- call each, one call per batch would build one array of every payload (a backlog of millions
--- would pass the 1 GB limit of a single value).
-obs AS (
-    SELECT w.event_type, w.event_version, w.path, w.json_type, sum(w.events)::bigint AS n
+-- The walk takes chunks of at most 4096 payloads per call (event ids are distinct, and a chunk
+-- is the ids equal but for their low 12 bits): one call per event would cost a function call
+-- each, one call per batch would build one array of every payload (a backlog of millions would
+-- pass the 1 GB limit of a single value). The rows are read once, by the walk: besides the
+-- paths it returns, per type and version, how many events it walked (path '').
+walked AS MATERIALIZED (
+    SELECT w.event_type, w.event_version, w.path, w.json_type, w.events
     FROM (
-        SELECT array_agg(event_type) AS t, array_agg(event_version) AS v, array_agg(payload) AS p
-        FROM (SELECT event_type, event_version, payload, (row_number() OVER ()) / {CHUNK} AS chunk FROM fresh) numbered
-        GROUP BY chunk
+        SELECT array_agg(e.event_type) AS t, array_agg(e.event_version) AS v, array_agg(e.payload) AS p
+        FROM {touched}
+        GROUP BY e.event_id OPERATOR(pg_catalog.>>) {CHUNK_BITS}
     ) f
     CROSS JOIN LATERAL eventview._payload_shapes(f.t, f.v, f.p) w
+),
+vers AS (
+    SELECT event_type, event_version, sum(events)::bigint AS n FROM walked WHERE path = '' GROUP BY 1, 2
+),
+obs AS (
+    SELECT event_type, event_version, path, json_type, sum(events)::bigint AS n
+    FROM walked WHERE path <> ''
     GROUP BY 1, 2, 3, 4
 ),
 prev_vers AS (
@@ -125,7 +130,7 @@ st AS (
     WHERE source_id = {sid}
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM fresh) AS observed, (SELECT count(*) FROM drifted) AS drift_rows",
+SELECT (SELECT coalesce(sum(n), 0) FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows",
         own_seq = batch::OWN_SEQ_AFTER_DELTA,
     )
 }

