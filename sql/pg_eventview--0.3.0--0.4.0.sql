@@ -28,6 +28,18 @@ BEGIN
 END
 $$;
 
+-- Refreshes find the runs of changed event ids in Rust.
+CREATE FUNCTION eventview."_id_runs"(
+	"ids" bigint[]
+) RETURNS TABLE (
+	"lo" bigint,
+	"hi" bigint,
+	"chunk" INT
+)
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'id_runs_wrapper';
+
 -- The ingest gate checks each envelope in one pass in Rust over the stored jsonb.
 CREATE FUNCTION eventview."_envelope_problem"(
 	"envelope" anyelement,

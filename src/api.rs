@@ -163,6 +163,14 @@ fn payload_shapes(
     })
 }
 
+/// The runs of consecutive ids among `ids`, as (lo, hi) with a chunk number, for reading a
+/// batch's changed rows by index range scans (see `core::batch::touched_rows` and `id_runs`).
+#[pg_extern(name = "_id_runs", immutable, strict, parallel_safe)]
+fn id_runs(ids: Vec<Option<i64>>) -> TableIterator<'static, (name!(lo, i64), name!(hi, i64), name!(chunk, i32))> {
+    let mut ids: Vec<i64> = ids.into_iter().flatten().collect();
+    TableIterator::new(crate::core::batch::id_runs(&mut ids))
+}
+
 /// The internal id of the incremental view named `name` (42P01 / 22023 otherwise).
 #[pg_extern(name = "_view_id", stable, parallel_safe)]
 pub fn view_id(name: &str) -> Result<i32, ErrorReport> {

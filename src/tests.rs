@@ -327,4 +327,35 @@ mod tests {
         );
         assert_eq!(wrong, 0);
     }
+
+    /// The observer counts every changed event once, whether the batch's ids are one long run
+    /// (split into chunks for the walk), scattered (many short runs packed into chunks), or
+    /// repeated across records (inserted, updated and deleted in one batch).
+    #[pg_test]
+    fn observer_counts_each_changed_event_once() {
+        Spi::run("SELECT eventview.create_event_table('ut_obs')").unwrap();
+        Spi::run("SELECT eventview.create_view('ut_obs_n', 'ut_obs', measures => '{\"n\": \"count(*)\"}')").unwrap();
+        let events = "SELECT coalesce(sum(events), 0)::bigint FROM eventview._observed_versions o
+                      JOIN eventview._sources s USING (source_id) WHERE s.relid = 'ut_obs'::regclass";
+        let seen = "SELECT coalesce(sum(seen), 0)::bigint FROM eventview.observed_fields
+                    WHERE source = 'ut_obs'::regclass AND path = '$.x'";
+        Spi::run("INSERT INTO ut_obs (event_type, payload) SELECT 'a', jsonb_build_object('x', i) FROM generate_series(1, 10000) i").unwrap();
+        Spi::run("SELECT eventview.refresh('ut_obs_n')").unwrap();
+        assert_eq!(scalar_i64(events), 10_000);
+        assert_eq!(scalar_i64(seen), 10_000);
+        // Scattered: every third event updated (3,334 runs of one id).
+        Spi::run("UPDATE ut_obs SET payload = payload || '{\"y\": 1}' WHERE event_id % 3 = 1").unwrap();
+        // The same events again in this batch, one deleted, and new ones.
+        Spi::run("UPDATE ut_obs SET payload = payload || '{\"z\": 1}' WHERE event_id % 3 = 1 AND event_id <= 30").unwrap();
+        Spi::run("DELETE FROM ut_obs WHERE event_id = 4").unwrap();
+        Spi::run("INSERT INTO ut_obs (event_type, payload) SELECT 'a', jsonb_build_object('x', i) FROM generate_series(1, 5) i").unwrap();
+        Spi::run("SELECT eventview.refresh('ut_obs_n')").unwrap();
+        assert_eq!(scalar_i64(events), 10_000 + 3_333 + 5);
+        assert_eq!(scalar_i64(seen), 10_000 + 3_333 + 5);
+        assert_eq!(
+            scalar_i64("SELECT seen FROM eventview.observed_fields WHERE source = 'ut_obs'::regclass AND path = '$.y'"),
+            3_333
+        );
+        assert_eq!(scalar_i64("SELECT n FROM ut_obs_n"), 10_004);
+    }
 }

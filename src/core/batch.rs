@@ -59,19 +59,86 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 /// The same rows as `touched_rows_by_id`, read as runs of consecutive ids, one index range scan
 /// per run: an INSERT ... SELECT or COPY of n rows takes n consecutive ids, so its rows are read
 /// like a table range (about a tenth of the buffer visits of one lookup per id). Every id of a
-/// run is in the batch, so a run never reads a row the batch did not touch (runs are found in
-/// numeric: any bigint is a valid event_id, and bigint arithmetic could overflow). The scan is a
-/// LATERAL subquery kept from being pulled up (OFFSET 0), so it can only be planned as a range
-/// scan per run: the planner cannot know how short the runs are, estimates far too many rows,
-/// and would otherwise prefer one sequential scan of the table. For the same reason statements
-/// using this run with JIT off (`privileges::as_role`).
+/// run is in the batch, so a run never reads a row the batch did not touch, and runs are
+/// disjoint, so no row is read twice. The runs are found by `eventview._id_runs` (Rust, see
+/// `id_runs`) over the ids of each block of 2^RUN_BLOCK_BITS ids (a run crossing a block
+/// boundary is read as two; a block's array stays far below the 1 GB limit of a value however
+/// large the batch). Besides `e`, the FROM item gives `runs.block` and `runs.chunk`: the rows
+/// of one (block, chunk) are at most RUN_CHUNK, for callers that hand rows to a function in
+/// bounded chunks (the observer). The scan is a LATERAL subquery kept from being pulled up (OFFSET 0), so it
+/// can only be planned as a range scan per run: the planner cannot know how short the runs are,
+/// estimates far too many rows, and would otherwise prefer one sequential scan of the table.
+/// For the same reason statements using this run with JIT off (`privileges::as_role`).
 pub fn touched_rows(source_table: &str) -> String {
     format!(
-        "(SELECT min(event_id) AS lo, max(event_id) AS hi
-     FROM (SELECT event_id, event_id::numeric - row_number() OVER (ORDER BY event_id) AS run
-           FROM (SELECT DISTINCT event_id FROM ids) k) numbered
-     GROUP BY run) runs
+        "(SELECT blocks.block, r.lo, r.hi, r.chunk
+     FROM (SELECT event_id OPERATOR(pg_catalog.>>) {RUN_BLOCK_BITS} AS block, pg_catalog.array_agg(event_id) AS ids
+           FROM ids GROUP BY 1) blocks
+     CROSS JOIN LATERAL eventview._id_runs(blocks.ids) r) runs
     CROSS JOIN LATERAL (SELECT * FROM {source_table} x
                         WHERE x.event_id >= runs.lo AND x.event_id <= runs.hi OFFSET 0) e"
     )
+}
+
+/// Ids of one block of `touched_rows` share all but their low RUN_BLOCK_BITS bits.
+pub const RUN_BLOCK_BITS: u32 = 20;
+/// Most ids in one chunk of runs (see `id_runs`).
+pub const RUN_CHUNK: usize = 4096;
+
+/// The runs of consecutive values among `ids` (in any order, with repeats), as inclusive
+/// (lo, hi) pairs in ascending order, none longer than RUN_CHUNK ids, each with a chunk number:
+/// runs of one chunk hold at most RUN_CHUNK ids together. Any i64 is a valid id: no arithmetic
+/// can overflow.
+pub fn id_runs(ids: &mut Vec<i64>) -> Vec<(i64, i64, i32)> {
+    ids.sort_unstable();
+    ids.dedup();
+    let mut runs: Vec<(i64, i64, i32)> = Vec::new();
+    let (mut chunk, mut in_chunk) = (0i32, 0usize);
+    for &id in ids.iter() {
+        if in_chunk == RUN_CHUNK {
+            chunk += 1;
+            in_chunk = 0;
+        }
+        in_chunk += 1;
+        match runs.last_mut() {
+            Some((_, hi, c)) if *c == chunk && hi.checked_add(1) == Some(id) => *hi = id,
+            _ => runs.push((id, id, chunk)),
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_of_consecutive_ids() {
+        let lo_hi = |ids: Vec<i64>| id_runs(&mut ids.clone()).into_iter().map(|(lo, hi, _)| (lo, hi)).collect::<Vec<_>>();
+        assert_eq!(lo_hi(vec![]), vec![]);
+        assert_eq!(lo_hi(vec![5, 3, 4, 4, 9, 10, 1]), vec![(1, 1), (3, 5), (9, 10)]);
+        assert_eq!(
+            lo_hi(vec![i64::MAX, i64::MIN, i64::MAX - 1, i64::MIN + 1, 0]),
+            vec![(i64::MIN, i64::MIN + 1), (0, 0), (i64::MAX - 1, i64::MAX)]
+        );
+        // Chunks: at most RUN_CHUNK ids each, long runs split, scattered ids packed together.
+        let long = id_runs(&mut (1..=10_000).collect());
+        assert_eq!(long, vec![(1, 4096, 0), (4097, 8192, 1), (8193, 10_000, 2)]);
+        let scattered = id_runs(&mut (0..10_000).map(|i| i * 3).collect());
+        assert_eq!(scattered.len(), 10_000);
+        assert_eq!(scattered.iter().filter(|r| r.2 == 0).count(), RUN_CHUNK);
+        assert_eq!(scattered.last().unwrap().2, 2);
+        // Every id is in exactly one run, and no run holds an id that was not given.
+        let mut rng = crate::core::fuzz::Rng(0x1d_5eed);
+        for _ in 0..500 {
+            let given: Vec<i64> = (0..rng.below(60)).map(|_| rng.below(80) as i64 - 40).collect();
+            let runs: Vec<(i64, i64)> = id_runs(&mut given.clone()).into_iter().map(|(lo, hi, _)| (lo, hi)).collect();
+            let covered: Vec<i64> = runs.iter().flat_map(|&(lo, hi)| lo..=hi).collect();
+            let mut want = given.clone();
+            want.sort_unstable();
+            want.dedup();
+            assert_eq!(covered, want);
+            assert!(runs.windows(2).all(|w| w[0].1 < w[1].0));
+        }
+    }
 }

@@ -5,7 +5,7 @@
 //! Algorithm: the observer is one more consumer of the source's changelog (its cursor lives in
 //! `eventview._sources.observed_*`, with the batch semantics of `batch`). For the new state of
 //! every inserted or updated event in the batch, `eventview._payload_shapes` (Rust, one call per
-//! batch, see `shapes.rs`) lists its distinct (path, JSON type) pairs (arrays as `[*]`; at most
+//! chunk of up to 4096 events, see `shapes.rs`) lists its distinct (path, JSON type) pairs (arrays as `[*]`; at most
 //! MAX_DEPTH levels and MAX_MEMBERS members of each object or array). Compared with what was
 //! observed before for the same event type and version:
 //! - a path never seen before: `added`;
@@ -20,9 +20,6 @@ use super::batch;
 pub const MAX_DEPTH: u32 = 32;
 /// Members of one object (or elements of one array) the observer walks.
 pub const MAX_MEMBERS: u32 = 1000;
-/// Payloads handed to one call of the walk: at most 2^CHUNK_BITS, those whose event ids agree
-/// but for the low CHUNK_BITS bits.
-pub const CHUNK_BITS: u32 = 12;
 
 /// The observer statement for one source. $1: the paths views read, normalized (text[]).
 /// Returns (events observed, drift rows recorded).
@@ -38,17 +35,17 @@ pub fn observe(source_id: i32, source_table: &str) -> String {
     );
     format!(
         "WITH {batch},
--- The walk takes chunks of at most 4096 payloads per call (event ids are distinct, and a chunk
--- is the ids equal but for their low 12 bits): one call per event would cost a function call
--- each, one call per batch would build one array of every payload (a backlog of millions would
--- pass the 1 GB limit of a single value). The rows are read once, by the walk: besides the
--- paths it returns, per type and version, how many events it walked (path '').
+-- The walk takes chunks of at most 4096 payloads per call (the runs' chunks, see
+-- batch::touched_rows): one call per event would cost a function call each, one call per batch
+-- would build one array of every payload (a backlog of millions would pass the 1 GB limit of a
+-- single value). The rows are read once, by the walk: besides the paths it returns, per type
+-- and version, how many events it walked (path '').
 walked AS MATERIALIZED (
     SELECT w.event_type, w.event_version, w.path, w.json_type, w.events
     FROM (
         SELECT array_agg(e.event_type) AS t, array_agg(e.event_version) AS v, array_agg(e.payload) AS p
         FROM {touched}
-        GROUP BY e.event_id OPERATOR(pg_catalog.>>) {CHUNK_BITS}
+        GROUP BY runs.block, runs.chunk
     ) f
     CROSS JOIN LATERAL eventview._payload_shapes(f.t, f.v, f.p) w
 ),
@@ -130,7 +127,7 @@ st AS (
     WHERE source_id = {sid}
     RETURNING 1
 )
-SELECT (SELECT coalesce(sum(n), 0) FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows",
+SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows",
         own_seq = batch::OWN_SEQ_AFTER_DELTA,
     )
 }
