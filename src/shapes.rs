@@ -428,19 +428,8 @@ mod tests {
     #[test]
     fn malformed_jsonb_bytes_end_the_walk() {
         let mut rng = crate::core::fuzz::Rng(0x0bad_b17e_5eed);
-        let flags = [0x2000_0000u32, 0x4000_0000, 0x5000_0000, 0x8000_0000, 0x1000_0000, 0];
         for _ in 0..20_000 {
-            let words = rng.below(24);
-            let mut doc = Vec::new();
-            for _ in 0..words {
-                let w = match rng.below(3) {
-                    0 => rng.next() as u32,
-                    1 => flags[rng.below(flags.len())] | rng.below(40) as u32,
-                    _ => rng.below(64) as u32,
-                };
-                doc.extend_from_slice(&w.to_ne_bytes());
-            }
-            doc.truncate(doc.len().saturating_sub(rng.below(4)));
+            let doc = crate::core::jsonb_bytes::tests::malformed_document(&mut rng);
             let mut counter = ShapeCounter::default();
             counter.add("t", 1, &mut JsonbBytes::new(&doc));
             assert!(counter.rows().len() <= 2 * MAX_MEMBERS as usize * MAX_DEPTH as usize);

@@ -432,7 +432,7 @@ pub fn text_len(doc: &[u8], stop: u64) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A numeric varlena with a 4-byte header, in the long format (sign/dscale word, weight).
@@ -474,23 +474,30 @@ mod tests {
         assert_eq!(string_text_len(b"\x01\x1f"), 2 + 12);
     }
 
-    /// Random words and truncations: every function over stored bytes returns (None or a
-    /// value) without panicking or reading outside them.
+    /// Malformed stored bytes: random words, container headers and JEntries claiming more
+    /// members or longer children than there are bytes, truncations.
+    pub(crate) fn malformed_document(rng: &mut crate::core::fuzz::Rng) -> Vec<u8> {
+        let flags = [0x2000_0000u32, 0x4000_0000, 0x5000_0000, 0x8000_0000, 0x1000_0000, 0x3000_0000, 0];
+        let mut doc = Vec::new();
+        for _ in 0..rng.below(24) {
+            let w = match rng.below(3) {
+                0 => rng.next() as u32,
+                1 => flags[rng.below(flags.len())] | rng.below(40) as u32,
+                _ => rng.below(64) as u32,
+            };
+            doc.extend_from_slice(&w.to_ne_bytes());
+        }
+        doc.truncate(doc.len().saturating_sub(rng.below(4)));
+        doc
+    }
+
+    /// Every function over stored bytes returns (None or a value) without panicking or reading
+    /// outside them.
     #[test]
     fn malformed_bytes_never_panic() {
         let mut rng = crate::core::fuzz::Rng(0x7e47_1e4_5eed);
-        let flags = [0x2000_0000u32, 0x4000_0000, 0x5000_0000, 0x8000_0000, 0x1000_0000, 0x3000_0000, 0];
         for _ in 0..20_000 {
-            let mut doc = Vec::new();
-            for _ in 0..rng.below(24) {
-                let w = match rng.below(3) {
-                    0 => rng.next() as u32,
-                    1 => flags[rng.below(flags.len())] | rng.below(40) as u32,
-                    _ => rng.below(64) as u32,
-                };
-                doc.extend_from_slice(&w.to_ne_bytes());
-            }
-            doc.truncate(doc.len().saturating_sub(rng.below(4)));
+            let doc = malformed_document(&mut rng);
             let _ = text_len(&doc, 1 << 20);
             let _ = Numeric::read(&doc).map(|n| (n.text_len(), n.as_integer()));
             let _ = crate::core::envelope_check::check(&doc, 1 << 20);
