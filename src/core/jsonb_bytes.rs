@@ -227,12 +227,12 @@ impl Tokens for JsonbBytes<'_> {
 /// A stored numeric (`utils/numeric.c`): sign, weight and display scale, and its base-10000
 /// digits (most significant first, the first one multiplying 10000^weight).
 pub struct Numeric<'a> {
-    pub negative: bool,
-    pub weight: i32,
-    pub dscale: u32,
+    negative: bool,
+    weight: i32,
+    dscale: u32,
     digits: &'a [u8],
     /// NaN, Infinity or -Infinity (jsonb input never makes one; to_jsonb turns them into strings).
-    pub special: Option<&'static str>,
+    special: Option<&'static str>,
 }
 
 const NUMERIC_SIGN_MASK: u16 = 0xC000;

@@ -5,7 +5,7 @@
 //! Algorithm: the observer is one more consumer of the source's changelog (its cursor lives in
 //! `eventview._sources.observed_*`, with the batch semantics of `batch`). For the new state of
 //! every inserted or updated event in the batch, `eventview._payload_shapes` (Rust, one call per
-//! chunk of up to 4096 events, see `shapes.rs`) lists its distinct (path, JSON type) pairs (arrays as `[*]`; at most
+//! chunk of up to `batch::RUN_CHUNK` events, see `shapes.rs`) lists its distinct (path, JSON type) pairs (arrays as `[*]`; at most
 //! MAX_DEPTH levels and MAX_MEMBERS members of each object or array). Compared with what was
 //! observed before for the same event type and version:
 //! - a path never seen before: `added`;
@@ -14,7 +14,7 @@
 //! - a path some view reads, present in every earlier event of that type and version, absent
 //!   from some new one: `missing`.
 
-use super::batch;
+use super::batch::{self, RUN_CHUNK};
 
 /// Deepest level of a payload the observer walks.
 pub const MAX_DEPTH: u32 = 32;
@@ -35,7 +35,7 @@ pub fn observe(source_id: i32, source_table: &str) -> String {
     );
     format!(
         "WITH {batch},
--- The walk takes chunks of at most 4096 payloads per call (the runs' chunks, see
+-- The walk takes chunks of at most {RUN_CHUNK} payloads per call (the runs' chunks, see
 -- batch::touched_rows): one call per event would cost a function call each, one call per batch
 -- would build one array of every payload (a backlog of millions would pass the 1 GB limit of a
 -- single value). The rows are read once, by the walk: besides the paths it returns, per type
