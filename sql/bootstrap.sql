@@ -69,7 +69,10 @@ CREATE TABLE eventview._views (
     retry_at         timestamptz,
     -- The view's qualified name as its quarantine rows carry it (kept up to date when the view
     -- or its schema is renamed, see eventview._follow_ddl).
-    known_name       text
+    known_name       text,
+    -- Rows in the view's min/max value logs, not yet merged into its multisets (see
+    -- core::sqlgen; a refresh merges them when they pass eventview.extreme_log_limit).
+    extremes_logged  bigint NOT NULL DEFAULT 0
 );
 COMMENT ON TABLE eventview._views IS 'pg_eventview: incremental views (see eventview.views)';
 
@@ -257,7 +260,7 @@ GRANT SELECT ON eventview._sources, eventview._views, eventview._fields, eventvi
                 eventview._observed_versions, eventview.drift,
                 eventview.views, eventview.observed_fields, eventview.event_tables TO PUBLIC;
 GRANT UPDATE (applied_snapshot, applied_own_xid, applied_own_seq, quarantined, skipped,
-              schedule, last_error, failures, retry_at) ON eventview._views TO PUBLIC;
+              schedule, last_error, failures, retry_at, extremes_logged) ON eventview._views TO PUBLIC;
 ALTER TABLE eventview._views ENABLE ROW LEVEL SECURITY;
 CREATE POLICY everyone_reads ON eventview._views FOR SELECT USING (true);
 CREATE POLICY owners_update ON eventview._views FOR UPDATE

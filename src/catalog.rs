@@ -95,6 +95,8 @@ pub struct ViewRecord {
     pub retention_horizon: Option<pgrx::datum::TimestampWithTimeZone>,
     /// The role the view belongs to: refreshes run as this role.
     pub owner: pg_sys::Oid,
+    /// Reads see pending changes (`eventview.alter_view(realtime => ...)`).
+    pub realtime: bool,
 }
 
 /// Loads a view by its user relation; with `lock`, takes the row lock that serializes
@@ -129,7 +131,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
                         json_typeof(v.definition -> 'event_types'),
                         (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
                         v.on_type_error, v.time_bucket,
-                        (now() - s.retention)::timestamptz, v.owner::oid
+                        (now() - s.retention)::timestamptz, v.owner::oid, v.realtime
                  FROM eventview._views v JOIN eventview._sources s USING (source_id)
                  WHERE v.view_id = $1",
                 Some(1),
@@ -150,9 +152,10 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             t.get::<Interval>(11)?,
             t.get::<pgrx::datum::TimestampWithTimeZone>(12)?,
             t.get::<pg_sys::Oid>(13)?,
+            t.get::<bool>(14)?,
         ))
     })?;
-    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, horizon, owner) =
+    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, horizon, owner, realtime) =
         row;
     let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
     let fields = fields_of_source(source_id.ok_or_else(missing)?)?;
@@ -182,6 +185,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         time_bucket: bucket,
         retention_horizon: horizon,
         owner: owner.ok_or_else(missing)?,
+        realtime: realtime.unwrap_or(false),
     })
 }
 

@@ -16,6 +16,9 @@ pub static DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>
 pub static NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// Rows `prune` deletes per event table and call, for the changelog and for raw events each.
 pub static PRUNE_MAX_ROWS: GucSetting<i32> = GucSetting::<i32>::new(200_000);
+/// Min/max values a stored view may hold in its append-only logs before a refresh merges them
+/// into its value multisets (see `core::sqlgen`).
+pub static EXTREME_LOG_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(100_000);
 /// Whether the worker runs maintenance at all.
 pub static WORKER_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -50,6 +53,16 @@ pub fn define(preloading: bool) {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"eventview.extreme_log_limit",
+        c"Most min/max values a view keeps in its append-only logs before a refresh merges them into its value multisets.",
+        c"A refresh that retracts, or that has nothing to apply, merges them anyway; 0 merges at every refresh.",
+        &EXTREME_LOG_LIMIT,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_bool_guc(
         c"eventview.worker",
         c"Whether the pg_eventview background worker runs maintenance.",
@@ -68,6 +81,10 @@ pub fn define(preloading: bool) {
             GucFlags::default(),
         );
     }
+}
+
+pub fn extreme_log_limit() -> i64 {
+    i64::from(EXTREME_LOG_LIMIT.get())
 }
 
 pub fn naptime() -> Duration {

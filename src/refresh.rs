@@ -19,6 +19,7 @@ use crate::catalog::{self, ViewRecord};
 use crate::core::definition::TypePolicy;
 use crate::core::sqlgen::{Mode, ViewSql};
 use crate::errors::{EvError, EvResult};
+use crate::gucs;
 use crate::observer;
 use crate::privileges;
 use crate::progress;
@@ -40,6 +41,7 @@ pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
         view_id: view.view_id,
         source_id: view.source.source_id,
         source_table: view.source.table_sql.clone(),
+        realtime: view.realtime,
     }
 }
 
@@ -60,13 +62,16 @@ pub fn apply(
     } else if mode == Mode::Full {
         spi_util::run_all(&[sql.forget_type_errors()])?;
     }
+    if sql.logs_extremes(mode) {
+        create_missing_logs(view, &sql)?;
+    }
     let statement = sql.apply(mode);
     if mode == Mode::Full {
         let estimate: Option<f32> =
             spi_util::one("SELECT reltuples FROM pg_catalog.pg_class WHERE oid = $1::regclass", &[view.source.table_sql.as_str().into()])?;
         progress::start(format!("recomputing {}", relname(view)?), estimate.map(|e| e as i64));
     }
-    let (consumed, groups_written, dirty, first_error) = privileges::as_role(view.owner, || {
+    let (consumed, groups_written, dirty, first_error, logged) = privileges::as_role(view.owner, || {
         if mode == Mode::Window {
             for statement in sql.clear_window() {
                 spi_util::run(&statement, &args)?;
@@ -81,6 +86,7 @@ pub fn apply(
                 row.get::<i64>(2)?.unwrap_or(0),
                 row.get::<i64>(3)?.unwrap_or(0),
                 row.get::<String>(4)?,
+                row.get::<i64>(5)?.unwrap_or(0),
             ))
         })?)
     })?;
@@ -91,10 +97,39 @@ pub fn apply(
                 .with_hint("The refresh was rolled back. Fix the event, or use alter_view(on_type_error => 'quarantine' or 'skip')."));
         }
     }
+    // The fix-up reads the multisets, so the logs go into them first; an idle refresh merges
+    // them too, and so does one that finds them past the limit.
+    let idle = mode == Mode::Delta && consumed == 0;
+    if logged > 0 && (dirty > 0 || idle || logged > gucs::extreme_log_limit()) {
+        merge_logs(view)?;
+    }
     if dirty > 0 {
         privileges::as_role(view.owner, || spi_util::run_all(&sql.fixup()))?;
     }
     Ok(Applied { consumed, groups_written })
+}
+
+/// Creates the view's value logs that do not exist (storage restored from a dump of a version
+/// without them), as the extension owner, for the view's owner.
+fn create_missing_logs(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
+    let logs = sql.log_ddl();
+    let names: Vec<String> = logs.iter().map(|(name, _)| name.clone()).collect();
+    let missing: Vec<String> = spi_util::one::<Vec<String>>(
+        "SELECT coalesce(array_agg(t), '{}') FROM unnest($1::text[]) t WHERE pg_catalog.to_regclass(t) IS NULL",
+        &[names.into()],
+    )?
+    .unwrap_or_default();
+    let owner = privileges::role_ident(view.owner)?;
+    for (name, ddl) in logs.into_iter().filter(|(name, _)| missing.contains(name)) {
+        spi_util::run_all(&[ddl, format!("ALTER TABLE {name} OWNER TO {owner}")])?;
+    }
+    Ok(())
+}
+
+/// Moves the view's min/max value logs into its multisets (see `core::sqlgen`). The caller
+/// holds the view's row lock.
+pub fn merge_logs(view: &ViewRecord) -> EvResult<()> {
+    privileges::as_role(view.owner, || spi_util::run_all(&sql_of(view).merge_logs()))
 }
 
 fn relname(view: &ViewRecord) -> EvResult<String> {

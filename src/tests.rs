@@ -67,6 +67,122 @@ mod tests {
     }
 
     #[pg_test]
+    fn extreme_logs_are_merged_before_the_multisets_are_read() {
+        setup_events();
+        Spi::run(
+            "SELECT eventview.create_view('ut_lg', 'ut_events', group_by => '{\"sku\": \"$.sku\"}',
+               measures => '{\"hi\": \"max($.p)\", \"lo\": \"min($.p)\", \"n\": \"count(*)\"}', time_bucket => '1 day')",
+        )
+        .unwrap();
+        let vid = scalar_i64("SELECT view_id FROM eventview._views WHERE relid = 'ut_lg'::regclass");
+        let logged = || scalar_i64(&format!("SELECT extremes_logged FROM eventview._views WHERE view_id = {vid}"));
+        let log_rows = || {
+            scalar_i64(&format!(
+                "SELECT (SELECT count(*) FROM eventview._v{vid}_m1_log) + (SELECT count(*) FROM eventview._v{vid}_m2_log)"
+            ))
+        };
+        let bucket = "date_bin('1 day', occurred_at, '2000-01-01 00:00:00+00')";
+        let sku = "CASE WHEN jsonb_typeof(payload->'sku') IN ('string','number','boolean') THEN payload->>'sku' END";
+        let scratch = format!(
+            "SELECT {bucket}, {sku}, max((payload->>'p')::numeric), min((payload->>'p')::numeric), count(*)
+             FROM ut_events GROUP BY 1, 2"
+        );
+        // Multiset plus log always hold each group's values with their counts; after a merge,
+        // the multiset alone does.
+        let values_match = |with_log: bool| {
+            for n in [1, 2] {
+                let log = if with_log { format!("UNION ALL SELECT * FROM eventview._v{vid}_m{n}_log") } else { String::new() };
+                assert_matches(
+                    &format!(
+                        "(SELECT bucket, CASE WHEN g1_null THEN NULL ELSE g1 END, v, sum(n) FROM
+                            (SELECT * FROM eventview._v{vid}_m{n} {log}) u GROUP BY 1, 2, 3 HAVING sum(n) <> 0) m"
+                    ),
+                    &format!(
+                        "SELECT {bucket}, {sku}, (payload->>'p')::numeric, count(*) FROM ut_events
+                         WHERE jsonb_typeof(payload->'p') = 'number' GROUP BY 1, 2, 3"
+                    ),
+                );
+            }
+        };
+        assert_eq!((logged(), log_rows()), (0, 0));
+        values_match(false);
+        let insert = |p: &str, day: &str| {
+            Spi::run(&format!(
+                "INSERT INTO ut_events (event_type, occurred_at, payload) VALUES
+                   ('a', '{day} 09:00+00', '{{\"sku\": \"x\", \"p\": {p}}}'),
+                   ('a', '{day} 09:00+00', '{{\"sku\": \"z\", \"p\": 3}}'),
+                   ('a', '{day} 09:00+00', '{{\"sku\": \"z\", \"p\": 3}}')"
+            ))
+            .unwrap();
+        };
+        // Additions go to the logs; the stored extremes move outwards all the same.
+        insert("20", "2026-11-30");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
+        assert_eq!(log_rows(), 4);
+        assert_eq!(logged(), 4);
+        assert_matches("ut_lg", &scratch);
+        values_match(true);
+        insert("21", "2026-11-30");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
+        assert_eq!((logged(), log_rows()), (8, 8));
+        // Retracting the maximum: the logs are merged, then the fix-up finds the next value.
+        Spi::run("DELETE FROM ut_events WHERE payload @> '{\"p\": 21}'").unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 1);
+        assert_eq!((logged(), log_rows()), (0, 0));
+        values_match(false);
+        assert_matches("ut_lg", &scratch);
+        // An idle refresh merges.
+        insert("22", "2026-11-30");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
+        assert!(logged() > 0);
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 0);
+        assert_eq!((logged(), log_rows()), (0, 0));
+        values_match(false);
+        // Past the limit, a refresh merges.
+        Spi::run("SET LOCAL eventview.extreme_log_limit = 0").unwrap();
+        insert("23", "2026-11-30");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
+        assert_eq!((logged(), log_rows()), (0, 0));
+        Spi::run("RESET eventview.extreme_log_limit").unwrap();
+        // A windowed rebuild drops the logged values of its buckets and recomputes them.
+        insert("24", "2026-11-30");
+        insert("25", "2026-12-02");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 6);
+        assert_eq!(log_rows(), 8);
+        Spi::run("SELECT eventview.rebuild('ut_lg', '2026-12-01', NULL)").unwrap();
+        assert_eq!(log_rows(), 4);
+        values_match(true);
+        assert_matches("ut_lg", &scratch);
+        Spi::run("DELETE FROM ut_events WHERE payload @> '{\"p\": 24}'").unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 1);
+        values_match(false);
+        assert_matches("ut_lg", &scratch);
+        // Turning realtime merges the logs; a realtime view's refreshes write the multisets.
+        insert("26", "2026-11-30");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
+        assert!(logged() > 0);
+        Spi::run("SELECT eventview.alter_view('ut_lg', realtime => true)").unwrap();
+        assert_eq!((logged(), log_rows()), (0, 0));
+        Spi::run("DELETE FROM ut_events WHERE payload @> '{\"p\": 26}'").unwrap();
+        assert_matches("ut_lg", &scratch);
+        insert("27", "2026-11-30");
+        assert_matches("ut_lg", &scratch);
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 4);
+        assert_eq!((logged(), log_rows()), (0, 0));
+        values_match(false);
+        // Storage restored from a dump of a version without logs: the next refresh creates them.
+        Spi::run("SELECT eventview.alter_view('ut_lg', realtime => false)").unwrap();
+        Spi::run(&format!("DROP TABLE eventview._v{vid}_m1_log, eventview._v{vid}_m2_log")).unwrap();
+        insert("28", "2026-11-30");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
+        assert_eq!(log_rows(), 4);
+        values_match(true);
+        assert_matches("ut_lg", &scratch);
+        Spi::run("SELECT eventview.drop_view('ut_lg')").unwrap();
+        assert_eq!(scalar_i64(&format!("SELECT count(*) FROM pg_class WHERE relname LIKE '\\_v{vid}\\_%'")), 0);
+    }
+
+    #[pg_test]
     fn every_mode_of_the_generated_sql_runs() {
         setup_events();
         Spi::run(

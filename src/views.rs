@@ -54,7 +54,13 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         check_time_bucket(b)?;
     }
     let view_id = catalog::next_view_id()?;
-    let sql = ViewSql { def: &definition, view_id, source_id: source.source_id, source_table: source.table_sql.clone() };
+    let sql = ViewSql {
+        def: &definition,
+        view_id,
+        source_id: source.source_id,
+        source_table: source.table_sql.clone(),
+        realtime: args.realtime,
+    };
     // Storage lives in schema eventview (created by the extension owner) and belongs to the
     // view's owner, who refreshes it; the user relation is created in the caller's name. The
     // owner reads the source's changelog at refresh.
@@ -169,6 +175,15 @@ pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str
         )?;
     }
     if let Some(realtime) = realtime {
+        // Realtime reads use the min/max multisets: whatever the logs hold goes in first (a
+        // realtime view's refreshes write the multisets directly).
+        let logged = spi_util::one::<i64>(
+            "SELECT extremes_logged FROM eventview._views WHERE view_id = $1",
+            &[view.view_id.into()],
+        )?;
+        if realtime && logged.unwrap_or(0) > 0 {
+            refresh::merge_logs(&view)?;
+        }
         spi_util::run(
             "UPDATE eventview._views SET realtime = $2 WHERE view_id = $1",
             &[view.view_id.into(), realtime.into()],

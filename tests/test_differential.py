@@ -720,7 +720,10 @@ class Workload:
         self.rng = random.Random(seed)
         self.conninfo = conninfo
         self.log = []
-        opts = "-c statement_timeout=120s -c lock_timeout=60s"
+        # Min/max values wait in the views' logs until a merge (a retraction, an idle refresh, or
+        # this many logged): merged at every refresh, now and then, or (nearly) only when needed.
+        self.extreme_log_limit = self.rng.choice([0, 7, 100000])
+        opts = f"-c statement_timeout=120s -c lock_timeout=60s -c eventview.extreme_log_limit={self.extreme_log_limit}"
         self.a = psycopg.connect(conninfo, autocommit=True, options=opts + " -c TimeZone=America/St_Johns")
         self.c = psycopg.connect(conninfo, autocommit=True, options=opts + " -c TimeZone=Asia/Kathmandu")
         # Two connections that hold transactions open across refreshes.
@@ -1500,7 +1503,8 @@ def test_random_workload_matches_from_scratch(new_db, seed):
     events = psycopg.connect(conninfo, autocommit=True).execute("SELECT count(*) FROM ev").fetchone()[0]
     print(f"seed {seed}: {N_OPS} ops, {w.checks} checks, {w.refreshes} refreshes "
           f"({w.maintenance_refreshes} by run_maintenance), {w.prunes} prunes ({w.pruned} records, "
-          f"delta_retention {w.delta_retention}, {w.agings} agings), {events} events at the end, "
+          f"delta_retention {w.delta_retention}, {w.agings} agings, extreme_log_limit "
+          f"{w.extreme_log_limit}), {events} events at the end, "
           f"{time.time() - started:.1f}s")
 
 

@@ -34,6 +34,7 @@ RELEASE_COMMITS = {
     "0.1.0": "276fcd18cf5586e22dd5754bb379858cb19d7425",
     "0.2.0": "b86713cd2a1be1567bfb0eacd4427ea66a696f81",
     "0.3.0": "94b7f6b3c527ab9d876662663737afabe7b0ed3a",
+    "0.4.0": "022c1ba40e8c0a212096b5d92cc0ea7e08997979",
 }
 
 
@@ -250,6 +251,15 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
                                AND relname ~ '^_v[0-9]+_(data|m[0-9]+)$' ORDER BY relname""").fetchall()
         # (shop.by_sku: storage and two multisets (max, count_distinct); shop.deep: storage.)
         assert len(storage) == 4 and all(options == ["fillfactor=70"] for _, options in storage), storage
+        # A min/max multiset has its value log, as a new view's has (count_distinct keeps none),
+        # owned as the multiset and not a member of the extension (checked below).
+        logs = c.execute("""SELECT l.relname, l.relowner = m.relowner FROM pg_class l
+                            JOIN pg_class m ON m.relnamespace = l.relnamespace AND m.relname || '_log' = l.relname
+                            WHERE l.relnamespace = 'eventview'::regnamespace AND l.relname ~ '_log$'""").fetchall()
+        assert logs == [("_v1_m3_log", True)], logs
+        columns = """SELECT attname, atttypid, attnotnull FROM pg_attribute
+                     WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"""
+        assert c.execute(columns, ["eventview._v1_m3_log"]).fetchall() == c.execute(columns, ["eventview._v1_m3"]).fetchall()
         assert c.execute("""SELECT count(*) FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
                             WHERE e.extname = 'pg_eventview' AND d.deptype = 'e' AND d.classid = 'pg_class'::regclass
                               AND d.objid IN (SELECT oid FROM pg_class WHERE relname ~ '^_(changes|v)[0-9]')""").fetchone()[0] == 0
@@ -265,8 +275,12 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
         assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
         # Capture continues; retraction of an extreme after the update.
         insert_events(c, 321, 350, "2026-11-20")
+        assert c.execute("SELECT count(*) FROM eventview._v1_m3_log").fetchone()[0] == 0
+        c.execute("SELECT eventview.refresh('shop.by_sku')")
+        assert c.execute("SELECT count(*) FROM eventview._v1_m3_log").fetchone()[0] > 0
         c.execute("DELETE FROM shop.events WHERE event_id = 3")
         c.execute("SELECT eventview.refresh('shop.by_sku')")
+        assert c.execute("SELECT count(*) FROM eventview._v1_m3_log").fetchone()[0] == 0
         assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
         # Declarations and schedules survived; scheduling runs.
         assert c.execute("SELECT schedule FROM eventview.views WHERE name = 'shop.by_sku'::regclass").fetchone()[0] is not None

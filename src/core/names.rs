@@ -21,3 +21,9 @@ pub fn view_data(view_id: i32) -> String {
 pub fn view_values(view_id: i32, measure: usize) -> String {
     format!("{SCHEMA}._v{view_id}_m{measure}")
 }
+
+/// The append-only log of min/max measure number `measure`'s values, merged into its multiset
+/// lazily (see `core::sqlgen`).
+pub fn view_values_log(view_id: i32, measure: usize) -> String {
+    format!("{SCHEMA}._v{view_id}_m{measure}_log")
+}

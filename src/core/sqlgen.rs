@@ -10,6 +10,16 @@
 //! Value multisets (`eventview._v<id>_m<i>`, one per min/max measure): (keys, v, n), how many
 //!   counted events of the group have value v. A retracted extreme is replaced by an index
 //!   lookup in the group's multiset, never by a scan of the event table.
+//! Value logs (`eventview._v<id>_m<i>_log`, one per min/max measure): the multiset is needed
+//!   only when an extreme is retracted, so a refresh of a stored (not realtime) view appends its
+//!   (keys, v, n) to an unindexed log instead of upserting the multiset (an upsert costs an index
+//!   probe and an index or heap update per value; the append, a heap insert). The log is merged
+//!   into the multiset before anything reads the multiset: by a refresh that retracts, by a
+//!   refresh with nothing to apply (idle), when it holds more than `eventview.extreme_log_limit`
+//!   rows (`_views.extremes_logged` counts them), and when the view turns realtime (realtime
+//!   reads use the multisets, so a realtime view's log stays empty). Rebuilds clear it with
+//!   the multisets. The log never changes what a view shows: the stored extreme moves outwards
+//!   on additions in either case.
 //!
 //! Algorithm (apply, one statement so that every part reads the same snapshot):
 //!   snap     the statement's snapshot (our own transaction excluded) and our own xid;
@@ -55,6 +65,9 @@ pub struct ViewSql<'a> {
     pub source_id: i32,
     /// Quoted, schema-qualified name of the event table.
     pub source_table: String,
+    /// The view reads realtime: its min/max values go straight into the multisets (realtime
+    /// reads use them), never through the value logs.
+    pub realtime: bool,
 }
 
 /// The bucket of timestamp expression `ts` for bucket width `width` (SQL of an interval).
@@ -104,6 +117,12 @@ impl<'a> ViewSql<'a> {
 
     fn minmax_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
         self.multiset_measures().filter(|(_, m)| matches!(m.kind, AggKind::Min | AggKind::Max))
+    }
+
+    /// Whether an apply of `mode` appends min/max values to the logs rather than upserting the
+    /// multisets: refreshes (deltas) of stored views. A rebuild writes the multisets directly.
+    pub fn logs_extremes(&self, mode: Mode) -> bool {
+        mode == Mode::Delta && !self.realtime && self.minmax_measures().next().is_some()
     }
 
     /// Measures kept as a per-group value multiset: min, max, count_distinct.
@@ -172,23 +191,68 @@ impl<'a> ViewSql<'a> {
                 "CREATE UNIQUE INDEX _v{vid}_m{n}_key ON {values} ({}, v)",
                 self.key_list()
             ));
+            if m.kind != AggKind::CountDistinct {
+                out.push(Self::create_log(&values, &names::view_values_log(vid, n)));
+            }
         }
         out
     }
 
-    /// The storage table and the multisets, qualified.
+    /// DDL of a value log: the multiset's columns, no index (appends only; a merge reads it
+    /// whole). Shared with the upgrade script, which creates the logs of existing views.
+    fn create_log(values: &str, log: &str) -> String {
+        format!("CREATE TABLE {log} (LIKE {values} INCLUDING DEFAULTS)")
+    }
+
+    /// The value logs, qualified.
+    fn logs(&self) -> impl Iterator<Item = String> + '_ {
+        self.minmax_measures().map(|(n, _)| names::view_values_log(self.view_id, n))
+    }
+
+    /// Each value log with its DDL: a refresh creates a missing one (storage restored from a
+    /// dump of a version without logs).
+    pub fn log_ddl(&self) -> Vec<(String, String)> {
+        self.minmax_measures()
+            .map(|(n, _)| {
+                let log = names::view_values_log(self.view_id, n);
+                let ddl = Self::create_log(&names::view_values(self.view_id, n), &log);
+                (log, ddl)
+            })
+            .collect()
+    }
+
+    /// The storage table, the multisets and the value logs, qualified.
     pub fn storage_tables(&self) -> Vec<String> {
         let mut out = vec![self.data()];
         out.extend(self.multiset_measures().map(|(n, _)| names::view_values(self.view_id, n)));
+        out.extend(self.logs());
         out
     }
 
-    /// Drops storage and multisets (the user relation is dropped separately).
+    /// Drops storage, multisets and logs (the user relation is dropped separately).
     pub fn drop_storage(&self) -> Vec<String> {
-        let mut out = vec![format!("DROP TABLE IF EXISTS {}", self.data())];
-        for (n, _) in self.multiset_measures() {
-            out.push(format!("DROP TABLE IF EXISTS {}", names::view_values(self.view_id, n)));
-        }
+        self.storage_tables().iter().rev().map(|t| format!("DROP TABLE IF EXISTS {t}")).collect()
+    }
+
+    /// One statement per min/max measure moving its value log into its multiset, then the
+    /// view's count of logged values reset. Run as the view's owner, holding the view's row
+    /// lock (refreshes are the only writers and readers of a log).
+    pub fn merge_logs(&self) -> Vec<String> {
+        let keys = self.key_list();
+        let mut out: Vec<String> = self
+            .minmax_measures()
+            .map(|(n, _)| {
+                format!(
+                    "WITH moved AS (DELETE FROM {log} RETURNING {keys}, v, n)
+INSERT INTO {values} AS t ({keys}, v, n)
+SELECT {keys}, v, sum(n)::bigint FROM moved GROUP BY {keys}, v HAVING sum(n) <> 0
+ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
+                    log = names::view_values_log(self.view_id, n),
+                    values = names::view_values(self.view_id, n),
+                )
+            })
+            .collect();
+        out.push(format!("UPDATE eventview._views SET extremes_logged = 0 WHERE view_id = {}", self.view_id));
         out
     }
 
@@ -671,12 +735,23 @@ delta_rows AS (
         // Multisets (min/max/count_distinct): (keys, v) -> n, in the same statement.
         let mut d_select = vec!["d0.*".to_string()];
         let mut d_joins = String::new();
+        let mut logged = Vec::new();
         for (n, m) in self.multiset_measures() {
             let values = names::view_values(self.view_id, n);
             let mut sel = key_exprs.clone();
             sel.push(format!("m{n} AS v"));
             sel.push("sum(sign)::bigint AS n".into());
             let positions: Vec<String> = (1..=key_exprs.len() + 1).map(|p| p.to_string()).collect();
+            if m.kind != AggKind::CountDistinct && self.logs_extremes(mode) {
+                ctes.push(format!(
+                    "a{n} AS (\n    INSERT INTO {} ({key_list}, v, n)\n    SELECT {}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {}\n    RETURNING 1\n)",
+                    names::view_values_log(self.view_id, n),
+                    sel.join(", "),
+                    positions.join(", ")
+                ));
+                logged.push(format!(" + (SELECT count(*) FROM a{n})"));
+                continue;
+            }
             let (set, returning) = if m.kind == AggKind::CountDistinct {
                 (
                     "prev_n = t.n, n = t.n + EXCLUDED.n".to_string(),
@@ -732,6 +807,14 @@ delta_rows AS (
         // Our own transaction's changes are applied up to the last one we can see: after a full
         // scan, all of them; after a delta, the newest consumed (or what an earlier refresh in
         // this transaction already applied).
+        // Values appended to the logs so far (a full rebuild empties them).
+        match mode {
+            Mode::Full => counters.push_str(",\n        extremes_logged = 0"),
+            _ if !logged.is_empty() => {
+                counters.push_str(&format!(",\n        extremes_logged = extremes_logged{}", logged.concat()))
+            }
+            _ => {}
+        }
         let own_seq = match mode {
             Mode::Full => format!(
                 "(SELECT max(seq) FROM {} WHERE xid = (SELECT own FROM snap))",
@@ -746,12 +829,12 @@ delta_rows AS (
         applied_own_xid = (SELECT own FROM snap),
         applied_own_seq = CASE WHEN (SELECT own FROM snap) IS NOT NULL THEN {own_seq} END{counters}
     WHERE view_id = {vid}
-    RETURNING 1
+    RETURNING extremes_logged
 )"
         ));
         let consumed = if mode == Mode::Full { "0::bigint".to_string() } else { "(SELECT count(*) FROM ids)".to_string() };
         format!(
-            "WITH {}\nSELECT {consumed} AS consumed,\n       (SELECT count(*) FROM up) AS groups_written,\n       (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,\n       (SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1) AS first_error",
+            "WITH {}\nSELECT {consumed} AS consumed,\n       (SELECT count(*) FROM up) AS groups_written,\n       (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,\n       (SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1) AS first_error,\n       (SELECT extremes_logged FROM st) AS extremes_logged",
             ctes.join(",\n")
         )
     }
@@ -792,11 +875,8 @@ delta_rows AS (
     /// Deletes the buckets `[$2, $3)` from storage and multisets (windowed rebuild).
     pub fn clear_window(&self) -> Vec<String> {
         let mut out = vec![format!("DELETE FROM {} WHERE bucket >= $2 AND bucket < $3", self.data())];
-        for (n, _) in self.multiset_measures() {
-            out.push(format!(
-                "DELETE FROM {} WHERE bucket >= $2 AND bucket < $3",
-                names::view_values(self.view_id, n)
-            ));
+        for table in self.storage_tables().into_iter().skip(1) {
+            out.push(format!("DELETE FROM {table} WHERE bucket >= $2 AND bucket < $3"));
         }
         out
     }
@@ -828,11 +908,7 @@ UPDATE eventview._views SET quarantined = greatest(quarantined - (SELECT count(*
 
     /// Empties storage and multisets (full rebuild).
     pub fn clear_all(&self) -> Vec<String> {
-        let mut out = vec![format!("DELETE FROM {}", self.data())];
-        for (n, _) in self.multiset_measures() {
-            out.push(format!("DELETE FROM {}", names::view_values(self.view_id, n)));
-        }
-        out
+        self.storage_tables().iter().map(|t| format!("DELETE FROM {t}")).collect()
     }
 }
 
@@ -856,7 +932,7 @@ mod tests {
     }
 
     fn sql(d: &ViewDefinition) -> ViewSql<'_> {
-        ViewSql { def: d, view_id: 3, source_id: 2, source_table: "\"shop\".\"events\"".into() }
+        ViewSql { def: d, view_id: 3, source_id: 2, source_table: "\"shop\".\"events\"".into(), realtime: false }
     }
 
     #[test]
@@ -903,6 +979,36 @@ mod tests {
         assert!(v.create_storage().join(";").contains("prev_n bigint NOT NULL DEFAULT 0"));
         assert!(v.apply(Mode::Delta).contains("LEFT JOIN dd1 USING (__k, g1, g1_null)"));
         assert!(!a.contains(" AS j2"));
+    }
+
+    #[test]
+    fn stored_views_log_extremes_and_realtime_views_do_not() {
+        let d = def(r#"{"sku": "$.sku"}"#, r#"{"hi": "max($.p)", "users": "count_distinct($.u)"}"#, None, true);
+        let stored = sql(&d);
+        let ddl = stored.create_storage().join(";\n");
+        assert!(ddl.contains("CREATE TABLE eventview._v3_m1_log (LIKE eventview._v3_m1 INCLUDING DEFAULTS)"));
+        // count_distinct needs its multiset at every refresh (zero crossings): no log.
+        assert!(!ddl.contains("_v3_m2_log"));
+        assert_eq!(stored.storage_tables().len(), 4);
+        let delta = stored.apply(Mode::Delta);
+        assert!(delta.contains("INSERT INTO eventview._v3_m1_log (__k, bucket, g1, g1_null, v, n)"));
+        assert!(delta.contains("extremes_logged = extremes_logged + (SELECT count(*) FROM a1)"));
+        assert!(!delta.contains("INSERT INTO eventview._v3_m1 AS t"));
+        assert!(delta.contains("INSERT INTO eventview._v3_m2 AS t"));
+        // Rebuilds write the multisets; a full one empties the logs.
+        let full = stored.apply(Mode::Full);
+        assert!(full.contains("INSERT INTO eventview._v3_m1 AS t") && !full.contains("_m1_log"));
+        assert!(full.contains("extremes_logged = 0"));
+        assert!(!stored.apply(Mode::Window).contains("_m1_log"));
+        assert!(stored.clear_all().contains(&"DELETE FROM eventview._v3_m1_log".to_string()));
+        assert!(stored.clear_window().iter().any(|s| s.starts_with("DELETE FROM eventview._v3_m1_log WHERE bucket >= $2")));
+        let merge = stored.merge_logs().join(";\n");
+        assert!(merge.contains("WITH moved AS (DELETE FROM eventview._v3_m1_log RETURNING __k, bucket, g1, g1_null, v, n)"));
+        assert!(merge.contains("HAVING sum(n) <> 0\nON CONFLICT (__k, bucket, g1, g1_null, v) DO UPDATE SET n = t.n + EXCLUDED.n"));
+        assert!(merge.ends_with("UPDATE eventview._views SET extremes_logged = 0 WHERE view_id = 3"));
+        let realtime = ViewSql { realtime: true, ..sql(&d) };
+        assert!(!realtime.logs_extremes(Mode::Delta));
+        assert!(!realtime.apply(Mode::Delta).contains("_m1_log"));
     }
 
     #[test]
