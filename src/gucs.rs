@@ -56,7 +56,7 @@ pub fn define(preloading: bool) {
     GucRegistry::define_int_guc(
         c"eventview.extreme_log_limit",
         c"Most min/max values a view keeps in its append-only logs before a refresh merges them into its value multisets.",
-        c"A refresh that retracts, or that has nothing to apply, merges them anyway; 0 merges at every refresh.",
+        c"A refresh that retracts, or that has nothing to apply, merges them anyway; 0 keeps no logs (refreshes write the multisets).",
         &EXTREME_LOG_LIMIT,
         0,
         i32::MAX,

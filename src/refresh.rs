@@ -41,7 +41,7 @@ pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
         view_id: view.view_id,
         source_id: view.source.source_id,
         source_table: view.source.table_sql.clone(),
-        realtime: view.realtime,
+        log_extremes: !view.realtime && gucs::extreme_log_limit() > 0,
     }
 }
 
@@ -62,9 +62,7 @@ pub fn apply(
     } else if mode == Mode::Full {
         spi_util::run_all(&[sql.forget_type_errors()])?;
     }
-    if sql.logs_extremes(mode) {
-        create_missing_logs(view, &sql)?;
-    }
+    create_missing_logs(view, &sql)?;
     let statement = sql.apply(mode);
     if mode == Mode::Full {
         let estimate: Option<f32> =
@@ -113,6 +111,9 @@ pub fn apply(
 /// without them), as the extension owner, for the view's owner.
 fn create_missing_logs(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
     let logs = sql.log_ddl();
+    if logs.is_empty() {
+        return Ok(());
+    }
     let names: Vec<String> = logs.iter().map(|(name, _)| name.clone()).collect();
     let missing: Vec<String> = spi_util::one::<Vec<String>>(
         "SELECT coalesce(array_agg(t), '{}') FROM unnest($1::text[]) t WHERE pg_catalog.to_regclass(t) IS NULL",

@@ -139,10 +139,21 @@ mod tests {
         assert_eq!((logged(), log_rows()), (0, 0));
         values_match(false);
         // Past the limit, a refresh merges.
+        Spi::run("SET LOCAL eventview.extreme_log_limit = 5").unwrap();
+        insert("23", "2026-11-30");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
+        assert_eq!((logged(), log_rows()), (4, 4));
+        insert("23", "2026-11-30");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
+        assert_eq!((logged(), log_rows()), (0, 0));
+        values_match(false);
+        // With no limit, refreshes write the multisets.
         Spi::run("SET LOCAL eventview.extreme_log_limit = 0").unwrap();
         insert("23", "2026-11-30");
         assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
         assert_eq!((logged(), log_rows()), (0, 0));
+        values_match(false);
+        assert_matches("ut_lg", &scratch);
         Spi::run("RESET eventview.extreme_log_limit").unwrap();
         // A windowed rebuild drops the logged values of its buckets and recomputes them.
         insert("24", "2026-11-30");

@@ -59,7 +59,8 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         view_id,
         source_id: source.source_id,
         source_table: source.table_sql.clone(),
-        realtime: args.realtime,
+        // (Its first apply is a full one, which writes the multisets in any case.)
+        log_extremes: false,
     };
     // Storage lives in schema eventview (created by the extension owner) and belongs to the
     // view's owner, who refreshes it; the user relation is created in the caller's name. The

@@ -167,7 +167,7 @@ mod tests {
             assert!(parsed.is_ok(), "seed {seed}: parse_definition panicked on {group_by} / {measures} / {filter}");
             if let Ok(Ok(def)) = parsed {
                 accepted += 1;
-                let view = ViewSql { def: &def, view_id: 1, source_id: 1, source_table: "\"s\".\"t\"".into(), realtime: rng.below(2) == 0 };
+                let view = ViewSql { def: &def, view_id: 1, source_id: 1, source_table: "\"s\".\"t\"".into(), log_extremes: rng.below(2) == 0 };
                 for sql in view
                     .create_storage()
                     .into_iter()

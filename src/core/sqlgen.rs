@@ -65,9 +65,10 @@ pub struct ViewSql<'a> {
     pub source_id: i32,
     /// Quoted, schema-qualified name of the event table.
     pub source_table: String,
-    /// The view reads realtime: its min/max values go straight into the multisets (realtime
-    /// reads use them), never through the value logs.
-    pub realtime: bool,
+    /// A refresh appends min/max values to the value logs (a stored view, with
+    /// `eventview.extreme_log_limit` above 0); otherwise they go straight into the multisets
+    /// (realtime reads use the multisets).
+    pub log_extremes: bool,
 }
 
 /// The bucket of timestamp expression `ts` for bucket width `width` (SQL of an interval).
@@ -122,7 +123,7 @@ impl<'a> ViewSql<'a> {
     /// Whether an apply of `mode` appends min/max values to the logs rather than upserting the
     /// multisets: refreshes (deltas) of stored views. A rebuild writes the multisets directly.
     pub fn logs_extremes(&self, mode: Mode) -> bool {
-        mode == Mode::Delta && !self.realtime && self.minmax_measures().next().is_some()
+        mode == Mode::Delta && self.log_extremes && self.minmax_measures().next().is_some()
     }
 
     /// Measures kept as a per-group value multiset: min, max, count_distinct.
@@ -932,7 +933,7 @@ mod tests {
     }
 
     fn sql(d: &ViewDefinition) -> ViewSql<'_> {
-        ViewSql { def: d, view_id: 3, source_id: 2, source_table: "\"shop\".\"events\"".into(), realtime: false }
+        ViewSql { def: d, view_id: 3, source_id: 2, source_table: "\"shop\".\"events\"".into(), log_extremes: true }
     }
 
     #[test]
@@ -1006,7 +1007,7 @@ mod tests {
         assert!(merge.contains("WITH moved AS (DELETE FROM eventview._v3_m1_log RETURNING __k, bucket, g1, g1_null, v, n)"));
         assert!(merge.contains("HAVING sum(n) <> 0\nON CONFLICT (__k, bucket, g1, g1_null, v) DO UPDATE SET n = t.n + EXCLUDED.n"));
         assert!(merge.ends_with("UPDATE eventview._views SET extremes_logged = 0 WHERE view_id = 3"));
-        let realtime = ViewSql { realtime: true, ..sql(&d) };
+        let realtime = ViewSql { log_extremes: false, ..sql(&d) };
         assert!(!realtime.logs_extremes(Mode::Delta));
         assert!(!realtime.apply(Mode::Delta).contains("_m1_log"));
     }
