@@ -703,6 +703,56 @@ class Bench:
         if a.explain:
             self.explain("delete", f"refresh after deleting {a.deletes:,} events ({human(a.rows)} table)")
 
+    # ---------------------------------------------------------------------------- scenario 8
+    def scenario_extreme_log(self):
+        """What the min/max value logs change over many refreshes, merges included: the subject
+        view (default eventview.extreme_log_limit: values appended to a log, merged into the
+        multiset when the log passes the limit) against a twin of the same definition refreshed
+        with extreme_log_limit = 0 (values upserted into the multiset at every refresh, as before
+        0.5.0), over the same deltas, in alternating order. The mean is what the work costs over
+        the run (the merges included); the median is a typical refresh; the max, a merge."""
+        a, c = self.args, self.conn
+        rounds = a.log_rounds
+        log(f"scenario 8: min/max value log, {rounds} refreshes of {a.delta:,} inserted events each")
+        name, group_by, measures, types, bucket = view_specs("ev", self.fields)[0]
+        twin = "lg_sku_daily"
+        q(c, "SELECT eventview.create_view(%s, 'ev', group_by => %s::json, measures => %s::json, "
+             "event_types => %s::text[], time_bucket => %s::interval)",
+          (twin, view_json(group_by), view_json(measures), types, bucket))
+        direct = psycopg.connect(**self.conninfo, autocommit=True, options="-c eventview.extreme_log_limit=0")
+        # Both start with empty logs: a refresh with nothing to apply merges the subject's.
+        self.refresh_others()
+        q(c, "SELECT eventview.refresh(%s)", (self.subject,))
+        q(c, "SELECT eventview.refresh(%s)", (self.subject,))
+        logged_before = q1(c, "SELECT extremes_logged FROM eventview._views WHERE relid = %s::regclass", (self.subject,))
+
+        def between(i):
+            self.refresh_others()
+            self.insert_delta("ev", a.delta)
+
+        t = self.pairs([("logged (default extreme_log_limit)", lambda i: timed(c, "SELECT eventview.refresh(%s)", (self.subject,))),
+                        ("extreme_log_limit = 0", lambda i: timed(direct, "SELECT eventview.refresh(%s)", (twin,)))],
+                       rounds, between)
+        logged_after = q1(c, "SELECT extremes_logged FROM eventview._views WHERE relid = %s::regclass", (self.subject,))
+        direct.close()
+        lg, dr = t["logged (default extreme_log_limit)"], t["extreme_log_limit = 0"]
+        merges = sum(1 for x in lg if x > 2.5 * statistics.median(lg))
+        for label, stat in (("mean", statistics.mean), ("median", statistics.median), ("max", max)):
+            b, s_ = stat(dr), stat(lg)
+            self.results.append((f"8{'abc'[['mean', 'median', 'max'].index(label)]}. {rounds} refreshes of "
+                                 f"{a.delta // 1000}k inserted events, {human(a.rows)}+ table: {label}",
+                                 "twin view refreshed with extreme_log_limit = 0 (multiset upserted every refresh)",
+                                 fmt(b), fmt(s_), f"{s_ / b:.2f}x", "(none; reported)", "-"))
+        self.details.append((f"min/max value log: {rounds} refreshes of {a.delta:,} inserted events", t))
+        self.notes.append(f"Scenario 8: {self.subject} held {logged_before:,} logged values before the rounds and "
+                          f"{logged_after:,} after; {merges} of its {rounds} refreshes took over 2.5x its median "
+                          f"(the merges of its log into the multiset at eventview.extreme_log_limit).")
+        diff = q1(c, f"""SELECT count(*) FROM ((SELECT * FROM {self.subject} EXCEPT ALL SELECT * FROM {twin})
+                         UNION ALL (SELECT * FROM {twin} EXCEPT ALL SELECT * FROM {self.subject})) d""")
+        self.notes.append(f"Check after scenario 8: {self.subject} vs its twin {twin}: "
+                          f"{'identical' if diff == 0 else f'{diff} differing rows'}.")
+        q(c, "SELECT eventview.drop_view(%s)", (twin,))
+
     # ---------------------------------------------------------------------------- scenario 7
     def scenario_realtime(self):
         """Read cost of a realtime view against the same view without realtime. Each of the 3
@@ -1292,11 +1342,14 @@ def main():
                         "processes their changelog) instead of with the capture triggers disabled")
     p.add_argument("--no-explain", dest="explain", action="store_false",
                    help="skip the auto_explain capture of one refresh per kind")
-    p.add_argument("--only", default="1,2,3,4,5,6,7",
+    p.add_argument("--only", default="1,2,3,4,5,6,7,8",
                    help="comma-separated scenarios to run (4 needs 1, 5 needs 2)")
+    p.add_argument("--log-rounds", type=int, default=None,
+                   help="scenario 8: refreshes per view (default 40, --quick 10)")
     p.add_argument("--out", default=os.path.join(HERE, "results.md"))
     a = p.parse_args()
     a.pairs = a.pairs or (3 if a.quick else 7)
+    a.log_rounds = a.log_rounds or (10 if a.quick else 40)
     # The ingest scenarios are cheap and short, hence noisier: they get more rounds.
     a.ingest_pairs = 2 * a.pairs + 1
     a.rows = a.rows or (100_000 if a.quick else 1_000_000)
@@ -1319,12 +1372,14 @@ def main():
         b.scenario_concurrent()
     if "6" in only:
         b.scenario_gate()
-    if {"2", "3", "5", "7"} & only:
+    if {"2", "3", "5", "7", "8"} & only:
         b.main_setup()
         if "2" in only or "5" in only:
             b.scenario_refresh()
         if "3" in only:
             b.scenario_delete()
+        if "8" in only:
+            b.scenario_extreme_log()
         if "7" in only:
             # Before 5, which grows ev: scenario 7 reads views over the table of scenarios 2 and 3.
             b.scenario_realtime()
