@@ -18,6 +18,9 @@ BEGIN
     FOR r IN SELECT c.relname, c.relowner::pg_catalog.regrole AS owner FROM pg_catalog.pg_class c
              WHERE c.relnamespace = 'eventview'::pg_catalog.regnamespace AND c.relkind = 'r'
                AND c.relname OPERATOR(pg_catalog.~) '^_v[0-9]+_m[0-9]+$'
+               -- (not the storage of a view dropped with the extension and left behind)
+               AND EXISTS (SELECT 1 FROM eventview._views v
+                           WHERE v.view_id OPERATOR(pg_catalog.=) pg_catalog.substring(c.relname, '^_v([0-9]+)_')::integer)
                AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
                                WHERE a.attrelid = c.oid AND a.attname = 'prev_n' AND NOT a.attisdropped)
                AND pg_catalog.to_regclass(pg_catalog.format('eventview.%I', c.relname OPERATOR(pg_catalog.||) '_log')) IS NULL

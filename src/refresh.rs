@@ -11,9 +11,12 @@
 //!
 //! Transaction boundaries: `refresh` runs inside the caller's transaction; the statements are
 //!   1. lock the view row (SELECT ... FOR UPDATE);
-//!   2. the apply statement (see `core::sqlgen`);
-//!   3. when a group took a retraction, the fix-up statements;
-//!   4. bookkeeping (last_refresh_at, last_refresh_ms).
+//!   2. the min/max value logs created if missing (storage restored from an older dump);
+//!   3. the apply statement (see `core::sqlgen`);
+//!   4. when a group took a retraction, nothing was applied, or the logs passed
+//!      `eventview.extreme_log_limit`: the logs merged into the multisets;
+//!   5. when a group took a retraction, the fix-up statements;
+//!   6. bookkeeping (last_refresh_at, last_refresh_ms).
 
 use crate::catalog::{self, ViewRecord};
 use crate::core::definition::TypePolicy;
@@ -109,7 +112,7 @@ pub fn apply(
 
 /// Creates the view's value logs that do not exist (storage restored from a dump of a version
 /// without them), as the extension owner, for the view's owner.
-fn create_missing_logs(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
+pub fn create_missing_logs(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
     let logs = sql.log_ddl();
     if logs.is_empty() {
         return Ok(());

@@ -127,6 +127,8 @@ pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
         Ok::<_, pgrx::spi::SpiError>((row.get::<bool>(1)?.unwrap_or(false), row.get::<String>(2)?))
     })?;
     let sql = refresh::sql_of(view);
+    // A realtime read reads the value logs.
+    refresh::create_missing_logs(view, &sql)?;
     let reads = if realtime { Reads::Realtime { bucket_width: width.as_deref() } } else { Reads::Stored };
     let statement = sql.replace_user_view(&relation::qualified(view.relid)?, reads);
     privileges::as_role(view.owner, || spi_util::run_all(&[statement]))

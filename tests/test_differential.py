@@ -1759,3 +1759,29 @@ def test_bug_avg_depends_on_the_scale_of_retracted_values(db):
         _refresh(a, "v")
         expected = a.execute("SELECT avg((payload ->> 'p')::numeric) FROM ev").fetchone()[0]
         assert a.execute("SELECT a FROM v").fetchone()[0] == expected
+
+
+def test_realtime_read_with_a_snapshot_older_than_turning_realtime(db):
+    """alter_view(realtime => true) merges the min/max value log into the multiset and installs
+    the realtime definition in one transaction. A REPEATABLE READ reader whose snapshot is older
+    reads the new definition (view definitions are not versioned by snapshot) with the old
+    multiset and log: its read must still equal the aggregate as of its snapshot."""
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as r:
+        a.execute("SELECT eventview.create_event_table('ev')")
+        a.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"k": "$.k"}',
+                       measures => '{"hi": "max($.p)", "n": "count(*)"}')""")
+        a.execute("""INSERT INTO ev (event_type, payload)
+                     SELECT 'e', jsonb_build_object('k', i % 2, 'p', i) FROM generate_series(1, 10) i""")
+        assert _refresh(a, "v") == 10
+        # (The values are in the view's log, not yet in its multiset.)
+        assert a.execute("SELECT extremes_logged FROM eventview._views WHERE relid = 'v'::regclass").fetchone()[0] > 0
+        # Pending: the maximum of both groups retracted.
+        a.execute("DELETE FROM ev WHERE (payload->>'p')::int IN (9, 10)")
+        scratch = "SELECT (payload->>'k'), max((payload->>'p')::numeric), count(*) FROM ev GROUP BY 1 ORDER BY 1"
+        r.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        expected = r.execute(scratch).fetchall()
+        assert expected == [("0", 8, 4), ("1", 7, 4)]
+        a.execute("SELECT eventview.alter_view('v', realtime => true)")
+        assert r.execute("SELECT k, hi, n FROM v ORDER BY 1").fetchall() == expected
+        r.execute("COMMIT")
+        assert r.execute("SELECT k, hi, n FROM v ORDER BY 1").fetchall() == expected

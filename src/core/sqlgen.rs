@@ -30,7 +30,8 @@
 //!            earliest record in the batch, unless that record is an insert) with sign -1,
 //!            and its state now (the row in the event table, if any) with sign +1;
 //!   f, c     field values, filters, type checks (`bad` holds the reason of a type error);
-//!   d        the signed delta per group; `up` adds it into storage; `a<i>` into multisets;
+//!   d        the signed delta per group; `up` adds it into storage; `a<i>` into multisets
+//!            (min/max of a stored view: appends to its value log);
 //!   q, st    quarantine and the new applied snapshot and counters.
 //! Then, only when a group took a retraction, the fix-up statements delete emptied groups and
 //! multiset entries and recompute min/max of those groups from their multisets.
@@ -359,19 +360,29 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                     merged.push(format!("coalesce(s.m{n}_sum, 0) + d0.m{n}_sum AS m{n}_sum"));
                 }
                 AggKind::Min | AggKind::Max => {
-                    // A group that lost values: its extreme over the multiset plus the pending
-                    // (value, sign) pairs; otherwise the extreme can only have moved outwards.
+                    // A group that lost values: its extreme over the multiset, its value log and
+                    // the pending (value, sign) pairs; otherwise the extreme can only have moved
+                    // outwards. (A realtime view's log is empty, except to a reader whose snapshot
+                    // predates the merge that made the view realtime: read once per read, and
+                    // only if some group lost values.)
                     let values = names::view_values(self.view_id, n);
+                    ctes.push(format!(
+                        "lg{n} AS MATERIALIZED (SELECT * FROM {})",
+                        names::view_values_log(self.view_id, n)
+                    ));
                     let (agg, pick) = if m.kind == AggKind::Min { ("min", "LEAST") } else { ("max", "GREATEST") };
                     merged.push(format!(
                         "CASE WHEN d0.__dirty THEN (
                SELECT {agg}(w.v) FROM (
                    SELECT u.v FROM (SELECT ms.v, ms.n FROM {values} ms WHERE {}
                                     UNION ALL
+                                    SELECT l.v, l.n FROM lg{n} l WHERE {}
+                                    UNION ALL
                                     SELECT p.v, p.s FROM unnest(d0.m{n}_vs, d0.m{n}_signs) AS p(v, s)) u
                    GROUP BY u.v HAVING sum(u.n) > 0) w)
            ELSE {pick}(s.m{n}_val, d0.m{n}_val) END AS m{n}_val",
-                        group_of("ms")
+                        group_of("ms"),
+                        group_of("l")
                     ));
                     stored_cols.push(format!("m{n}_val"));
                 }
@@ -805,9 +816,6 @@ delta_rows AS (
             }
             TypePolicy::Fail => {}
         }
-        // Our own transaction's changes are applied up to the last one we can see: after a full
-        // scan, all of them; after a delta, the newest consumed (or what an earlier refresh in
-        // this transaction already applied).
         // Values appended to the logs so far (a full rebuild empties them).
         match mode {
             Mode::Full => counters.push_str(",\n        extremes_logged = 0"),
@@ -816,6 +824,9 @@ delta_rows AS (
             }
             _ => {}
         }
+        // Our own transaction's changes are applied up to the last one we can see: after a full
+        // scan, all of them; after a delta, the newest consumed (or what an earlier refresh in
+        // this transaction already applied).
         let own_seq = match mode {
             Mode::Full => format!(
                 "(SELECT max(seq) FROM {} WHERE xid = (SELECT own FROM snap))",
@@ -876,8 +887,20 @@ delta_rows AS (
     /// Deletes the buckets `[$2, $3)` from storage and multisets (windowed rebuild).
     pub fn clear_window(&self) -> Vec<String> {
         let mut out = vec![format!("DELETE FROM {} WHERE bucket >= $2 AND bucket < $3", self.data())];
-        for table in self.storage_tables().into_iter().skip(1) {
-            out.push(format!("DELETE FROM {table} WHERE bucket >= $2 AND bucket < $3"));
+        for (n, _) in self.multiset_measures() {
+            out.push(format!(
+                "DELETE FROM {} WHERE bucket >= $2 AND bucket < $3",
+                names::view_values(self.view_id, n)
+            ));
+        }
+        // The view's count of logged values drops by the rows deleted from its logs.
+        for log in self.logs() {
+            out.push(format!(
+                "WITH gone AS (DELETE FROM {log} WHERE bucket >= $2 AND bucket < $3 RETURNING 1)
+UPDATE eventview._views SET extremes_logged = greatest(extremes_logged - (SELECT count(*) FROM gone), 0)
+WHERE view_id = {}",
+                self.view_id
+            ));
         }
         out
     }
@@ -1002,7 +1025,15 @@ mod tests {
         assert!(full.contains("extremes_logged = 0"));
         assert!(!stored.apply(Mode::Window).contains("_m1_log"));
         assert!(stored.clear_all().contains(&"DELETE FROM eventview._v3_m1_log".to_string()));
-        assert!(stored.clear_window().iter().any(|s| s.starts_with("DELETE FROM eventview._v3_m1_log WHERE bucket >= $2")));
+        assert!(stored
+            .clear_window()
+            .iter()
+            .any(|s| s.starts_with("WITH gone AS (DELETE FROM eventview._v3_m1_log WHERE bucket >= $2")
+                && s.contains("SET extremes_logged = greatest(extremes_logged - (SELECT count(*) FROM gone), 0)")));
+        // Realtime reads take the log into account (empty but to a reader with an older snapshot).
+        let realtime_read = ViewSql { log_extremes: false, ..sql(&d) }.create_user_view("\"v\"", Reads::Realtime { bucket_width: Some("1 day") });
+        assert!(realtime_read.contains("lg1 AS MATERIALIZED (SELECT * FROM eventview._v3_m1_log)"));
+        assert!(realtime_read.contains("SELECT l.v, l.n FROM lg1 l WHERE l.__k = d0.__k"));
         let merge = stored.merge_logs().join(";\n");
         assert!(merge.contains("WITH moved AS (DELETE FROM eventview._v3_m1_log RETURNING __k, bucket, g1, g1_null, v, n)"));
         assert!(merge.contains("HAVING sum(n) <> 0\nON CONFLICT (__k, bucket, g1, g1_null, v) DO UPDATE SET n = t.n + EXCLUDED.n"));
