@@ -138,20 +138,17 @@ mod tests {
         assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 0);
         assert_eq!((logged(), log_rows()), (0, 0));
         values_match(false);
-        // Past the limit, a refresh merges.
-        Spi::run("SET LOCAL eventview.extreme_log_limit = 5").unwrap();
-        insert("23", "2026-11-30");
-        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
-        assert_eq!((logged(), log_rows()), (4, 4));
-        insert("23", "2026-11-30");
-        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
-        assert_eq!((logged(), log_rows()), (0, 0));
+        // Past the limit, a refresh merges; with no limit, refreshes write the multisets.
+        let insert_and_refresh = |limit: i32, logged_after: i64| {
+            Spi::run(&format!("SET LOCAL eventview.extreme_log_limit = {limit}")).unwrap();
+            insert("23", "2026-11-30");
+            assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
+            assert_eq!((logged(), log_rows()), (logged_after, logged_after));
+        };
+        insert_and_refresh(5, 4);
+        insert_and_refresh(5, 0);
         values_match(false);
-        // With no limit, refreshes write the multisets.
-        Spi::run("SET LOCAL eventview.extreme_log_limit = 0").unwrap();
-        insert("23", "2026-11-30");
-        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 3);
-        assert_eq!((logged(), log_rows()), (0, 0));
+        insert_and_refresh(0, 0);
         values_match(false);
         assert_matches("ut_lg", &scratch);
         Spi::run("RESET eventview.extreme_log_limit").unwrap();
