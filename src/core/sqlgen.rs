@@ -238,7 +238,7 @@ impl<'a> ViewSql<'a> {
 
     /// One statement per min/max measure moving its value log into its multiset, then the
     /// view's count of logged values reset. Run as the view's owner, holding the view's row
-    /// lock (refreshes are the only writers and readers of a log).
+    /// lock (under which alone logs are written, merged and cleared; realtime reads only read).
     pub fn merge_logs(&self) -> Vec<String> {
         let keys = self.key_list();
         let mut out: Vec<String> = self
