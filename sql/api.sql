@@ -94,3 +94,10 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$ SELECT eventview._jsonpath_first(doc::text, path) $$;
 COMMENT ON FUNCTION eventview.jsonpath_first(jsonb, text) IS
 'First value an RFC 9535 JSONPath selects in doc, in document order (NULL when none), as views evaluate rich paths';
+
+-- Row estimates of the refresh's set-returning functions (see core::batch::touched_rows): a
+-- batch has few runs of ids and a chunk of payloads few distinct paths; the default estimate
+-- of 1000 rows made every hash aggregate above them allocate and scan tables sized for
+-- millions of groups.
+ALTER FUNCTION eventview._id_runs(bigint[]) ROWS 10;
+ALTER FUNCTION eventview._payload_shapes(text[], integer[], anyarray) ROWS 100;

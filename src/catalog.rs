@@ -122,22 +122,22 @@ pub fn view_by_name(name: &str, lock: bool) -> EvResult<ViewRecord> {
 
 fn load_view(view_id: i32) -> EvResult<ViewRecord> {
     let row = Spi::connect(|client| {
-        let t = client
-            .select(
-                "SELECT v.relid::oid, v.source_id, s.relid::oid,
-                        (v.definition -> 'group_by')::text, (v.definition -> 'measures')::text,
-                        CASE WHEN json_typeof(v.definition -> 'event_types') = 'array'
-                             THEN ARRAY(SELECT json_array_elements_text(v.definition -> 'event_types')) END,
-                        json_typeof(v.definition -> 'event_types'),
-                        (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
-                        v.on_type_error, v.time_bucket,
-                        (now() - s.retention)::timestamptz, v.owner::oid, v.realtime
-                 FROM eventview._views v JOIN eventview._sources s USING (source_id)
-                 WHERE v.view_id = $1",
-                Some(1),
-                &[view_id.into()],
-            )?
-            .first();
+        let t = crate::plan_cache::select(
+            &client,
+            "SELECT v.relid::oid, v.source_id, s.relid::oid,
+                    (v.definition -> 'group_by')::text, (v.definition -> 'measures')::text,
+                    CASE WHEN json_typeof(v.definition -> 'event_types') = 'array'
+                         THEN ARRAY(SELECT json_array_elements_text(v.definition -> 'event_types')) END,
+                    json_typeof(v.definition -> 'event_types'),
+                    (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
+                    v.on_type_error, v.time_bucket,
+                    (now() - s.retention)::timestamptz, v.owner::oid, v.realtime
+             FROM eventview._views v JOIN eventview._sources s USING (source_id)
+             WHERE v.view_id = $1",
+            Some(1),
+            &[view_id.into()],
+        )?
+        .first();
         Ok::<_, pgrx::spi::SpiError>((
             t.get::<pg_sys::Oid>(1)?,
             t.get::<i32>(2)?,
@@ -193,7 +193,8 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
 pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     Ok(Spi::connect(|client| {
         let mut out = Vec::new();
-        for row in client.select(
+        for row in crate::plan_cache::select(
+            &client,
             "SELECT view_id, relid::oid FROM eventview._views WHERE source_id = $1 ORDER BY view_id",
             None,
             &[source_id.into()],
@@ -210,7 +211,7 @@ pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
 pub fn all_sources() -> EvResult<Vec<Source>> {
     let rows = Spi::connect(|client| {
         let mut out = Vec::new();
-        for row in client.select("SELECT source_id, relid::oid FROM eventview._sources ORDER BY source_id", None, &[])? {
+        for row in crate::plan_cache::select(&client, "SELECT source_id, relid::oid FROM eventview._sources ORDER BY source_id", None, &[])? {
             if let (Some(id), Some(relid)) = (row.get::<i32>(1)?, row.get::<pg_sys::Oid>(2)?) {
                 out.push((id, relid));
             }
@@ -226,7 +227,7 @@ pub fn all_sources() -> EvResult<Vec<Source>> {
 pub fn all_views() -> EvResult<Vec<pg_sys::Oid>> {
     Ok(Spi::connect(|client| {
         let mut out = Vec::new();
-        for row in client.select("SELECT relid::oid FROM eventview._views ORDER BY view_id", None, &[])? {
+        for row in crate::plan_cache::select(&client, "SELECT relid::oid FROM eventview._views ORDER BY view_id", None, &[])? {
             if let Some(relid) = row.get::<pg_sys::Oid>(1)? {
                 out.push(relid);
             }
@@ -257,7 +258,8 @@ pub fn record_refresh(view_id: i32, elapsed_ms: f64) -> EvResult<()> {
 pub fn fields_of_source(source_id: i32) -> EvResult<Vec<LogicalField>> {
     let rows = Spi::connect(|client| {
         let mut out = Vec::new();
-        for row in client.select(
+        for row in crate::plan_cache::select(
+            &client,
             "SELECT field, event_type, event_version, path, field_type FROM eventview._fields
              WHERE source_id = $1 ORDER BY field, event_type NULLS LAST, event_version NULLS LAST",
             None,

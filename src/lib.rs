@@ -5,7 +5,8 @@
 //!   views, refresh, envelope, fields   feature modules: view lifecycle, refresh engine,
 //!                  event tables, logical fields
 //!   catalog, relation          the extension's tables; user relation names
-//!   spi_util, errors           SPI helpers; the error type and its SQLSTATE mapping
+//!   spi_util, plan_cache, errors   SPI helpers, statements planned once per backend; the
+//!                  error type and its SQLSTATE mapping
 //!   core           pure: definitions, JSONPath planning, quoting, SQL generation
 //!   jsonpath_eval  per-backend evaluation of rich JSONPaths
 //!   progress       NOTICEs from inside long recomputations
@@ -23,6 +24,7 @@ mod fields;
 mod gucs;
 mod jsonpath_eval;
 mod observer;
+mod plan_cache;
 mod privileges;
 mod progress;
 mod refresh;

@@ -81,7 +81,14 @@ pub fn apply(
             spi_util::run_all(&sql.clear_all())?;
         }
         Ok(Spi::connect_mut(|client| {
-            let row = client.update(&statement, Some(1), &args)?.first();
+            // A refresh runs the same statement every time: planned once per backend. A
+            // rebuild is rare and long: planned for its own parameters.
+            let result = if mode == Mode::Delta {
+                crate::plan_cache::execute(client, &statement, Some(1), &args)?
+            } else {
+                client.update(&statement, Some(1), &args)?
+            };
+            let row = result.first();
             Ok::<_, pgrx::spi::SpiError>((
                 row.get::<i64>(1)?.unwrap_or(0),
                 row.get::<i64>(2)?.unwrap_or(0),

@@ -1,6 +1,7 @@
 //! Small helpers over pgrx SPI used by every feature module.
 
 use crate::errors::EvResult;
+use crate::plan_cache;
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 
@@ -12,16 +13,18 @@ pub fn run_all(statements: &[String]) -> EvResult<()> {
     Ok(())
 }
 
-/// Runs one statement with arguments.
+/// Runs one statement (not a utility statement) with arguments, planned once per backend
+/// (`plan_cache`).
 pub fn run(sql: &str, args: &[DatumWithOid]) -> EvResult<()> {
-    Spi::run_with_args(sql, args)?;
+    Spi::connect_mut(|client| plan_cache::execute(client, sql, None, args).map(|_| ()))?;
     Ok(())
 }
 
-/// First column of the first row, or None when there is no row or it is NULL.
+/// First column of the first row, or None when there is no row or it is NULL. Planned once
+/// per backend (`plan_cache`).
 pub fn one<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid]) -> EvResult<Option<T>> {
     Ok(Spi::connect_mut(|client| {
-        let table = client.update(sql, Some(1), args)?;
+        let table = plan_cache::execute(client, sql, Some(1), args)?;
         if table.is_empty() {
             Ok::<_, pgrx::spi::SpiError>(None)
         } else {

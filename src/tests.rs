@@ -482,4 +482,49 @@ mod tests {
         );
         assert_eq!(scalar_i64("SELECT n FROM ut_obs_n"), 10_004);
     }
+
+    /// Statements kept by `plan_cache` follow the objects their text names: a table dropped
+    /// and created again with other columns, a changed definition, a dropped and re-created
+    /// view. At most CAPACITY are kept, and the settings they run under do not leak.
+    #[pg_test]
+    fn cached_statements_follow_ddl_and_stay_bounded() {
+        use crate::spi_util::one;
+        let count = "SELECT count(*)::bigint FROM ut_cached";
+        Spi::run("CREATE TABLE ut_cached (a int); INSERT INTO ut_cached VALUES (1), (2)").unwrap();
+        assert_eq!(one::<i64>(count, &[]).unwrap(), Some(2));
+        Spi::run("DROP TABLE ut_cached; CREATE TABLE ut_cached (b text, c int); INSERT INTO ut_cached VALUES ('x', 1)").unwrap();
+        assert_eq!(one::<i64>(count, &[]).unwrap(), Some(1));
+        let pick = "SELECT b FROM ut_cached WHERE c = $1";
+        assert_eq!(one::<String>(pick, &[1.into()]).unwrap().as_deref(), Some("x"));
+        Spi::run("ALTER TABLE ut_cached ALTER COLUMN b TYPE int USING length(b)").unwrap();
+        assert_eq!(one::<i32>(pick, &[1.into()]).unwrap(), Some(1));
+
+        // A view's apply statement, cached by the first refresh, after its view is dropped and
+        // created again under the same name with another definition (new storage, new id).
+        setup_events();
+        let scratch_n = "SELECT count(*) FROM ut_events WHERE event_type = 'a'";
+        for measures in ["{\"n\": \"count(*)\"}", "{\"n\": \"count(*)\", \"q\": \"sum($.qty)\"}"] {
+            Spi::run(&format!(
+                "SELECT eventview.create_view('ut_cv', 'ut_events', measures => '{measures}', event_types => ARRAY['a'])"
+            ))
+            .unwrap();
+            Spi::run("INSERT INTO ut_events (event_type, payload) VALUES ('a', '{\"qty\": 1}')").unwrap();
+            assert_eq!(scalar_i64("SELECT eventview.refresh('ut_cv')"), 1);
+            assert_eq!(scalar_i64("SELECT n FROM ut_cv"), scalar_i64(scratch_n));
+            Spi::run("INSERT INTO ut_events (event_type, payload) VALUES ('a', '{\"qty\": 1}')").unwrap();
+            assert_eq!(scalar_i64("SELECT eventview.refresh('ut_cv')"), 1);
+            assert_eq!(scalar_i64("SELECT n FROM ut_cv"), scalar_i64(scratch_n));
+            Spi::run("SELECT eventview.drop_view('ut_cv')").unwrap();
+        }
+
+        for i in 0..150i64 {
+            assert_eq!(one::<i64>(&format!("SELECT {i}::bigint + $1"), &[1i64.into()]).unwrap(), Some(i + 1));
+        }
+        assert!(crate::plan_cache::kept() <= 96, "{} statements kept", crate::plan_cache::kept());
+        let settings = Spi::get_one::<String>(
+            "SELECT current_setting('plan_cache_mode') || ' ' || current_setting('enable_memoize')",
+        )
+        .unwrap();
+        assert_eq!(settings.as_deref(), Some("auto on"));
+    }
 }

@@ -65,10 +65,17 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 /// boundary is read as two; a block's array stays far below the 1 GB limit of a value however
 /// large the batch). Besides `e`, the FROM item gives `runs.block` and `runs.chunk`: the rows
 /// of one (block, chunk) are at most RUN_CHUNK, for callers that hand rows to a function in
-/// bounded chunks (the observer). The scan is a LATERAL subquery kept from being pulled up (OFFSET 0), so it
-/// can only be planned as a range scan per run: the planner cannot know how short the runs are,
-/// estimates far too many rows, and would otherwise prefer one sequential scan of the table.
-/// For the same reason statements using this run with JIT off (`privileges::as_role`).
+/// bounded chunks (the observer). The scan is a LATERAL subquery kept from being pulled up (by
+/// its LIMIT), so it can only be planned as a range scan per run: the planner cannot know how
+/// short the runs are and would otherwise prefer one sequential scan of the table. The LIMIT
+/// never cuts a run short (event_id is the key, so a run of n ids holds at most n rows; runs
+/// are at most RUN_CHUNK long, so it cannot overflow): it is there for the estimates, which it
+/// divides by ten (a LIMIT the planner cannot compute counts as 10% of the rows). Without it,
+/// with `_id_runs` estimated at its default 1000 runs, a batch of ten events was planned as
+/// tens of millions of rows, and every hash aggregate above it allocated and scanned a table
+/// sized for them (a quarter of such a refresh's time). `_id_runs` and `_payload_shapes` are
+/// declared with small row estimates for the same reason (sql/api.sql). Statements using this
+/// still run with JIT off (`privileges::as_role`): the estimates stay rough.
 pub fn touched_rows(source_table: &str) -> String {
     format!(
         "(SELECT blocks.block, r.lo, r.hi, r.chunk
@@ -76,7 +83,8 @@ pub fn touched_rows(source_table: &str) -> String {
            FROM ids GROUP BY 1) blocks
      CROSS JOIN LATERAL eventview._id_runs(blocks.ids) r) runs
     CROSS JOIN LATERAL (SELECT * FROM {source_table} x
-                        WHERE x.event_id >= runs.lo AND x.event_id <= runs.hi OFFSET 0) e"
+                        WHERE x.event_id >= runs.lo AND x.event_id <= runs.hi
+                        LIMIT runs.hi - runs.lo + 1) e"
     )
 }
 

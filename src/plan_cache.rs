@@ -1,0 +1,138 @@
+//! Per-backend cache of prepared statements: each statement the extension runs again and again
+//! (a view's apply, the observer of a source, the catalog reads of every call) is parsed and
+//! planned once per backend instead of once per call.
+//!
+//! Why: a refresh of a handful of events spent about 40% of its time in the parser and the
+//! planner (the apply and observer statements are a few hundred lines of SQL each). The
+//! background worker and connection pools keep their backends, so they run the cached plans.
+//!
+//! How: statements are prepared with `SPI_prepare` and kept (`SPI_keepplan`), keyed by their
+//! text and argument types, as PL/pgSQL keeps its statements. Postgres' plan cache keeps them
+//! valid: DDL on a table a plan reads, ANALYZE, a changed search_path or (for tables with row
+//! security) another role all make it re-plan before the next execution, and a plan refers to
+//! relations by the names in its text, so a dropped and recreated view re-resolves them. Plans
+//! are generic (`plan_cache_mode = force_generic_plan` while executing): the parameters of
+//! these statements (ids, a bucket width, paths) never change the best plan. At most
+//! CAPACITY statements are kept; the least recently used goes first.
+
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys::{self, PgOid};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult, SpiTupleTable};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Statements kept per backend.
+const CAPACITY: usize = 96;
+
+/// (text, argument types, may write).
+type Key = (String, Vec<pg_sys::Oid>, bool);
+
+#[derive(Default)]
+struct Cache {
+    plans: HashMap<Key, (Rc<OwnedPreparedStatement>, u64)>,
+    clock: u64,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
+}
+
+/// Restores plan_cache_mode after an execution (also when it unwinds; after an error the
+/// (sub)transaction abort does the same).
+struct GenericPlans(i32);
+
+impl GenericPlans {
+    fn force() -> Self {
+        // SAFETY: a new GUC nest level and a SAVE-action set, as a function's SET clause does.
+        unsafe {
+            let level = pg_sys::NewGUCNestLevel();
+            pg_sys::set_config_option(
+                c"plan_cache_mode".as_ptr(),
+                c"force_generic_plan".as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+            GenericPlans(level)
+        }
+    }
+}
+
+impl Drop for GenericPlans {
+    fn drop(&mut self) {
+        // SAFETY: pops the nest level pushed by `force`, keeping settings made inside.
+        unsafe { pg_sys::AtEOXact_GUC(true, self.0) }
+    }
+}
+
+/// The kept statement for `sql` with arguments of `args`' types, prepared now if needed.
+fn statement(
+    client: &SpiClient<'_>,
+    sql: &str,
+    args: &[DatumWithOid],
+    writes: bool,
+) -> SpiResult<Rc<OwnedPreparedStatement>> {
+    let key: Key = (sql.to_string(), args.iter().map(|a| a.oid()).collect(), writes);
+    let found = CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.clock += 1;
+        let now = c.clock;
+        c.plans.get_mut(&key).map(|(stmt, used)| {
+            *used = now;
+            Rc::clone(stmt)
+        })
+    });
+    if let Some(stmt) = found {
+        return Ok(stmt);
+    }
+    let types: Vec<PgOid> = key.1.iter().map(|&oid| PgOid::from_untagged(oid)).collect();
+    let prepared = if writes { client.prepare_mut(sql, &types)? } else { client.prepare(sql, &types)? };
+    let stmt = Rc::new(prepared.keep());
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.plans.len() >= CAPACITY {
+            if let Some(oldest) = c.plans.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone()) {
+                c.plans.remove(&oldest);
+            }
+        }
+        let now = c.clock;
+        c.plans.insert(key, (Rc::clone(&stmt), now));
+    });
+    Ok(stmt)
+}
+
+/// Executes `sql` (any statement but a utility one) through the cache; as `SpiClient::update`.
+pub fn execute<'conn>(
+    client: &mut SpiClient<'conn>,
+    sql: &str,
+    limit: Option<i64>,
+    args: &[DatumWithOid],
+) -> SpiResult<SpiTupleTable<'conn>> {
+    // The Rc keeps the statement alive if a statement nested in this one evicts it.
+    let stmt = statement(client, sql, args, true)?;
+    let _generic = GenericPlans::force();
+    client.update(&*stmt, limit.map(|l| l as _), args)
+}
+
+/// Executes a query that writes nothing through the cache; as `SpiClient::select` (read-only
+/// while the transaction has written nothing).
+pub fn select<'conn>(
+    client: &SpiClient<'conn>,
+    sql: &str,
+    limit: Option<i64>,
+    args: &[DatumWithOid],
+) -> SpiResult<SpiTupleTable<'conn>> {
+    let stmt = statement(client, sql, args, false)?;
+    let _generic = GenericPlans::force();
+    client.select(&*stmt, limit.map(|l| l as _), args)
+}
+
+/// How many statements this backend keeps (for tests).
+#[cfg(any(test, feature = "pg_test"))]
+pub fn kept() -> usize {
+    CACHE.with(|c| c.borrow().plans.len())
+}
