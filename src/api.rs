@@ -157,7 +157,7 @@ fn payload_shapes(
             pgrx::check_for_interrupts!();
             // SAFETY: a non-null element of a jsonb[] argument, alive for this call.
             let root = unsafe { crate::stored_jsonb::jsonb_root(doc.datum()) };
-            counter.add(t, *v, &mut crate::core::jsonb_bytes::JsonbBytes::new(root));
+            counter.add_shaped(t, *v, || crate::core::jsonb_bytes::JsonbBytes::new(root));
         }
         Ok(TableIterator::new(counter.rows().into_iter().map(|(t, v, p, k, n)| (t, v, p, k.to_string(), n))))
     })

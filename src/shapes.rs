@@ -66,11 +66,172 @@ type FastMap<K, V> = HashMap<K, V, SeededFx>;
 struct Frame {
     object: bool,
     members: u32,
-    /// Length of the container's own path: its members' paths extend it.
+    /// Where the container's members start: its path's length (paths), unused (fingerprints).
     base: usize,
 }
 
+/// What the walk reports, in document order: `walk` decides what is visited (the depth and
+/// member bounds), a sink what it makes of it. The records of an event are a function of the
+/// sequence of calls alone, which is what makes a fingerprint of the calls (`Fingerprint`) a
+/// faithful key for them.
+trait Sink {
+    /// The document's root container was entered; returns the base of its members.
+    fn root(&mut self) -> usize;
+    /// A counted member of the current object (members start at `base`).
+    fn member(&mut self, base: usize, key: &[u8]);
+    /// A counted element of the current array.
+    fn element(&mut self, base: usize);
+    /// The current member or element has JSON type `kind`.
+    fn record(&mut self, kind: Kind);
+    /// The current member or element is a container, entered; returns the base of its members.
+    fn open(&mut self) -> usize;
+    /// The innermost container entered ends.
+    fn close(&mut self);
+}
+
+/// The walk: every member (or element) of a container at depth < MAX_DEPTH, up to
+/// MAX_MEMBERS of each, is recorded with its kind; containers among them are walked in turn.
+fn walk<T: Tokens, S: Sink>(doc: &mut T, sink: &mut S) {
+    let mut frames: Vec<Frame> = Vec::new();
+    match doc.next(MAX_DEPTH > 0) {
+        Token::Begin(kind) => frames.push(Frame { object: kind == OBJECT, members: 0, base: sink.root() }),
+        _ => return, // a scalar document has no paths
+    }
+    while let Some(top) = frames.last_mut() {
+        let base = top.base;
+        let counted = if top.object {
+            match doc.next(false) {
+                Token::Key(key) => {
+                    top.members += 1;
+                    let counted = top.members <= MAX_MEMBERS;
+                    if counted {
+                        sink.member(base, key);
+                    }
+                    counted
+                }
+                _ => {
+                    // End
+                    frames.pop();
+                    sink.close();
+                    continue;
+                }
+            }
+        } else {
+            top.members += 1;
+            top.members <= MAX_MEMBERS
+        };
+        let object = frames.last().is_some_and(|f| f.object);
+        let descend = counted && (frames.len() as u32) < MAX_DEPTH;
+        let token = doc.next(descend);
+        if !object {
+            if matches!(token, Token::End) {
+                frames.pop();
+                sink.close();
+                continue;
+            }
+            if counted {
+                sink.element(base);
+            }
+        }
+        match token {
+            Token::Value(kind, _) => {
+                if counted {
+                    sink.record(kind);
+                }
+            }
+            Token::Begin(kind) => {
+                // Only given when descending, which only counted members do.
+                sink.record(kind);
+                frames.push(Frame { object: kind == OBJECT, members: 0, base: sink.open() });
+            }
+            // Not produced for a value step by a well-formed document.
+            Token::Key(_) | Token::End => {}
+        }
+    }
+}
+
+/// The sink that names paths and records (path id, kind) for the event being walked.
+struct Paths<'a> {
+    path: &'a mut String,
+    paths: &'a mut Vec<String>,
+    path_ids: &'a mut FastMap<String, u32>,
+    event: &'a mut Vec<(u32, Kind)>,
+}
+
+impl Sink for Paths<'_> {
+    fn root(&mut self) -> usize {
+        self.path.clear();
+        self.path.push('$');
+        self.path.len()
+    }
+    fn member(&mut self, base: usize, key: &[u8]) {
+        self.path.truncate(base);
+        push_member(self.path, key);
+    }
+    fn element(&mut self, base: usize) {
+        self.path.truncate(base);
+        self.path.push_str("[*]");
+    }
+    fn record(&mut self, kind: Kind) {
+        let id = match self.path_ids.get(self.path.as_str()) {
+            Some(&id) => id,
+            None => {
+                let id = self.paths.len() as u32;
+                self.paths.push(self.path.clone());
+                self.path_ids.insert(self.path.clone(), id);
+                id
+            }
+        };
+        self.event.push((id, kind));
+    }
+    fn open(&mut self) -> usize {
+        self.path.len()
+    }
+    fn close(&mut self) {}
+}
+
+/// The sink that encodes the calls as bytes, one tag per call (a member with its key's length
+/// and bytes): equal encodings mean equal calls, hence equal records. Building it costs no path
+/// and no hash lookup per member, which is what the walk of a payload mostly cost.
+struct Fingerprint<'a>(&'a mut Vec<u8>);
+
+impl Sink for Fingerprint<'_> {
+    fn root(&mut self) -> usize {
+        self.0.push(1);
+        0
+    }
+    fn member(&mut self, _: usize, key: &[u8]) {
+        self.0.push(2);
+        self.0.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.0.extend_from_slice(key);
+    }
+    fn element(&mut self, _: usize) {
+        self.0.push(3);
+    }
+    fn record(&mut self, kind: Kind) {
+        self.0.push(16 + kind);
+    }
+    fn open(&mut self) -> usize {
+        self.0.push(4);
+        0
+    }
+    fn close(&mut self) {
+        self.0.push(5);
+    }
+}
+
+/// Shapes (distinct fingerprints) kept per counter; events of further shapes are walked and
+/// counted one by one.
+const MAX_SHAPES: usize = 1024;
+
 /// Counts, over many events, how many events had each (type, version, path, JSON type).
+///
+/// Events of one type and version mostly share their shape (the same members with the same
+/// JSON types; jsonb even stores an object's keys in one canonical order): each event's
+/// payload is first walked into a fingerprint (`Fingerprint`), and only an event of a shape not
+/// seen yet is walked again to name its paths; the others add one to their shape's count,
+/// spread over its paths at the end. When most events have shapes of their own (arrays of
+/// varying lengths, keys that are data), fingerprints stop being taken.
 #[derive(Default)]
 pub struct ShapeCounter {
     groups: Vec<(String, i32)>,
@@ -84,6 +245,15 @@ pub struct ShapeCounter {
     /// (path id, kind) of the event being walked; deduplicated when it ends.
     event: Vec<(u32, Kind)>,
     path: String,
+    /// Fingerprint of the event being walked; shapes by fingerprint; each shape's records;
+    /// events per (group, shape).
+    fingerprint: Vec<u8>,
+    shape_ids: FastMap<Vec<u8>, u32>,
+    shapes: Vec<Vec<(u32, Kind)>>,
+    shape_events: FastMap<(u32, u32), i64>,
+    /// Events whose fingerprint was known, and not.
+    hits: u64,
+    misses: u64,
 }
 
 impl ShapeCounter {
@@ -91,8 +261,53 @@ impl ShapeCounter {
     pub fn add<T: Tokens>(&mut self, event_type: &str, event_version: i32, payload: &mut T) {
         let group = self.group_id(event_type, event_version);
         self.events[group as usize] += 1;
+        self.walk_paths(payload);
+        self.count_event(group);
+    }
+
+    /// The same as `add`, through the shapes: `payload` gives the payload's tokens afresh,
+    /// since an event of a new shape is walked twice.
+    pub fn add_shaped<T: Tokens>(&mut self, event_type: &str, event_version: i32, mut payload: impl FnMut() -> T) {
+        // Past 256 events of which more than half had new shapes, fingerprints do not pay.
+        if self.misses > 256 && self.misses > self.hits {
+            return self.add(event_type, event_version, &mut payload());
+        }
+        let group = self.group_id(event_type, event_version);
+        self.events[group as usize] += 1;
+        self.fingerprint.clear();
+        walk(&mut payload(), &mut Fingerprint(&mut self.fingerprint));
+        let shape = match self.shape_ids.get(self.fingerprint.as_slice()) {
+            Some(&shape) => {
+                self.hits += 1;
+                shape
+            }
+            None => {
+                self.misses += 1;
+                self.walk_paths(&mut payload());
+                if self.shapes.len() >= MAX_SHAPES {
+                    return self.count_event(group);
+                }
+                let shape = self.shapes.len() as u32;
+                self.event.sort_unstable();
+                self.event.dedup();
+                self.shapes.push(self.event.clone());
+                self.shape_ids.insert(self.fingerprint.clone(), shape);
+                shape
+            }
+        };
+        *self.shape_events.entry((group, shape)).or_insert(0) += 1;
+    }
+
+    /// Walks a payload into `event`: the (path id, kind) it has.
+    fn walk_paths<T: Tokens>(&mut self, payload: &mut T) {
         self.event.clear();
-        self.walk(payload);
+        let mut sink =
+            Paths { path: &mut self.path, paths: &mut self.paths, path_ids: &mut self.path_ids, event: &mut self.event };
+        walk(payload, &mut sink);
+    }
+
+    /// Counts the event just walked (`event`) in `group`, each (path, kind) once.
+    fn count_event(&mut self, group: u32) {
         self.event.sort_unstable();
         self.event.dedup();
         for &(path, kind) in &self.event {
@@ -118,94 +333,14 @@ impl ShapeCounter {
         id
     }
 
-    fn record(&mut self, kind: Kind) {
-        let id = match self.path_ids.get(self.path.as_str()) {
-            Some(&id) => id,
-            None => {
-                let id = self.paths.len() as u32;
-                self.paths.push(self.path.clone());
-                self.path_ids.insert(self.path.clone(), id);
-                id
-            }
-        };
-        self.event.push((id, kind));
-    }
-
-    /// The walk: every member (or element) of a container at depth < MAX_DEPTH, up to
-    /// MAX_MEMBERS of each, is recorded with its kind; containers among them are walked in turn.
-    fn walk<T: Tokens>(&mut self, doc: &mut T) {
-        self.path.clear();
-        self.path.push('$');
-        let mut frames: Vec<Frame> = Vec::new();
-        match doc.next(MAX_DEPTH > 0) {
-            Token::Begin(kind) => frames.push(Frame { object: kind == OBJECT, members: 0, base: 1 }),
-            _ => return, // a scalar document has no paths
-        }
-        while let Some(top) = frames.last_mut() {
-            let object = top.object;
-            let base = top.base;
-            if object {
-                let key_len = match doc.next(false) {
-                    Token::Key(key) => {
-                        top.members += 1;
-                        if top.members <= MAX_MEMBERS {
-                            self.path.truncate(base);
-                            push_member(&mut self.path, key);
-                            Some(true)
-                        } else {
-                            Some(false)
-                        }
-                    }
-                    _ => None, // End
-                };
-                match key_len {
-                    None => {
-                        frames.pop();
-                    }
-                    Some(counted) => {
-                        let descend = counted && (frames.len() as u32) < MAX_DEPTH;
-                        let token = doc.next(descend);
-                        self.value(token, counted, &mut frames);
-                    }
-                }
-            } else {
-                top.members += 1;
-                let counted = top.members <= MAX_MEMBERS;
-                let descend = counted && (frames.len() as u32) < MAX_DEPTH;
-                let token = doc.next(descend);
-                if matches!(token, Token::End) {
-                    frames.pop();
-                    continue;
-                }
-                if counted {
-                    self.path.truncate(base);
-                    self.path.push_str("[*]");
-                }
-                self.value(token, counted, &mut frames);
-            }
-        }
-    }
-
-    fn value(&mut self, token: Token<'_>, counted: bool, frames: &mut Vec<Frame>) {
-        match token {
-            Token::Value(kind, _) => {
-                if counted {
-                    self.record(kind);
-                }
-            }
-            Token::Begin(kind) => {
-                // Only given when descending, which only counted members do.
-                self.record(kind);
-                frames.push(Frame { object: kind == OBJECT, members: 0, base: self.path.len() });
-            }
-            // Not produced for a value step by a well-formed document.
-            Token::Key(_) | Token::End => {}
-        }
-    }
-
     /// The counts: (event type, version, path, JSON type, events), and per event type and
     /// version one row with path and JSON type '' counting the events walked.
-    pub fn rows(self) -> Vec<(String, i32, String, &'static str, i64)> {
+    pub fn rows(mut self) -> Vec<(String, i32, String, &'static str, i64)> {
+        for (&(group, shape), &n) in &self.shape_events {
+            for &(path, kind) in &self.shapes[shape as usize] {
+                self.counts.entry((group, path)).or_insert([0; KINDS.len()])[kind as usize] += n;
+            }
+        }
         let mut out = Vec::new();
         for ((t, v), &n) in self.groups.iter().zip(&self.events) {
             out.push((t.clone(), *v, String::new(), "", n));
@@ -411,6 +546,79 @@ mod tests {
                 format!("{{{}}}", members.join(", "))
             }
         }
+    }
+
+    /// Counting through shapes (fingerprints, each new shape walked again) gives exactly the
+    /// counts of walking every event: documents repeated (known shapes), documents that differ
+    /// only in values, in array lengths, in keys, past MAX_SHAPES, and past the point where
+    /// fingerprints stop paying.
+    #[test]
+    fn counting_by_shape_equals_counting_every_event() {
+        let mut rng = crate::core::fuzz::Rng(0x5ba9_e5ee_d5);
+        // Pairs that differ only in where a container ends, or in an element against a member.
+        let mut docs: Vec<Value> = [
+            r#"{"a": {"b": 1}, "c": 2}"#,
+            r#"{"a": {"b": 1, "c": 2}}"#,
+            r#"{"a": [[1], 2]}"#,
+            r#"{"a": [[1, 2]]}"#,
+            r#"{"a": [{"b": 1}]}"#,
+            r#"{"a": {"b": [1]}}"#,
+        ]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+        for _ in 0..300 {
+            let doc = format!("{{\"root\": {}}}", random_json(&mut rng, 0));
+            docs.push(serde_json::from_str(&doc).unwrap());
+        }
+        // Same shape, other values; other array lengths; keys that are data.
+        for i in 0..50 {
+            docs.push(serde_json::json!({"sku": format!("s{i}"), "qty": i, "tags": vec!["t"; i % 4]}));
+            docs.push(serde_json::json!({format!("k{i}"): {"x": i}}));
+        }
+        let run = |order: &[usize], shaped: bool| {
+            let mut counter = ShapeCounter::default();
+            for &i in order {
+                let doc = &docs[i];
+                let (t, v) = (["a", "b"][i % 2], (i % 3) as i32);
+                if shaped {
+                    counter.add_shaped(t, v, || ValueTokens::new(doc));
+                } else {
+                    counter.add(t, v, &mut ValueTokens::new(doc));
+                }
+            }
+            counter.rows()
+        };
+        // Few shapes, many repeats: mostly fingerprint hits.
+        let repeated: Vec<usize> = (0..3000).map(|_| rng.below(20)).collect();
+        assert!((0..6).all(|i| repeated.contains(&i)));
+        assert_eq!(run(&repeated, true), run(&repeated, false));
+        // Everything, in random order, repeated: hits, misses, and shapes past MAX_SHAPES.
+        let all: Vec<usize> = (0..4 * docs.len()).map(|_| rng.below(docs.len())).collect();
+        assert_eq!(run(&all, true), run(&all, false));
+        // Mostly new shapes: fingerprints are given up, the counts stay the same.
+        let mut wide = ShapeCounter::default();
+        let mut plain = ShapeCounter::default();
+        for i in 0..2 * MAX_SHAPES {
+            let doc = serde_json::json!({format!("key{i}"): i, "n": {"m": [i]}});
+            wide.add_shaped("t", 1, || ValueTokens::new(&doc));
+            plain.add("t", 1, &mut ValueTokens::new(&doc));
+        }
+        assert!(wide.misses > wide.hits && wide.shapes.len() <= MAX_SHAPES);
+        assert_eq!(wide.rows(), plain.rows());
+        // More shapes than are kept, amid enough repeats to keep taking fingerprints.
+        let (mut many, mut plain) = (ShapeCounter::default(), ShapeCounter::default());
+        let known = serde_json::json!({"a": 1});
+        for i in 0..MAX_SHAPES + 500 {
+            let doc = serde_json::json!({format!("key{i}"): i});
+            for d in [&doc, &known, &known] {
+                many.add_shaped("t", 1, || ValueTokens::new(d));
+                plain.add("t", 1, &mut ValueTokens::new(d));
+            }
+        }
+        assert_eq!(many.shapes.len(), MAX_SHAPES);
+        assert!(many.hits > many.misses);
+        assert_eq!(many.rows(), plain.rows());
     }
 
     #[test]

@@ -690,7 +690,26 @@ delta_rows AS (
             }
         }
         let c_where = if c_where.is_empty() { String::new() } else { format!("\n    WHERE {}", c_where.join("\n      AND ")) };
-        ctes.push(format!("c AS (\n    SELECT {}\n    FROM f{c_where}\n)", c_cols.join(",\n           ")));
+        // The JSON type of each reference, which the keys, values and checks above test up to
+        // four times per event, is taken once (ft, kept apart from c by OFFSET 0 so the planner
+        // does not substitute the expression back into every use).
+        let (mut c_cols, mut c_where) = (c_cols.join(",\n           "), c_where);
+        let mut types = Vec::new();
+        for i in 1..=refs.len() {
+            let typeof_j = format!("jsonb_typeof(j{i})");
+            if c_cols.contains(&typeof_j) || c_where.contains(&typeof_j) {
+                c_cols = c_cols.replace(&typeof_j, &format!("t{i}"));
+                c_where = c_where.replace(&typeof_j, &format!("t{i}"));
+                types.push(format!("{typeof_j} AS t{i}"));
+            }
+        }
+        let from = if types.is_empty() {
+            "f"
+        } else {
+            ctes.push(format!("ft AS (\n    SELECT f.*, {}\n    FROM f\n    OFFSET 0\n)", types.join(", ")));
+            "ft"
+        };
+        ctes.push(format!("c AS (\n    SELECT {c_cols}\n    FROM {from}{c_where}\n)"));
         ctes.push("bad_rows AS (SELECT event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0)".into());
         ctes.push("good AS (SELECT * FROM c WHERE bad IS NULL)".into());
         ctes
@@ -1050,5 +1069,20 @@ mod tests {
         assert!(f.contains("DELETE FROM eventview._v3_m1 a USING eventview._v3_data t WHERE t.__dirty AND a.__k = t.__k AND a.g1 = t.g1 AND a.g1_null = t.g1_null AND a.n = 0"));
         assert!(f.contains("ORDER BY a.v ASC LIMIT 1"));
         assert!(f.contains("a.g1_null = t.g1_null"));
+    }
+
+    #[test]
+    fn each_reference_has_its_json_type_taken_once() {
+        let d = def(r#"{"sku": "$.sku"}"#, r#"{"q": "sum($.qty)", "hi": "max($.qty)", "n": "count($.sku)"}"#, None, true);
+        for statement in [sql(&d).apply(Mode::Delta), sql(&d).create_user_view("\"v\"", Reads::Realtime { bucket_width: Some("1 day") })] {
+            assert!(statement.contains("ft AS (\n    SELECT f.*, jsonb_typeof(j1) AS t1, jsonb_typeof(j2) AS t2\n    FROM f\n    OFFSET 0\n)"));
+            assert_eq!(statement.matches("jsonb_typeof(j").count(), 2, "{statement}");
+            assert!(statement.contains("CASE WHEN t2 = 'number' THEN j2::numeric END"));
+            assert!(statement.contains("FROM ft\n"));
+        }
+        // Envelope columns only: no JSON types to take.
+        let plain = def(r#"{"t": "event_type"}"#, r#"{"n": "count(*)"}"#, None, true);
+        let statement = sql(&plain).apply(Mode::Delta);
+        assert!(!statement.contains("ft AS") && statement.contains("    FROM f\n)"));
     }
 }
