@@ -122,11 +122,11 @@ pub fn event_table_sql(name: &str) -> Result<String, ErrorReport> {
     lookup(|| crate::catalog::source_by_name(name).map(|s| s.table_sql))
 }
 
-/// The observer's payload walk over one chunk of events (see `shapes`): (type, version, path,
-/// JSON type, events having it), plus per type and version a row with path '' counting the
-/// events walked. `payloads` is a jsonb[]
-/// (declared anyarray so the stored documents reach the walk as they are, not as text).
-#[pg_extern(name = "_payload_shapes", immutable, parallel_safe)]
+/// The observer's payload walk before 0.6.0 (over arrays of payloads; see `shapes_step` for
+/// today's). Not in the current SQL (`sql = false`): the symbol stays because the install
+/// scripts of earlier releases declare the function, and a database is created at such a
+/// version with the current library (tests/test_upgrade.py does) before it is updated.
+#[pg_extern(name = "_payload_shapes", immutable, parallel_safe, sql = false)]
 fn payload_shapes(
     event_types: Vec<Option<String>>,
     event_versions: Vec<Option<i32>>,
@@ -161,6 +161,55 @@ fn payload_shapes(
         }
         Ok(TableIterator::new(counter.rows().into_iter().map(|(t, v, p, k, n)| (t, v, p, k.to_string(), n))))
     })
+}
+
+/// Transition function of `eventview._shapes_agg(event_type, event_version, payload)`, the
+/// observer's payload walk (see `shapes`): walks each payload as it comes, in place (declared
+/// anyelement so the stored jsonb reaches it as it is, not as text; one call per event instead
+/// of arrays of payloads, which cost a copy of each payload twice).
+#[pg_extern(name = "_shapes_step", immutable, parallel_safe)]
+fn shapes_step(
+    mut state: pgrx::Internal,
+    event_type: Option<&str>,
+    event_version: Option<i32>,
+    payload: Option<pgrx::AnyElement>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Result<pgrx::Internal, ErrorReport> {
+    crate::errors::at_boundary(|| {
+        let mut context: pg_sys::MemoryContext = std::ptr::null_mut();
+        // SAFETY: asks Postgres whether this call is an aggregate's, and for its context.
+        if unsafe { pg_sys::AggCheckCallContext(fcinfo, &mut context) } == 0 {
+            return Err(crate::errors::EvError::invalid("eventview._shapes_step is the transition function of eventview._shapes_agg"));
+        }
+        // SAFETY: the state lives in the aggregate's context (dropped with it), so it survives
+        // the per-row context this call runs in.
+        let counter = unsafe {
+            pgrx::PgMemoryContexts::For(context).switch_to(|_| state.get_or_insert_default::<crate::shapes::ShapeCounter>())
+        };
+        if let (Some(t), Some(v), Some(doc)) = (event_type, event_version, payload) {
+            if doc.oid() != pg_sys::JSONBOID {
+                return Err(crate::errors::EvError::invalid("eventview._shapes_agg takes a jsonb payload"));
+            }
+            // SAFETY: a non-null jsonb argument, alive for this call.
+            let root = unsafe { crate::stored_jsonb::jsonb_root(doc.datum()) };
+            counter.add_shaped(t, v, || crate::core::jsonb_bytes::JsonbBytes::new(root));
+        }
+        Ok(state)
+    })
+}
+
+/// Final function of `eventview._shapes_agg`: the walk's counts as a JSON array of
+/// [event type, event version, path, JSON type, events], plus per type and version a row with
+/// path and JSON type '' counting the events walked (NULL when no event was walked).
+#[pg_extern(name = "_shapes_final", immutable, parallel_safe)]
+fn shapes_final(mut state: pgrx::Internal) -> Option<String> {
+    // SAFETY: the state `_shapes_step` made (the aggregate is FINALFUNC_MODIFY = READ_WRITE:
+    // the final function runs once per state, so it may take it).
+    let counter = unsafe { state.get_mut::<crate::shapes::ShapeCounter>() }?;
+    let rows = std::mem::take(counter).rows();
+    let json: Vec<serde_json::Value> =
+        rows.into_iter().map(|(t, v, p, k, n)| serde_json::json!([t, v, p, k, n])).collect();
+    Some(serde_json::Value::Array(json).to_string())
 }
 
 /// The runs of consecutive ids among `ids`, as (lo, hi) with a chunk number, for reading a

@@ -300,18 +300,18 @@ mod tests {
             )
             SELECT t, v, path, jsonb_typeof(val) AS k, count(DISTINCT doc) AS n
             FROM walk WHERE path <> '$' GROUP BY 1, 2, 3, 4"#;
-        let walked = "SELECT w.event_type, w.event_version, w.path, w.json_type, w.events
-                      FROM (SELECT array_agg(t) t, array_agg(v) v, array_agg(p) p FROM docs) d
-                      CROSS JOIN LATERAL eventview._payload_shapes(d.t, d.v, d.p) w WHERE w.path <> ''";
+        // The aggregate's rows: [type, version, path, JSON type, events].
+        let rows = "(SELECT r.value ->> 0 AS event_type, (r.value ->> 1)::int AS event_version, r.value ->> 2 AS path,
+                            r.value ->> 3 AS json_type, (r.value ->> 4)::bigint AS events
+                     FROM jsonb_array_elements((SELECT eventview._shapes_agg(t, v, p) FROM docs)::jsonb) r) w";
+        let walked = format!("SELECT w.event_type, w.event_version, w.path, w.json_type, w.events FROM {rows} WHERE w.path <> ''");
         let diff = scalar_i64(&format!(
             "SELECT count(*) FROM ((({walked}) EXCEPT ALL ({reference})) UNION ALL (({reference}) EXCEPT ALL ({walked}))) d"
         ));
         assert_eq!(diff, 0);
         assert!(scalar_i64(&format!("SELECT count(*) FROM ({walked}) w")) >= 15);
         // And, per type and version, the events walked.
-        let counted = "SELECT w.event_type, w.event_version, w.events
-                       FROM (SELECT array_agg(t) t, array_agg(v) v, array_agg(p) p FROM docs) d
-                       CROSS JOIN LATERAL eventview._payload_shapes(d.t, d.v, d.p) w WHERE w.path = ''";
+        let counted = format!("SELECT w.event_type, w.event_version, w.events FROM {rows} WHERE w.path = ''");
         let per_version = "SELECT t, v, count(*) FROM docs GROUP BY 1, 2";
         assert_eq!(
             scalar_i64(&format!(
@@ -321,10 +321,11 @@ mod tests {
         );
         // Nested far below the walk's depth limit: walked to the limit only.
         let deep = scalar_i64(
-            r#"SELECT count(*) FROM eventview._payload_shapes(ARRAY['d'], ARRAY[1],
-                   ARRAY[(repeat('{"a":', 10000) || '1' || repeat('}', 10000))::jsonb]) WHERE path <> ''"#,
+            r#"SELECT jsonb_array_length(eventview._shapes_agg('d', 1, (repeat('{"a":', 10000) || '1' || repeat('}', 10000))::jsonb)::jsonb) - 1"#,
         );
         assert_eq!(deep, crate::core::observe_sql::MAX_DEPTH as i64);
+        // Nothing walked: NULL.
+        assert_eq!(Spi::get_one::<String>("SELECT eventview._shapes_agg('d', 1, p) FROM docs WHERE false").unwrap(), None);
     }
 
     /// Any bigint is a valid event_id (OVERRIDING SYSTEM VALUE): ids at both ends of the range

@@ -110,7 +110,13 @@ members AS (
 )
 SELECT 'member ' || pg_describe_object(classid, objid, 0) FROM members
 UNION ALL
-SELECT 'function ' || p.oid::regprocedure || E'\n' || pg_get_functiondef(p.oid)
+SELECT 'function ' || p.oid::regprocedure || E'\n'
+       || CASE WHEN p.prokind = 'a'
+               THEN (SELECT format('aggregate sfunc %s stype %s finalfunc %s finalfunc_modify %s initcond %s',
+                                   a.aggtransfn::regprocedure, format_type(a.aggtranstype, NULL),
+                                   a.aggfinalfn::regprocedure, a.aggfinalmodify, coalesce(a.agginitval, '-'))
+                     FROM pg_aggregate a WHERE a.aggfnoid = p.oid)
+               ELSE pg_get_functiondef(p.oid) END
        || E'\nacl ' || (SELECT string_agg(a::text, ',' ORDER BY a::text)
                          FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a)
        || E'\ncomment ' || coalesce(obj_description(p.oid, 'pg_proc'), '-')

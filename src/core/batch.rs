@@ -63,9 +63,10 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 /// disjoint, so no row is read twice. The runs are found by `eventview._id_runs` (Rust, see
 /// `id_runs`) over the ids of each block of 2^RUN_BLOCK_BITS ids (a run crossing a block
 /// boundary is read as two; a block's array stays far below the 1 GB limit of a value however
-/// large the batch). Besides `e`, the FROM item gives `runs.block` and `runs.chunk`: the rows
-/// of one (block, chunk) are at most RUN_CHUNK, for callers that hand rows to a function in
-/// bounded chunks (the observer). The scan is a LATERAL subquery kept from being pulled up (by
+/// large the batch). Runs are at most RUN_CHUNK ids long (`id_runs` cuts longer ones; the
+/// chunk numbers it also gives, groups of runs of at most RUN_CHUNK ids together, fed the
+/// observer's walk in bounded arrays before it became an aggregate, and are unused since
+/// 0.6.0). The scan is a LATERAL subquery kept from being pulled up (by
 /// its LIMIT), so it can only be planned as a range scan per run: the planner cannot know how
 /// short the runs are and would otherwise prefer one sequential scan of the table. The LIMIT
 /// never cuts a run short (event_id is the key, so a run of n ids holds at most n rows; runs
@@ -73,8 +74,8 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 /// divides by ten (a LIMIT the planner cannot compute counts as 10% of the rows). Without it,
 /// with `_id_runs` estimated at its default 1000 runs, a batch of ten events was planned as
 /// tens of millions of rows, and every hash aggregate above it allocated and scanned a table
-/// sized for them (a quarter of such a refresh's time). `_id_runs` and `_payload_shapes` are
-/// declared with small row estimates for the same reason (sql/api.sql). Statements using this
+/// sized for them (a quarter of such a refresh's time). `_id_runs` is declared with a small row
+/// estimate for the same reason (sql/api.sql). Statements using this
 /// still run with JIT off (`privileges::as_role`): the estimates stay rough.
 pub fn touched_rows(source_table: &str) -> String {
     format!(

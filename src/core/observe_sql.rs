@@ -4,8 +4,8 @@
 //!
 //! Algorithm: the observer is one more consumer of the source's changelog (its cursor lives in
 //! `eventview._sources.observed_*`, with the batch semantics of `batch`). For the new state of
-//! every inserted or updated event in the batch, `eventview._payload_shapes` (Rust, one call per
-//! chunk of up to `batch::RUN_CHUNK` events, see `shapes.rs`) lists its distinct (path, JSON type) pairs (arrays as `[*]`; at most
+//! every inserted or updated event in the batch, the aggregate `eventview._shapes_agg` (Rust,
+//! see `shapes.rs`) lists its distinct (path, JSON type) pairs (arrays as `[*]`; at most
 //! MAX_DEPTH levels and MAX_MEMBERS members of each object or array). Compared with what was
 //! observed before for the same event type and version:
 //! - a path never seen before: `added`;
@@ -14,7 +14,7 @@
 //! - a path some view reads, present in every earlier event of that type and version, absent
 //!   from some new one: `missing`.
 
-use super::batch::{self, RUN_CHUNK};
+use super::batch;
 
 /// Deepest level of a payload the observer walks.
 pub const MAX_DEPTH: u32 = 32;
@@ -35,19 +35,17 @@ pub fn observe(source_id: i32, source_table: &str) -> String {
     );
     format!(
         "WITH {batch},
--- The walk takes chunks of at most {RUN_CHUNK} payloads per call (the runs' chunks, see
--- batch::touched_rows): one call per event would cost a function call each, one call per batch
--- would build one array of every payload (a backlog of millions would pass the 1 GB limit of a
--- single value). The rows are read once, by the walk: besides the paths it returns, per type
--- and version, how many events it walked (path '').
+-- The walk is an aggregate over the rows, read once: one call per event, walking its payload
+-- in place, and at the end the counts as JSON (besides the paths, per type and version, how
+-- many events it walked: path '').
 walked AS MATERIALIZED (
-    SELECT w.event_type, w.event_version, w.path, w.json_type, w.events
+    SELECT r.value ->> 0 AS event_type, (r.value ->> 1)::integer AS event_version,
+           r.value ->> 2 AS path, r.value ->> 3 AS json_type, (r.value ->> 4)::bigint AS events
     FROM (
-        SELECT array_agg(e.event_type) AS t, array_agg(e.event_version) AS v, array_agg(e.payload) AS p
+        SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes
         FROM {touched}
-        GROUP BY runs.block, runs.chunk
     ) f
-    CROSS JOIN LATERAL eventview._payload_shapes(f.t, f.v, f.p) w
+    CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(f.shapes::jsonb) r
 ),
 vers AS (
     SELECT event_type, event_version, sum(events)::bigint AS n FROM walked WHERE path = '' GROUP BY 1, 2
