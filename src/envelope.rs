@@ -62,7 +62,7 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
         views::drop_view_by_relid(relid)?;
     }
     // What was recorded about the table goes with it (its regclass would dangle otherwise).
-    spi_util::run(
+    spi_util::run_replanned(
         "WITH s AS (SELECT relid FROM eventview._sources WHERE source_id = $1),
               d AS (DELETE FROM eventview.drift WHERE source = (SELECT relid FROM s) RETURNING 1)
          DELETE FROM eventview.quarantine WHERE source = (SELECT relid FROM s)",
@@ -157,7 +157,7 @@ pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> E
                 return Ok(done);
             }
             // (Counted with RETURNING: the capture trigger's own SPI use resets the row count.)
-            let n = spi_util::one::<i64>(&statement, &[retention.into(), want.into()])?.unwrap_or(0);
+            let n = spi_util::one_replanned::<i64>(&statement, &[retention.into(), want.into()])?.unwrap_or(0);
             done += n;
             if n < want {
                 return Ok(done);

@@ -26,7 +26,7 @@ pub fn observe(source_id: i32, source_relid: pgrx::pg_sys::Oid, source_table: &s
         return Ok(());
     }
     let read_paths = paths_read_by_views(source_id)?;
-    spi_util::run(&observe_sql::observe(source_id, source_table), &[read_paths.into()])
+    spi_util::run_replanned(&observe_sql::observe(source_id, source_table), &[read_paths.into()])
 }
 
 /// Every simple payload path that some view of the source reads (directly or through a logical

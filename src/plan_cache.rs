@@ -10,10 +10,11 @@
 //! text and argument types, as PL/pgSQL keeps its statements. Postgres' plan cache keeps them
 //! valid: DDL on a table a plan reads, ANALYZE, a changed search_path or (for tables with row
 //! security) another role all make it re-plan before the next execution, and a plan refers to
-//! relations by the names in its text, so a dropped and recreated view re-resolves them. Plans
-//! are generic (`plan_cache_mode = force_generic_plan` while executing): the parameters of
-//! these statements (ids, a bucket width, paths) never change the best plan. At most
-//! CAPACITY statements are kept; the least recently used goes first.
+//! relations by the names in its text, so a dropped and recreated view re-resolves them.
+//! Statements on the catalog run with a generic plan (planned once); statements over user data
+//! are planned afresh each time (`Plans`), so only their parsing is saved: a plan is only as
+//! good as the table sizes it was made for. At most CAPACITY statements are kept; the least
+//! recently used goes first.
 
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{self, PgOid};
@@ -38,18 +39,36 @@ thread_local! {
     static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
 }
 
+/// How a kept statement is planned at each execution.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Plans {
+    /// Once, for any parameters: statements on the extension's small catalog tables, whose best
+    /// plan does not change as data grows.
+    Generic,
+    /// Afresh at each execution, for the tables as they are then (only parsing and analysis
+    /// are kept): statements over event tables, changelogs and view storage. A plan made once
+    /// goes stale as they grow: one made while an event table was nearly empty reads each run
+    /// of changed ids with a sequential scan of the table (measured: the worker's refreshes
+    /// took 2-4 times as long within a minute of ingest at 5,000 events/s).
+    Custom,
+}
+
 /// Restores plan_cache_mode after an execution (also when it unwinds; after an error the
 /// (sub)transaction abort does the same).
-struct GenericPlans(i32);
+struct PlanMode(i32);
 
-impl GenericPlans {
-    fn force() -> Self {
+impl PlanMode {
+    fn force(plans: Plans) -> Self {
+        let mode = match plans {
+            Plans::Generic => c"force_generic_plan",
+            Plans::Custom => c"force_custom_plan",
+        };
         // SAFETY: a new GUC nest level and a SAVE-action set, as a function's SET clause does.
         unsafe {
             let level = pg_sys::NewGUCNestLevel();
             pg_sys::set_config_option(
                 c"plan_cache_mode".as_ptr(),
-                c"force_generic_plan".as_ptr(),
+                mode.as_ptr(),
                 pg_sys::GucContext::PGC_USERSET,
                 pg_sys::GucSource::PGC_S_SESSION,
                 pg_sys::GucAction::GUC_ACTION_SAVE,
@@ -57,12 +76,12 @@ impl GenericPlans {
                 0,
                 false,
             );
-            GenericPlans(level)
+            PlanMode(level)
         }
     }
 }
 
-impl Drop for GenericPlans {
+impl Drop for PlanMode {
     fn drop(&mut self) {
         // SAFETY: pops the nest level pushed by `force`, keeping settings made inside.
         unsafe { pg_sys::AtEOXact_GUC(true, self.0) }
@@ -111,15 +130,16 @@ pub fn execute<'conn>(
     sql: &str,
     limit: Option<i64>,
     args: &[DatumWithOid],
+    plans: Plans,
 ) -> SpiResult<SpiTupleTable<'conn>> {
     // The Rc keeps the statement alive if a statement nested in this one evicts it.
     let stmt = statement(client, sql, args, true)?;
-    let _generic = GenericPlans::force();
+    let _mode = PlanMode::force(plans);
     client.update(&*stmt, limit.map(|l| l as _), args)
 }
 
-/// Executes a query that writes nothing through the cache; as `SpiClient::select` (read-only
-/// while the transaction has written nothing).
+/// Executes a query on the catalog that writes nothing through the cache, with a generic
+/// plan; as `SpiClient::select` (read-only while the transaction has written nothing).
 pub fn select<'conn>(
     client: &SpiClient<'conn>,
     sql: &str,
@@ -127,7 +147,7 @@ pub fn select<'conn>(
     args: &[DatumWithOid],
 ) -> SpiResult<SpiTupleTable<'conn>> {
     let stmt = statement(client, sql, args, false)?;
-    let _generic = GenericPlans::force();
+    let _mode = PlanMode::force(Plans::Generic);
     client.select(&*stmt, limit.map(|l| l as _), args)
 }
 

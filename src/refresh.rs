@@ -61,7 +61,7 @@ pub fn apply(
     // The quarantine is the extension's; storage, the source and the changelog are read and
     // written as the view's owner.
     if mode == Mode::Window {
-        spi_util::run(&sql.forget_type_errors_in_window(), &args)?;
+        spi_util::run_replanned(&sql.forget_type_errors_in_window(), &args)?;
     } else if mode == Mode::Full {
         spi_util::run_all(&[sql.forget_type_errors()])?;
     }
@@ -75,16 +75,16 @@ pub fn apply(
     let (consumed, groups_written, dirty, first_error, logged) = privileges::as_role(view.owner, || {
         if mode == Mode::Window {
             for statement in sql.clear_window() {
-                spi_util::run(&statement, &args)?;
+                spi_util::run_replanned(&statement, &args)?;
             }
         } else if mode == Mode::Full {
             spi_util::run_all(&sql.clear_all())?;
         }
         Ok(Spi::connect_mut(|client| {
-            // A refresh runs the same statement every time: planned once per backend. A
-            // rebuild is rare and long: planned for its own parameters.
+            // A refresh runs the same statement every time: parsed once per backend (planned
+            // each time, for the tables as they are). A rebuild is rare and long.
             let result = if mode == Mode::Delta {
-                crate::plan_cache::execute(client, &statement, Some(1), &args)?
+                crate::plan_cache::execute(client, &statement, Some(1), &args, crate::plan_cache::Plans::Custom)?
             } else {
                 client.update(&statement, Some(1), &args)?
             };

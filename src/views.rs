@@ -140,7 +140,7 @@ pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     let user = relation::qualified(relid)?;
     // Its quarantine goes with it: the rows are found by the view's name, which another view
     // may take later.
-    spi_util::run(
+    spi_util::run_replanned(
         "DELETE FROM eventview.quarantine WHERE view_name = eventview._view_name($1)",
         &[view.view_id.into()],
     )?;
