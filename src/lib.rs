@@ -5,8 +5,8 @@
 //!   views, refresh, envelope, fields   feature modules: view lifecycle, refresh engine,
 //!                  event tables, logical fields
 //!   catalog, relation          the extension's tables; user relation names
-//!   spi_util, plan_cache, errors   SPI helpers, statements planned once per backend; the
-//!                  error type and its SQLSTATE mapping
+//!   spi_util, plan_cache, errors   SPI helpers, statements kept per backend; the error
+//!                  type and its SQLSTATE mapping
 //!   core           pure: definitions, JSONPath planning, quoting, SQL generation
 //!   jsonpath_eval  per-backend evaluation of rich JSONPaths
 //!   progress       NOTICEs from inside long recomputations

@@ -1,10 +1,10 @@
 //! Per-backend cache of prepared statements: each statement the extension runs again and again
-//! (a view's apply, the observer of a source, the catalog reads of every call) is parsed and
-//! planned once per backend instead of once per call.
+//! (a view's apply, the observer of a source, the catalog reads of every call) is parsed once
+//! per backend instead of once per call, and a catalog statement is also planned once.
 //!
 //! Why: a refresh of a handful of events spent about 40% of its time in the parser and the
 //! planner (the apply and observer statements are a few hundred lines of SQL each). The
-//! background worker and connection pools keep their backends, so they run the cached plans.
+//! background worker and connection pools keep their backends, so they run the kept statements.
 //!
 //! How: statements are prepared with `SPI_prepare` and kept (`SPI_keepplan`), keyed by their
 //! text and argument types, as PL/pgSQL keeps its statements. Postgres' plan cache keeps them
