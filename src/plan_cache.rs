@@ -66,16 +66,7 @@ impl PlanMode {
         // SAFETY: a new GUC nest level and a SAVE-action set, as a function's SET clause does.
         unsafe {
             let level = pg_sys::NewGUCNestLevel();
-            pg_sys::set_config_option(
-                c"plan_cache_mode".as_ptr(),
-                mode.as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-                pg_sys::GucAction::GUC_ACTION_SAVE,
-                true,
-                0,
-                false,
-            );
+            crate::gucs::set_in_nest_level(c"plan_cache_mode", mode);
             PlanMode(level)
         }
     }

@@ -78,33 +78,14 @@ fn switch_to(role: pg_sys::Oid, search_path: &std::ffi::CStr, as_someone_else: b
         pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
         let guc_level = pg_sys::NewGUCNestLevel();
         pg_sys::SetUserIdAndSecContext(role, context | flags);
-        pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            search_path.as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
+        crate::gucs::set_in_nest_level(c"search_path", search_path);
         if as_someone_else {
             // The extension's own statements are short and planned from rough estimates (see
             // `core::batch::touched_rows`): JIT would spend longer compiling than they run, and
             // a Memoize over the range scan of each run of ids (which the planner believes
             // repeat) copies every row read into a cache that is never hit.
-            for (name, value) in [(c"jit", c"off"), (c"enable_memoize", c"off")] {
-                pg_sys::set_config_option(
-                    name.as_ptr(),
-                    value.as_ptr(),
-                    pg_sys::GucContext::PGC_USERSET,
-                    pg_sys::GucSource::PGC_S_SESSION,
-                    pg_sys::GucAction::GUC_ACTION_SAVE,
-                    true,
-                    0,
-                    false,
-                );
-            }
+            crate::gucs::set_in_nest_level(c"jit", c"off");
+            crate::gucs::set_in_nest_level(c"enable_memoize", c"off");
         }
         Restore { user, context, guc_level, keep_settings: !as_someone_else }
     }
