@@ -7,10 +7,13 @@
 -- but our own changes are not committed and more may follow in this transaction. A refresh
 -- therefore tracks its own transaction's changes apart, by changelog position
 -- (_views.applied_own_xid / applied_own_seq), and this snapshot must not cover them.
--- STABLE: it runs under the caller's statement snapshot.
+-- STABLE: it runs under the caller's statement snapshot. PL/pgSQL, not SQL: a SQL function
+-- with a SET clause is parsed and planned at every call (0.2 ms, twice per refresh and once per
+-- read of a realtime view); PL/pgSQL keeps its plan (0.03 ms).
 CREATE FUNCTION eventview._snapshot_without_own() RETURNS pg_snapshot
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT CASE
         WHEN own IS NULL OR NOT pg_visible_in_snapshot(own, s) THEN s
         ELSE (least(pg_snapshot_xmin(s)::text::numeric, own::text::numeric)::text || ':' ||
               pg_snapshot_xmax(s)::text || ':' ||
@@ -22,7 +25,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
                   ) xs
                   ORDER BY x), ','))::pg_snapshot
     END
-    FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS own) cur
+    FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS own) cur);
+END
 $$;
 
 -- One row per event table.

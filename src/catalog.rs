@@ -50,6 +50,15 @@ pub struct Source {
     pub table_sql: String,
 }
 
+impl Source {
+    /// The sizes the plans of a refresh depend on: the event table's and its changelog's
+    /// (`plan_cache::Plans::PerSize`).
+    pub fn plan_sizes(&self) -> crate::plan_cache::SizeClass {
+        let changelog = relation::extension_relid(&crate::core::names::changelog_table(self.source_id));
+        crate::plan_cache::size_class(&[self.relid, changelog])
+    }
+}
+
 pub fn source_by_relid(relid: pg_sys::Oid) -> EvResult<Option<Source>> {
     let id = spi_util::one::<i32>(
         "SELECT source_id FROM eventview._sources WHERE relid = $1::regclass",

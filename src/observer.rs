@@ -5,16 +5,18 @@ use crate::catalog;
 use crate::core::definition::FieldRef;
 use crate::core::observe_sql;
 use crate::errors::EvResult;
+use crate::plan_cache::Plans;
 use crate::spi_util;
 
 /// Observes the source's pending changes once. When another session is observing the same
 /// source right now, this one skips (that session, or the next refresh, covers the changes):
 /// refreshes of different views never wait on each other here. NO KEY UPDATE: the lock must not
 /// conflict with the KEY SHARE locks that foreign keys to `_sources` take.
-pub fn observe(source_id: i32, source_relid: pgrx::pg_sys::Oid, source_table: &str) -> EvResult<()> {
+pub fn observe(source: &catalog::Source) -> EvResult<()> {
+    let source_id = source.source_id;
     // The observer reads the table as the extension owner: not one its owner has altered (the
     // views still refresh, each as its owner; only observation waits for the table's repair).
-    if let Err(e) = crate::envelope::require_intact(source_relid) {
+    if let Err(e) = crate::envelope::require_intact(source.relid) {
         pgrx::warning!("{}; observed_fields and drift are not updated for it", e.message);
         return Ok(());
     }
@@ -26,7 +28,8 @@ pub fn observe(source_id: i32, source_relid: pgrx::pg_sys::Oid, source_table: &s
         return Ok(());
     }
     let read_paths = paths_read_by_views(source_id)?;
-    spi_util::run_replanned(&observe_sql::observe(source_id, source_table), &[read_paths.into()])
+    let plans = Plans::PerSize(source.plan_sizes());
+    spi_util::run_planned(&observe_sql::observe(source_id, &source.table_sql), &[read_paths.into()], plans)
 }
 
 /// Every simple payload path that some view of the source reads (directly or through a logical

@@ -11,10 +11,12 @@
 //! valid: DDL on a table a plan reads, ANALYZE, a changed search_path or (for tables with row
 //! security) another role all make it re-plan before the next execution, and a plan refers to
 //! relations by the names in its text, so a dropped and recreated view re-resolves them.
-//! Statements on the catalog run with a generic plan (planned once); statements over user data
-//! are planned afresh each time (`Plans`), so only their parsing is saved: a plan is only as
-//! good as the table sizes it was made for. At most CAPACITY statements are kept; the least
-//! recently used goes first.
+//! Statements on the catalog run with a generic plan (planned once). A plan over user data is
+//! only as good as the table sizes it was made for: the statements of every refresh keep a
+//! generic plan per size class of the tables they read (planned again when one of them has
+//! doubled or halved, `Plans::PerSize`); the rarer ones are planned afresh each time
+//! (`Plans::Custom`), so only their parsing is saved. At most CAPACITY statements are kept; the
+//! least recently used goes first.
 
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{self, PgOid};
@@ -26,13 +28,15 @@ use std::rc::Rc;
 /// Statements kept per backend.
 const CAPACITY: usize = 96;
 
-/// (text, argument types, may write).
-type Key = (String, Vec<pg_sys::Oid>, bool);
+/// (text, argument types, may write, size class for `Plans::PerSize`).
+type Key = (String, Vec<pg_sys::Oid>, bool, Option<SizeClass>);
 
 #[derive(Default)]
 struct Cache {
     plans: HashMap<Key, (Rc<OwnedPreparedStatement>, u64)>,
     clock: u64,
+    /// Statements prepared so far (for tests).
+    prepared: u64,
 }
 
 thread_local! {
@@ -51,6 +55,42 @@ pub enum Plans {
     /// of changed ids with a sequential scan of the table (measured: the worker's refreshes
     /// took 2-4 times as long within a minute of ingest at 5,000 events/s).
     Custom,
+    /// Once per size class of the tables the statement reads (`size_class`): the statements of
+    /// every refresh (the apply, the observer). Planning them costs about 2.5 ms each, a third
+    /// of a refresh of a few events; a plan made for a table of one size is kept until the
+    /// table has doubled or halved, which also covers a table that was empty when first read.
+    PerSize(SizeClass),
+}
+
+/// The sizes of some tables, each rounded to a power of two of its pages (see `size_class`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct SizeClass(u64);
+
+/// The size class of `relations` now: per relation, the number of binary digits of its page
+/// count (0 when empty or missing), so a class changes when a table doubles or halves. Takes
+/// the relations' ACCESS SHARE locks, which the statement reading them takes anyway.
+pub fn size_class(relations: &[pg_sys::Oid]) -> SizeClass {
+    // 6 bits per relation (a page count has at most 32 digits); more than 10 relations share bits.
+    SizeClass(relations.iter().fold(0u64, |class, &relid| class.rotate_left(6) ^ page_digits(relid)))
+}
+
+fn page_digits(relid: pg_sys::Oid) -> u64 {
+    // SAFETY: try_relation_open returns NULL for a relation that does not exist, and the
+    // relation is closed before returning; only kinds with table storage are measured.
+    unsafe {
+        let rel = pg_sys::try_relation_open(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        if rel.is_null() {
+            return 0;
+        }
+        let kind = (*(*rel).rd_rel).relkind as u8;
+        let pages = if kind == pg_sys::RELKIND_RELATION || kind == pg_sys::RELKIND_MATVIEW {
+            pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM)
+        } else {
+            0
+        };
+        pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        u64::from(32 - pages.leading_zeros())
+    }
 }
 
 /// Restores plan_cache_mode after an execution (also when it unwinds; after an error the
@@ -60,7 +100,7 @@ struct PlanMode(i32);
 impl PlanMode {
     fn force(plans: Plans) -> Self {
         let mode = match plans {
-            Plans::Generic => c"force_generic_plan",
+            Plans::Generic | Plans::PerSize(_) => c"force_generic_plan",
             Plans::Custom => c"force_custom_plan",
         };
         // SAFETY: a new GUC nest level and a SAVE-action set, as a function's SET clause does.
@@ -85,8 +125,13 @@ fn statement(
     sql: &str,
     args: &[DatumWithOid],
     writes: bool,
+    plans: Plans,
 ) -> SpiResult<Rc<OwnedPreparedStatement>> {
-    let key: Key = (sql.to_string(), args.iter().map(|a| a.oid()).collect(), writes);
+    let class = match plans {
+        Plans::PerSize(class) => Some(class),
+        Plans::Generic | Plans::Custom => None,
+    };
+    let key: Key = (sql.to_string(), args.iter().map(|a| a.oid()).collect(), writes, class);
     let found = CACHE.with(|c| {
         let mut c = c.borrow_mut();
         c.clock += 1;
@@ -104,6 +149,11 @@ fn statement(
     let stmt = Rc::new(prepared.keep());
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
+        c.prepared += 1;
+        // The same statement kept for the tables' former sizes is of no more use.
+        if class.is_some() {
+            c.plans.retain(|k, _| !(k.0 == key.0 && k.1 == key.1 && k.2 == key.2));
+        }
         if c.plans.len() >= CAPACITY {
             if let Some(oldest) = c.plans.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone()) {
                 c.plans.remove(&oldest);
@@ -124,7 +174,7 @@ pub fn execute<'conn>(
     plans: Plans,
 ) -> SpiResult<SpiTupleTable<'conn>> {
     // The Rc keeps the statement alive if a statement nested in this one evicts it.
-    let stmt = statement(client, sql, args, true)?;
+    let stmt = statement(client, sql, args, true, plans)?;
     let _mode = PlanMode::force(plans);
     client.update(&*stmt, limit.map(|l| l as _), args)
 }
@@ -137,7 +187,7 @@ pub fn select<'conn>(
     limit: Option<i64>,
     args: &[DatumWithOid],
 ) -> SpiResult<SpiTupleTable<'conn>> {
-    let stmt = statement(client, sql, args, false)?;
+    let stmt = statement(client, sql, args, false, Plans::Generic)?;
     let _mode = PlanMode::force(Plans::Generic);
     client.select(&*stmt, limit.map(|l| l as _), args)
 }
@@ -146,4 +196,10 @@ pub fn select<'conn>(
 #[cfg(any(test, feature = "pg_test"))]
 pub fn kept() -> usize {
     CACHE.with(|c| c.borrow().plans.len())
+}
+
+/// How many statements this backend has prepared (for tests).
+#[cfg(any(test, feature = "pg_test"))]
+pub fn prepared() -> u64 {
+    CACHE.with(|c| c.borrow().prepared)
 }

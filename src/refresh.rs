@@ -81,10 +81,11 @@ pub fn apply(
             spi_util::run_all(&sql.clear_all())?;
         }
         Ok(Spi::connect_mut(|client| {
-            // A refresh runs the same statement every time: parsed once per backend (planned
-            // each time, for the tables as they are). A rebuild is rare and long.
+            // A refresh runs the same statement every time: parsed once per backend and
+            // planned once per size of the event table and changelog. A rebuild is rare and long.
             let result = if mode == Mode::Delta {
-                crate::plan_cache::execute(client, &statement, Some(1), &args, crate::plan_cache::Plans::Custom)?
+                let plans = crate::plan_cache::Plans::PerSize(view.source.plan_sizes());
+                crate::plan_cache::execute(client, &statement, Some(1), &args, plans)?
             } else {
                 client.update(&statement, Some(1), &args)?
             };
@@ -153,7 +154,7 @@ pub fn refresh(name: &str) -> EvResult<i64> {
     // Lock order everywhere: the source's observer row, then the view's row.
     let unlocked = catalog::view_by_name(name, false)?;
     privileges::require_view_owner(unlocked.relid, unlocked.owner, "refresh")?;
-    observer::observe(unlocked.source.source_id, unlocked.source.relid, &unlocked.source.table_sql)?;
+    observer::observe(&unlocked.source)?;
     let view = catalog::view_by_relid(unlocked.relid, true)?.ok_or_else(|| EvError::invalid("view vanished"))?;
     refresh_locked(&view)
 }
@@ -183,7 +184,7 @@ fn observe_for(mine: &[ViewRecord]) -> EvResult<()> {
     for source in catalog::all_sources()? {
         let read = mine.iter().any(|v| v.source.source_id == source.source_id);
         if read || privileges::caller_acts_as(privileges::table_owner(source.relid)?) {
-            observer::observe(source.source_id, source.relid, &source.table_sql)?;
+            observer::observe(&source)?;
         }
     }
     Ok(())

@@ -50,3 +50,18 @@ pub fn qualified(relid: pg_sys::Oid) -> EvResult<String> {
 pub fn regclass_text(relid: pg_sys::Oid) -> EvResult<String> {
     Ok(spi_util::one::<String>("SELECT $1::regclass::text", &[relid.into()])?.unwrap_or_default())
 }
+
+/// A relation of the extension's schema (`_changes_1`), or InvalidOid when there is none.
+pub fn extension_relid(name: &str) -> pg_sys::Oid {
+    let (Ok(schema), Ok(name)) = (std::ffi::CString::new(crate::core::names::SCHEMA), std::ffi::CString::new(name)) else {
+        return pg_sys::InvalidOid;
+    };
+    // SAFETY: catalog cache lookups with valid C strings; missing_ok for the schema.
+    unsafe {
+        let namespace = pg_sys::get_namespace_oid(schema.as_ptr(), true);
+        if namespace == pg_sys::InvalidOid {
+            return pg_sys::InvalidOid;
+        }
+        pg_sys::get_relname_relid(name.as_ptr(), namespace)
+    }
+}

@@ -23,7 +23,12 @@ pub fn run(sql: &str, args: &[DatumWithOid]) -> EvResult<()> {
 /// Runs one statement over user data (event tables, changelogs, view storage) with arguments:
 /// parsed once per backend, planned at each run for the tables as they are (`plan_cache`).
 pub fn run_replanned(sql: &str, args: &[DatumWithOid]) -> EvResult<()> {
-    Spi::connect_mut(|client| plan_cache::execute(client, sql, None, args, Plans::Custom).map(|_| ()))?;
+    run_planned(sql, args, Plans::Custom)
+}
+
+/// Runs one statement (not a utility statement) with arguments, kept as `plans` says.
+pub fn run_planned(sql: &str, args: &[DatumWithOid], plans: Plans) -> EvResult<()> {
+    Spi::connect_mut(|client| plan_cache::execute(client, sql, None, args, plans).map(|_| ()))?;
     Ok(())
 }
 

@@ -563,4 +563,35 @@ mod tests {
         assert!(buffers < table_pages / 4, "a refresh of 10 events touched {buffers} buffers, the table has {table_pages} pages");
         assert_eq!(scalar_i64("SELECT sum(n)::bigint FROM ut_grow_v"), 100_020);
     }
+
+    /// The statements of a refresh keep their plan while the event table and changelog keep
+    /// their size (planning them is a third of a small refresh), and are planned again when the
+    /// table has doubled.
+    #[pg_test]
+    fn refresh_plans_are_kept_until_a_table_doubles() {
+        Spi::run("SELECT eventview.create_event_table('ut_keep')").unwrap();
+        Spi::run("SELECT eventview.create_view('ut_keep_v', 'ut_keep', group_by => '{\"k\": \"$.k\"}', measures => '{\"n\": \"count(*)\", \"top\": \"max($.k)\"}')").unwrap();
+        let add = |n: i64| {
+            Spi::run(&format!(
+                "INSERT INTO ut_keep (event_type, payload)
+                 SELECT 'a', jsonb_build_object('k', i % 10, 'pad', repeat('x', 300)) FROM generate_series(1, {n}) i"
+            ))
+            .unwrap()
+        };
+        add(5000);
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_keep_v')"), 5000);
+        add(10);
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_keep_v')"), 10);
+        let before = crate::plan_cache::prepared();
+        for _ in 0..4 {
+            add(10);
+            assert_eq!(scalar_i64("SELECT eventview.refresh('ut_keep_v')"), 10);
+        }
+        assert_eq!(crate::plan_cache::prepared(), before, "refreshes of a table of the same size prepared statements again");
+        add(10_000);
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_keep_v')"), 10_000);
+        let replanned = crate::plan_cache::prepared() - before;
+        assert!(replanned >= 2, "the apply and the observer were not planned again for the doubled table ({replanned})");
+        assert_eq!(scalar_i64("SELECT sum(n)::bigint FROM ut_keep_v"), 15_050);
+    }
 }

@@ -36,6 +36,7 @@ RELEASE_COMMITS = {
     "0.3.0": "94b7f6b3c527ab9d876662663737afabe7b0ed3a",
     "0.4.0": "022c1ba40e8c0a212096b5d92cc0ea7e08997979",
     "0.5.0": "7554a74c9d83f9f36691be6b46acd09fd9fcac08",
+    "0.6.0": "ec29b98d10b71a992c8fb96d4f4168b440c04a00",
 }
 
 

@@ -6,7 +6,12 @@
 pub const SCHEMA: &str = "eventview";
 
 pub fn changelog(source_id: i32) -> String {
-    format!("{SCHEMA}._changes_{source_id}")
+    format!("{SCHEMA}.{}", changelog_table(source_id))
+}
+
+/// `changelog` without the schema.
+pub fn changelog_table(source_id: i32) -> String {
+    format!("_changes_{source_id}")
 }
 
 pub fn capture_function(source_id: i32, op: &str) -> String {
