@@ -54,8 +54,12 @@ impl Source {
     /// The sizes the plans of a refresh depend on: the event table's and its changelog's
     /// (`plan_cache::Plans::PerSize`).
     pub fn plan_sizes(&self) -> crate::plan_cache::SizeClass {
-        let changelog = relation::extension_relid(&crate::core::names::changelog_table(self.source_id));
-        crate::plan_cache::size_class(&[self.relid, changelog])
+        crate::plan_cache::size_class(&[self.relid, self.changelog_relid()])
+    }
+
+    /// The changelog table (InvalidOid if missing).
+    pub fn changelog_relid(&self) -> pg_sys::Oid {
+        relation::extension_relid(&crate::core::names::changelog_table(self.source_id))
     }
 }
 
@@ -106,6 +110,9 @@ pub struct ViewRecord {
     pub owner: pg_sys::Oid,
     /// Reads see pending changes (`eventview.alter_view(realtime => ...)`).
     pub realtime: bool,
+    /// Its applied snapshot is ahead of this cluster's transactions: restored from another
+    /// cluster and not renumbered (`eventview._rebase_positions`).
+    pub positions_from_elsewhere: bool,
 }
 
 /// Loads a view by its user relation; with `lock`, takes the row lock that serializes
@@ -140,7 +147,8 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
                     json_typeof(v.definition -> 'event_types'),
                     (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
                     v.on_type_error, v.time_bucket,
-                    (now() - s.retention)::timestamptz, v.owner::oid, v.realtime
+                    (now() - s.retention)::timestamptz, v.owner::oid, v.realtime,
+                    pg_snapshot_xmax(v.applied_snapshot) > pg_snapshot_xmax(pg_current_snapshot())
              FROM eventview._views v JOIN eventview._sources s USING (source_id)
              WHERE v.view_id = $1",
             Some(1),
@@ -162,9 +170,10 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             t.get::<pgrx::datum::TimestampWithTimeZone>(12)?,
             t.get::<pg_sys::Oid>(13)?,
             t.get::<bool>(14)?,
+            t.get::<bool>(15)?,
         ))
     })?;
-    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, horizon, owner, realtime) =
+    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, horizon, owner, realtime, elsewhere) =
         row;
     let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
     let fields = fields_of_source(source_id.ok_or_else(missing)?)?;
@@ -195,6 +204,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         retention_horizon: horizon,
         owner: owner.ok_or_else(missing)?,
         realtime: realtime.unwrap_or(false),
+        positions_from_elsewhere: elsewhere.unwrap_or(false),
     })
 }
 

@@ -20,15 +20,34 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
         pgrx::warning!("{}; observed_fields and drift are not updated for it", e.message);
         return Ok(());
     }
-    let locked = spi_util::one::<i32>(
-        "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR NO KEY UPDATE SKIP LOCKED",
+    let locked = spi_util::one::<bool>(
+        "SELECT pg_snapshot_xmax(observed_snapshot) > pg_snapshot_xmax(pg_current_snapshot())
+         FROM eventview._sources WHERE source_id = $1 FOR NO KEY UPDATE SKIP LOCKED",
         &[source_id.into()],
     )?;
-    if locked.is_none() {
+    let Some(from_elsewhere) = locked else {
+        return Ok(());
+    };
+    if from_elsewhere {
+        // Restored from another cluster whose transaction ids are ahead, and not renumbered at
+        // restore: from this position, this cluster's changes would count as observed already.
+        // Observation starts afresh; what was pending at the restore goes uncounted.
+        pgrx::warning!(
+            "observed_fields of event table {} restart from now: its position came from another cluster and was not renumbered at restore",
+            crate::relation::regclass_text(source.relid)?
+        );
+        spi_util::run(
+            "UPDATE eventview._sources SET observed_snapshot = pg_current_snapshot(),
+                    observed_own_xid = NULL, observed_own_seq = NULL
+             WHERE source_id = $1",
+            &[source_id.into()],
+        )?;
         return Ok(());
     }
     let read_paths = paths_read_by_views(source_id)?;
-    let plans = Plans::PerSize(source.plan_sizes());
+    // Besides the event table and changelog, its plan depends on what was observed before.
+    let observed = crate::relation::extension_relid("_observed");
+    let plans = Plans::PerSize(crate::plan_cache::size_class(&[source.relid, source.changelog_relid(), observed]));
     spi_util::run_planned(&observe_sql::observe(source_id, &source.table_sql), &[read_paths.into()], plans)
 }
 

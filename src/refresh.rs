@@ -56,6 +56,18 @@ pub fn apply(
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<Applied> {
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
+    if view.positions_from_elsewhere && mode != Mode::Full {
+        // Applying changes from this position would count this cluster's transactions as
+        // applied already; recomputing from the raw events does not read it.
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("view {} was restored from another cluster whose transaction ids are ahead of this one's, and its position was not renumbered at restore", relname(view)?),
+        )
+        .with_hint(format!(
+            "A restore renumbers positions itself when the extension's event triggers are enabled. Before new events are written, SELECT eventview._rebase_positions({}) renumbers them; afterwards, recompute the view from the raw events with eventview.rebuild(name).",
+            view.source.source_id
+        )));
+    }
     let sql = sql_of(view);
     let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
     // The quarantine is the extension's; storage, the source and the changelog are read and

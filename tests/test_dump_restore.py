@@ -2,8 +2,12 @@
 the restored database carries on (contract section 6, "Dump and restore")."""
 
 import subprocess
+from pathlib import Path
+
+import psycopg
 
 BIN = "/usr/lib/postgresql/15/bin"
+CLUSTER_SH = Path(__file__).resolve().parent.parent / "scripts" / "cluster.sh"
 
 
 def rows(conn, sql):
@@ -71,6 +75,12 @@ def test_dump_restore_with_pending_changes(cluster, new_db, tmp_path):
             assert rows(c, "SELECT eventview.refresh('shop.by_sku')")[0][0] == 0
             c.execute("INSERT INTO shop.events (event_type, payload) VALUES ('cart', '{\"sku\": \"new\", \"qty\": 1, \"user\": 9}')")
             assert rows(c, "SELECT eventview.refresh('shop.by_sku')")[0][0] == 1
+            # New quarantine and drift rows take ids after the restored ones.
+            c.execute("""INSERT INTO shop.events (event_type, payload) VALUES
+                         ('cart', '{"sku": "bad2", "qty": "y"}'), ('cart', '{"sku": "n", "qty": 2, "brand_new": true}')""")
+            assert rows(c, "SELECT eventview.refresh('shop.by_sku')")[0][0] == 2
+            assert rows(c, "SELECT count(*), count(DISTINCT id) FROM eventview.quarantine")[0] == (len(before_quarantine) + 1,) * 2
+            assert rows(c, "SELECT count(*) FROM eventview.drift WHERE path = '$.brand_new' AND change = 'added'")[0][0] == 1
             scratch = """
                 SELECT date_bin('1 day', occurred_at, '2000-01-01 00:00:00+00'),
                        CASE WHEN event_version = 2 THEN payload #>> '{item,sku}' ELSE payload ->> 'sku' END,
@@ -83,3 +93,74 @@ def test_dump_restore_with_pending_changes(cluster, new_db, tmp_path):
     finally:
         with cluster.connect() as c:
             c.execute('DROP DATABASE IF EXISTS "it_restored" WITH (FORCE)')
+
+
+def test_restore_into_a_cluster_whose_transactions_are_behind(cluster, new_db, tmp_path):
+    """A dump restored on a new server, whose transaction counter is far behind the old one's:
+    the positions the dump carries are transaction ids of the old server, so without renumbering
+    every new change would count as applied already. The restore renumbers them (the event
+    trigger on the capture triggers' creation): views at different positions carry on exactly,
+    pending inserts, updates and deletes are applied once, new changes too, and so does the
+    field observer."""
+    src_info = new_db("_ahead")
+    src_name = src_info.rsplit("dbname=", 1)[1]
+    scratch = """SELECT payload->>'k', count(*), max((payload->>'x')::numeric), count(DISTINCT payload->'x')
+                 FROM ev GROUP BY 1"""
+    with cluster.connect(src_name) as c:
+        # Put the old server's counter well ahead of a new cluster's.
+        c.execute("CREATE PROCEDURE burn(n int) LANGUAGE plpgsql AS $$ BEGIN FOR i IN 1..n LOOP "
+                  "PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$")
+        c.execute("CALL burn(4000)")
+        c.execute("DROP PROCEDURE burn")
+        c.execute("SELECT eventview.create_event_table('ev')")
+        for v in ("va", "vb"):
+            c.execute(f"""SELECT eventview.create_view('{v}', 'ev', group_by => '{{"k": "$.k"}}',
+                          measures => '{{"n": "count(*)", "hi": "max($.x)", "d": "count_distinct($.x)"}}')""")
+        add = "INSERT INTO ev (event_type, payload) SELECT 'a', jsonb_build_object('k', i %% 3, 'x', i) FROM generate_series(%s::int, %s::int) i"
+        c.execute(add, (1, 20))
+        c.execute("SELECT eventview.refresh('va')")
+        c.execute(add, (21, 30))
+        c.execute("UPDATE ev SET payload = payload || '{\"x\": 100}' WHERE payload @> '{\"x\": 2}'")
+        c.execute("DELETE FROM ev WHERE payload @> '{\"x\": 29}'")
+        c.execute("SELECT eventview.refresh('vb')")
+        c.execute(add, (31, 35))
+        pending = dict(rows(c, "SELECT name::text, pending_changes FROM eventview.views"))
+        assert pending == {"va": 17, "vb": 5}
+        src_xid = rows(c, "SELECT pg_current_xact_id()::text::bigint")[0][0]
+
+    dump = tmp_path / "db.dump"
+    r = run_client(cluster, f"{BIN}/pg_dump", "-Fc", "-f", str(dump), "-d", src_name)
+    assert r.returncode == 0, r.stderr
+    new_dir, new_port = f"{cluster.dir}_behind", cluster.port + 17
+    subprocess.run(["bash", str(CLUSTER_SH), "start", new_dir, str(new_port)], check=True)
+    try:
+        info = f"host={new_dir} port={new_port} user=postgres"
+        with psycopg.connect(info + " dbname=postgres", autocommit=True) as c:
+            c.execute("CREATE DATABASE restored")
+        r = subprocess.run([f"{BIN}/pg_restore", "--exit-on-error", "-h", new_dir, "-p", str(new_port), "-U", "postgres",
+                            "-d", "restored", str(dump)], capture_output=True, text=True)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        observed = "SELECT event_type, event_version, path, json_type, seen FROM eventview.observed_fields ORDER BY 1, 2, 3, 4"
+        seen = {}
+        # The same changes after the dump on the old server and on the new one.
+        for where, conninfo in (("old", src_info), ("new", info + " dbname=restored")):
+            with psycopg.connect(conninfo, autocommit=True) as c:
+                if where == "new":
+                    assert rows(c, "SELECT pg_current_xact_id()::text::bigint")[0][0] < src_xid - 2000
+                assert dict(rows(c, "SELECT name::text, pending_changes FROM eventview.views")) == pending, where
+                assert rows(c, "SELECT eventview.refresh('va')")[0][0] == 17, where
+                assert rows(c, "SELECT eventview.refresh('vb')")[0][0] == 5, where
+                c.execute(add, (36, 39))
+                c.execute("DELETE FROM ev WHERE payload @> '{\"x\": 5}'")
+                assert rows(c, "SELECT eventview.refresh_all()")[0][0] == 10, where
+                for v in ("va", "vb"):
+                    diff = rows(c, f"SELECT count(*) FROM ((SELECT * FROM {v} EXCEPT ALL {scratch}) "
+                                   f"UNION ALL ({scratch} EXCEPT ALL SELECT * FROM {v})) d")
+                    assert diff[0][0] == 0, (where, v)
+                assert rows(c, "SELECT sum(pending_changes) FROM eventview.views")[0][0] == 0, where
+                seen[where] = rows(c, observed)
+        # The field observer went on exactly where it was, too.
+        assert seen["new"] == seen["old"] and seen["new"]
+    finally:
+        subprocess.run(["bash", str(CLUSTER_SH), "stop", new_dir], check=False)
+        subprocess.run(["rm", "-rf", new_dir], check=False)
