@@ -120,6 +120,20 @@ impl Envelope {
         }
     }
 
+    /// The column as jsonb, for `count_distinct` and `filter` (which compare as jsonb), given
+    /// the column's SQL (`occurred_at`, `r.occurred_at`). The same whatever the session's
+    /// TimeZone: a timestamp is written in UTC, `"2026-11-30T10:00:00+00:00"` (what to_jsonb
+    /// writes with TimeZone UTC; with another zone it writes the same instant differently, so a
+    /// value stored by one session was not found again by another).
+    pub fn jsonb_sql(self, column_sql: &str) -> String {
+        match self {
+            Envelope::OccurredAt => {
+                format!("pg_catalog.to_jsonb((pg_catalog.to_jsonb({column_sql} AT TIME ZONE 'UTC') #>> '{{}}') || '+00:00')")
+            }
+            _ => format!("pg_catalog.to_jsonb({column_sql})"),
+        }
+    }
+
     pub fn sql_type(self) -> SqlType {
         match self {
             Envelope::EventType | Envelope::Producer => SqlType::Text,

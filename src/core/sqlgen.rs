@@ -449,7 +449,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                     .collect();
                 format!("CASE {} END", whens.join(" "))
             }
-            FieldRef::Envelope(e) => format!("to_jsonb(r.{})", e.column()),
+            FieldRef::Envelope(e) => e.jsonb_sql(&format!("r.{}", e.column())),
         }
     }
 
@@ -678,7 +678,7 @@ delta_rows AS (
         let mut c_where = Vec::new();
         for term in &def.filter {
             let lhs = match &term.field {
-                FieldRef::Envelope(e) => format!("to_jsonb({})", e.column()),
+                FieldRef::Envelope(e) => e.jsonb_sql(e.column()),
                 field => self.raw_column(&refs, field),
             };
             let values: Vec<String> =

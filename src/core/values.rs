@@ -59,7 +59,7 @@ fn envelope_value(e: Envelope, used: Use) -> ValueSql {
         Use::GroupKey | Use::Extreme => col.to_string(),
         Use::Number => format!("{col}::numeric"),
         Use::CountNonNull => "true".to_string(),
-        Use::Distinct => format!("to_jsonb({col})"),
+        Use::Distinct => e.jsonb_sql(col),
     };
     ValueSql { expr, check: None }
 }
