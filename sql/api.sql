@@ -59,9 +59,35 @@ COMMENT ON FUNCTION eventview.refresh(text) IS
 'Applies the pending changes of one view exactly once; returns the number of changed event rows consumed';
 
 CREATE FUNCTION eventview.refresh_all() RETURNS bigint
-LANGUAGE sql VOLATILE
-AS $$ SELECT eventview._refresh_all() $$;
-COMMENT ON FUNCTION eventview.refresh_all() IS 'Refreshes every view; returns the sum of refresh()';
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v record;
+    total bigint := 0;
+BEGIN
+    -- Observed first, as refresh does.
+    PERFORM eventview._observe_all();
+    -- The caller's views, each in its own subtransaction: one that fails (its owner may no
+    -- longer read the table, its type policy is 'fail') keeps its error in last_error, applies
+    -- nothing, and the others go on.
+    FOR v IN
+        SELECT w.view_id, format('%I.%I', n.nspname, c.relname) AS name
+        FROM eventview._views w
+        JOIN pg_class c ON c.oid = w.relid::oid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE pg_has_role(w.owner::oid, 'MEMBER')
+        ORDER BY w.view_id
+    LOOP
+        BEGIN
+            total := total + eventview._refresh(v.name);
+        EXCEPTION WHEN others THEN
+            UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
+        END;
+    END LOOP;
+    RETURN total;
+END
+$$;
+COMMENT ON FUNCTION eventview.refresh_all() IS 'Refreshes every view of the caller; returns the sum of refresh(); a view that fails keeps its error in last_error and the others go on';
 
 CREATE FUNCTION eventview.rebuild(
     name      text,

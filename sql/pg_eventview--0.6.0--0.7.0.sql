@@ -160,3 +160,37 @@ $$;
 CREATE EVENT TRIGGER eventview_rebase_after_restore ON ddl_command_end
     WHEN TAG IN ('CREATE TRIGGER')
     EXECUTE FUNCTION eventview._rebase_after_restore();
+
+-- refresh_all refreshes each view in its own subtransaction: one that fails keeps its error in
+-- last_error (with a WARNING) and the others go on; before, the first failure aborted them all.
+CREATE OR REPLACE FUNCTION eventview.refresh_all() RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v record;
+    total bigint := 0;
+BEGIN
+    -- Observed first, as refresh does.
+    PERFORM eventview._observe_all();
+    -- The caller's views, each in its own subtransaction: one that fails (its owner may no
+    -- longer read the table, its type policy is 'fail') keeps its error in last_error, applies
+    -- nothing, and the others go on.
+    FOR v IN
+        SELECT w.view_id, format('%I.%I', n.nspname, c.relname) AS name
+        FROM eventview._views w
+        JOIN pg_class c ON c.oid = w.relid::oid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE pg_has_role(w.owner::oid, 'MEMBER')
+        ORDER BY w.view_id
+    LOOP
+        BEGIN
+            total := total + eventview._refresh(v.name);
+        EXCEPTION WHEN others THEN
+            UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
+        END;
+    END LOOP;
+    RETURN total;
+END
+$$;
+COMMENT ON FUNCTION eventview.refresh_all() IS 'Refreshes every view of the caller; returns the sum of refresh(); a view that fails keeps its error in last_error and the others go on';
+DROP FUNCTION eventview._refresh_all();

@@ -91,7 +91,11 @@ fn refresh_view(name: &str) -> Result<i64, ErrorReport> {
     at_boundary(|| refresh::refresh(name))
 }
 
-#[pg_extern(name = "_refresh_all", volatile, parallel_unsafe)]
+/// `refresh_all` up to 0.6.0, which stopped at the first view that failed (0.7.0 refreshes each
+/// view in a subtransaction, in SQL: sql/api.sql). Not in the current SQL (`sql = false`): the
+/// symbol stays because earlier releases' install scripts declare the function, and a database
+/// is created at such a version with the current library (tests/test_upgrade.py does).
+#[pg_extern(name = "_refresh_all", volatile, parallel_unsafe, sql = false)]
 fn refresh_all() -> Result<i64, ErrorReport> {
     at_boundary(refresh::refresh_all)
 }

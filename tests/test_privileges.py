@@ -160,6 +160,15 @@ def test_roles_get_exactly_their_rights(cluster, roles):
     err = admin.one("SELECT last_error FROM eventview.views WHERE name = 'bv'::regclass")
     assert err is not None and "permission denied for table public.ev: view public.bv belongs to role pgev_bob" in err, err
     bob.denied("SELECT eventview.refresh('bv')")
+    # refresh_all run by a superuser: his view fails on its own, with the error in last_error,
+    # and the others are refreshed.
+    admin.q("UPDATE eventview._views SET last_error = NULL WHERE relid = 'bv'::regclass")
+    admin.q("SELECT eventview.refresh_all()")
+    err = admin.one("SELECT last_error FROM eventview.views WHERE name = 'bv'::regclass")
+    assert err is not None and "permission denied for table public.ev: view public.bv belongs to role pgev_bob" in err, err
+    left = admin.q("SELECT name::text, last_error FROM eventview.views WHERE pending_changes > 0 ORDER BY 1")
+    assert [name for name, _ in left] == ["brt", "bv"], left  # bob's two views, nothing else
+    assert all(f"belongs to role {role('bob')}" in error for _, error in left), left
     alice.q(f"GRANT SELECT ON ev TO {role('bob')}")
     assert bob.one("SELECT eventview.refresh('bv')") >= 1
 

@@ -127,3 +127,20 @@ DO $$ BEGIN
 END $$;
 SELECT eventview.prune('ops_viewless') AS pruned;
 SELECT eventview.drop_event_table('ops_viewless');
+
+-- refresh_all refreshes each view on its own: one that fails (here its type policy is 'fail')
+-- keeps its error in last_error, with a WARNING, and applies nothing; the others go on.
+SELECT eventview.create_event_table('ops_mixed');
+SELECT eventview.create_view('mixed_fails', 'ops_mixed', measures => '{"q": "sum($.qty)"}', on_type_error => 'fail');
+SELECT eventview.create_view('mixed_goes_on', 'ops_mixed', measures => '{"n": "count(*)"}');
+INSERT INTO ops_mixed (event_type, payload) VALUES ('a', '{"qty": 1}'), ('a', '{"qty": "two"}');
+SELECT eventview.refresh_all() >= 2 AS applied;
+SELECT name, pending_changes, last_error FROM eventview.views
+WHERE name IN ('mixed_fails'::regclass, 'mixed_goes_on'::regclass) ORDER BY name::text;
+SELECT n FROM mixed_goes_on;
+DELETE FROM ops_mixed WHERE payload ->> 'qty' = 'two';
+SELECT eventview.refresh_all() >= 3 AS applied;
+SELECT name, pending_changes, last_error FROM eventview.views
+WHERE name IN ('mixed_fails'::regclass, 'mixed_goes_on'::regclass) ORDER BY name::text;
+SELECT q FROM mixed_fails;
+SELECT eventview.drop_event_table('ops_mixed', cascade => true);
