@@ -231,6 +231,8 @@ pub fn rebuild(
     privileges::require_view_owner(unlocked.relid, unlocked.owner, "rebuild")?;
     let view = catalog::view_by_relid(unlocked.relid, true)?.ok_or_else(|| EvError::invalid("view vanished"))?;
     let started = Instant::now();
+    // Everything still retained is recomputed: no window asked for (the horizon may impose one).
+    let whole_view = from.is_none() && to.is_none();
     let mut from = from;
     if view.definition.bucketed {
         // Recompute only from raw events still retained: pruned history stays as aggregated.
@@ -258,11 +260,13 @@ pub fn rebuild(
         let upper = to.unwrap_or(TimestampWithTimeZone::positive_infinity());
         apply(&view, Mode::Window, Some(lower), Some(upper))?
     } else {
-        let applied = apply(&view, Mode::Full, None, None)?;
-        // The whole view now follows the current field declarations.
-        spi_util::run("UPDATE eventview._views SET rebuild_note = NULL WHERE view_id = $1", &[view.view_id.into()])?;
-        applied
+        apply(&view, Mode::Full, None, None)?
     };
+    if whole_view {
+        // The view now follows the current field declarations, as far as events are retained
+        // (buckets past the retention horizon cannot be recomputed by any rebuild).
+        spi_util::run("UPDATE eventview._views SET rebuild_note = NULL WHERE view_id = $1", &[view.view_id.into()])?;
+    }
     catalog::record_refresh(view.view_id, started.elapsed().as_secs_f64() * 1000.0)?;
     Ok(applied.groups_written)
 }

@@ -699,4 +699,22 @@ mod tests {
         );
         assert!(scalar_i64(&observed("ut_moved").replace("event_type, event_version, path, json_type, seen", "count(*)")) > 0);
     }
+
+    /// A rebuild of a whole bucketed view over a table with retention starts at the retention
+    /// horizon, but recomputes all that can be: the note that a field was redeclared goes.
+    #[pg_test]
+    fn rebuilding_what_retention_keeps_clears_the_redeclaration_note() {
+        Spi::run("SELECT eventview.create_event_table('ut_kept', retention => '30 days')").unwrap();
+        Spi::run("SELECT eventview.define_field('ut_kept', 'k', '$.k')").unwrap();
+        Spi::run("SELECT eventview.create_view('ut_kept_v', 'ut_kept', group_by => '{\"k\": \"k\"}', time_bucket => '1 day')").unwrap();
+        Spi::run("SELECT eventview.define_field('ut_kept', 'k', '$.key')").unwrap();
+        let note = "SELECT last_error FROM eventview.views WHERE name = 'ut_kept_v'::regclass";
+        assert!(Spi::get_one::<String>(note).unwrap().is_some_and(|n| n.contains("redeclared")));
+        // A window leaves older buckets as they were: the note stays.
+        Spi::run("SELECT eventview.rebuild('ut_kept_v', now() - interval '1 day', NULL)").unwrap();
+        assert!(Spi::get_one::<String>(note).unwrap().is_some());
+        Spi::run("SELECT eventview.rebuild('ut_kept_v')").unwrap();
+        assert_eq!(Spi::get_one::<String>(note).unwrap(), None);
+    }
 }
+
