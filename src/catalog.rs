@@ -50,6 +50,17 @@ pub struct Source {
     pub table_sql: String,
 }
 
+/// Whether a stored position (the xmax of a consumer's snapshot) lies beyond every transaction
+/// id this cluster has given out: restored from another cluster whose counter was ahead, and not
+/// renumbered (`eventview._rebase_positions`). Compared with the cluster's next id, not with a
+/// snapshot: a position written by a transaction that committed after the statement's snapshot
+/// was taken (a row locked after waiting for it) is not from elsewhere.
+pub fn position_from_elsewhere(xmax: Option<i64>) -> bool {
+    // SAFETY: reads the shared next transaction id (under its lock); no side effects.
+    let next = unsafe { pg_sys::ReadNextFullTransactionId() }.value;
+    xmax.is_some_and(|x| x as u64 > next)
+}
+
 impl Source {
     /// The sizes the plans of a refresh depend on: the event table's and its changelog's
     /// (`plan_cache::Plans::PerSize`).
@@ -148,7 +159,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
                     (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
                     v.on_type_error, v.time_bucket,
                     (now() - s.retention)::timestamptz, v.owner::oid, v.realtime,
-                    pg_snapshot_xmax(v.applied_snapshot) > pg_snapshot_xmax(pg_current_snapshot())
+                    pg_snapshot_xmax(v.applied_snapshot)::text::bigint
              FROM eventview._views v JOIN eventview._sources s USING (source_id)
              WHERE v.view_id = $1",
             Some(1),
@@ -170,10 +181,10 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             t.get::<pgrx::datum::TimestampWithTimeZone>(12)?,
             t.get::<pg_sys::Oid>(13)?,
             t.get::<bool>(14)?,
-            t.get::<bool>(15)?,
+            t.get::<i64>(15)?,
         ))
     })?;
-    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, horizon, owner, realtime, elsewhere) =
+    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, horizon, owner, realtime, applied_xmax) =
         row;
     let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
     let fields = fields_of_source(source_id.ok_or_else(missing)?)?;
@@ -204,7 +215,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         retention_horizon: horizon,
         owner: owner.ok_or_else(missing)?,
         realtime: realtime.unwrap_or(false),
-        positions_from_elsewhere: elsewhere.unwrap_or(false),
+        positions_from_elsewhere: position_from_elsewhere(applied_xmax),
     })
 }
 

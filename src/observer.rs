@@ -20,15 +20,15 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
         pgrx::warning!("{}; observed_fields and drift are not updated for it", e.message);
         return Ok(());
     }
-    let locked = spi_util::one::<bool>(
-        "SELECT pg_snapshot_xmax(observed_snapshot) > pg_snapshot_xmax(pg_current_snapshot())
+    let locked = spi_util::one::<i64>(
+        "SELECT pg_snapshot_xmax(observed_snapshot)::text::bigint
          FROM eventview._sources WHERE source_id = $1 FOR NO KEY UPDATE SKIP LOCKED",
         &[source_id.into()],
     )?;
-    let Some(from_elsewhere) = locked else {
+    let Some(observed_xmax) = locked else {
         return Ok(());
     };
-    if from_elsewhere {
+    if catalog::position_from_elsewhere(Some(observed_xmax)) {
         // Restored from another cluster whose transaction ids are ahead, and not renumbered at
         // restore: from this position, this cluster's changes would count as observed already.
         // Observation starts afresh; what was pending at the restore goes uncounted.
