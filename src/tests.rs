@@ -529,21 +529,24 @@ mod tests {
         assert_eq!(settings.as_deref(), Some("auto on"));
     }
 
-    /// A backend keeps the refresh's statements parsed but plans them at each run: one planned
-    /// while the event table was empty must not read a large table the same way (it would scan
-    /// the whole table for each run of changed ids). Checked by the buffers a refresh of ten
-    /// events touches after the table grew.
+    /// Inserts `n` events of about 330 bytes (keys 0-9) into `table`.
+    fn add_padded_events(table: &str, n: i64) {
+        Spi::run(&format!(
+            "INSERT INTO {table} (event_type, payload)
+             SELECT 'a', jsonb_build_object('k', i % 10, 'pad', repeat('x', 300)) FROM generate_series(1, {n}) i"
+        ))
+        .unwrap()
+    }
+
+    /// A backend keeps the refresh's statements with a plan per size class of the tables they
+    /// read: one planned while the event table was empty must not read a large table the same
+    /// way (it would scan the whole table for each run of changed ids). Checked by the buffers a
+    /// refresh of ten events touches after the table grew.
     #[pg_test]
     fn refresh_plans_follow_the_tables_as_they_grow() {
         Spi::run("SELECT eventview.create_event_table('ut_grow')").unwrap();
         Spi::run("SELECT eventview.create_view('ut_grow_v', 'ut_grow', group_by => '{\"k\": \"$.k\"}', measures => '{\"n\": \"count(*)\"}')").unwrap();
-        let add = |n: i64| {
-            Spi::run(&format!(
-                "INSERT INTO ut_grow (event_type, payload)
-                 SELECT 'a', jsonb_build_object('k', i % 10, 'pad', repeat('x', 300)) FROM generate_series(1, {n}) i"
-            ))
-            .unwrap()
-        };
+        let add = |n: i64| add_padded_events("ut_grow", n);
         // Analyzed while empty, as autovacuum or a restore leaves a new table: a plan made now
         // reads it by sequential scan (what the worker's refreshes did with kept plans).
         Spi::run("ANALYZE ut_grow").unwrap();
@@ -571,13 +574,7 @@ mod tests {
     fn refresh_plans_are_kept_until_a_table_doubles() {
         Spi::run("SELECT eventview.create_event_table('ut_keep')").unwrap();
         Spi::run("SELECT eventview.create_view('ut_keep_v', 'ut_keep', group_by => '{\"k\": \"$.k\"}', measures => '{\"n\": \"count(*)\", \"top\": \"max($.k)\"}')").unwrap();
-        let add = |n: i64| {
-            Spi::run(&format!(
-                "INSERT INTO ut_keep (event_type, payload)
-                 SELECT 'a', jsonb_build_object('k', i % 10, 'pad', repeat('x', 300)) FROM generate_series(1, {n}) i"
-            ))
-            .unwrap()
-        };
+        let add = |n: i64| add_padded_events("ut_keep", n);
         add(5000);
         assert_eq!(scalar_i64("SELECT eventview.refresh('ut_keep_v')"), 5000);
         add(10);
