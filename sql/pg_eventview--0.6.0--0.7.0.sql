@@ -136,12 +136,19 @@ BEGIN
 END
 $$;
 
--- A restore creates the capture triggers of each event table after its data and the extension's
--- tables are in: the moment to renumber positions restored from another cluster.
+-- A serial restore creates the capture triggers of each event table after all data is in (the
+-- extension's tables, the changelogs) and before anything can be captured: the moment to
+-- renumber positions restored from another cluster. A parallel restore (pg_restore -j, several
+-- sessions) may create them while other tables are still loading: then it only warns, and
+-- eventview._rebase_positions is to be run once the restore is done.
 CREATE FUNCTION eventview._rebase_after_restore() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r record;
+    parallel_restore boolean :=
+        current_setting('application_name') = 'pg_restore'
+        AND (SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND application_name = 'pg_restore') > 1;
 BEGIN
     FOR r IN
         SELECT DISTINCT s.source_id
@@ -150,7 +157,12 @@ BEGIN
         JOIN eventview._sources s ON s.relid::oid = t.tgrelid
         WHERE d.classid = 'pg_catalog.pg_trigger'::regclass
     LOOP
-        IF eventview._rebase_positions(r.source_id) THEN
+        IF parallel_restore THEN
+            IF eventview._positions_from_elsewhere(r.source_id) THEN
+                RAISE WARNING 'pg_eventview: positions of event table % come from another cluster; once this parallel restore is done, and before new events are written, run: SELECT eventview._rebase_positions(%)',
+                    (SELECT relid FROM eventview._sources WHERE source_id = r.source_id), r.source_id;
+            END IF;
+        ELSIF eventview._rebase_positions(r.source_id) THEN
             RAISE NOTICE 'pg_eventview: positions of event table % renumbered for this cluster (restored from another one)',
                 (SELECT relid FROM eventview._sources WHERE source_id = r.source_id);
         END IF;

@@ -31,17 +31,11 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     if catalog::position_from_elsewhere(Some(observed_xmax)) {
         // Restored from another cluster whose transaction ids are ahead, and not renumbered at
         // restore: from this position, this cluster's changes would count as observed already.
-        // Observation starts afresh; what was pending at the restore goes uncounted.
+        // Left as it is for eventview._rebase_positions, which needs the old position.
         pgrx::warning!(
-            "observed_fields of event table {} restart from now: its position came from another cluster and was not renumbered at restore",
+            "observed_fields of event table {} are not updated: its position came from another cluster and was not renumbered at restore",
             crate::relation::regclass_text(source.relid)?
         );
-        spi_util::run(
-            "UPDATE eventview._sources SET observed_snapshot = pg_current_snapshot(),
-                    observed_own_xid = NULL, observed_own_seq = NULL
-             WHERE source_id = $1",
-            &[source_id.into()],
-        )?;
         return Ok(());
     }
     let read_paths = paths_read_by_views(source_id)?;

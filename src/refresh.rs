@@ -56,15 +56,16 @@ pub fn apply(
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<Applied> {
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
-    if view.positions_from_elsewhere && mode != Mode::Full {
+    if mode != Mode::Full && (view.positions_from_elsewhere || changelog_from_elsewhere(&view.source)?) {
         // Applying changes from this position would count this cluster's transactions as
-        // applied already; recomputing from the raw events does not read it.
+        // applied already (or skip records whose ids this cluster has not reached yet);
+        // recomputing from the raw events does not read it.
         return Err(EvError::new(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("view {} was restored from another cluster whose transaction ids are ahead of this one's, and its position was not renumbered at restore", relname(view)?),
         )
         .with_hint(format!(
-            "A restore renumbers positions itself when the extension's event triggers are enabled. Before new events are written, SELECT eventview._rebase_positions({}) renumbers them; afterwards, recompute the view from the raw events with eventview.rebuild(name).",
+            "Before new events are written, SELECT eventview._rebase_positions({}) renumbers the positions of its event table (a serial restore does it itself; see the README on dump and restore). Otherwise drop and re-create the view.",
             view.source.source_id
         )));
     }
@@ -128,6 +129,16 @@ pub fn apply(
         privileges::as_role(view.owner, || spi_util::run_all(&sql.fixup()))?;
     }
     Ok(Applied { consumed, groups_written })
+}
+
+/// Whether the source's changelog holds a record whose transaction id this cluster has not
+/// given out yet: restored from another cluster and not renumbered.
+fn changelog_from_elsewhere(source: &catalog::Source) -> EvResult<bool> {
+    let newest = spi_util::one::<i64>(
+        &format!("SELECT max(xid)::text::bigint FROM {}", crate::core::names::changelog(source.source_id)),
+        &[],
+    )?;
+    Ok(catalog::position_from_elsewhere(newest.map(|x| x + 1)))
 }
 
 /// Creates the view's value logs that do not exist (storage restored from a dump of a version

@@ -695,6 +695,16 @@ mod tests {
             0
         );
         assert!(scalar_i64(&observed("ut_moved").replace("event_type, event_version, path, json_type, seen", "count(*)")) > 0);
+        // Records from the future under positions that are not: refused too (the records would
+        // be skipped until this cluster's ids reached theirs).
+        let stayed = scalar_i64("SELECT source_id FROM eventview._sources WHERE relid = 'ut_stayed'::regclass");
+        add(1, 40);
+        Spi::run(&format!("UPDATE eventview._changes_{stayed} SET xid = (xid::text::numeric + 1099511627776)::text::xid8")).unwrap();
+        Spi::run(
+            "DO $$ BEGIN PERFORM eventview.refresh('ut_stayed_a'); RAISE EXCEPTION 'refresh took records from the future';
+               EXCEPTION WHEN object_not_in_prerequisite_state THEN NULL; END $$",
+        )
+        .unwrap();
     }
 
     /// A rebuild of a whole bucketed view over a table with retention starts at the retention
