@@ -29,6 +29,9 @@ BEGIN
 END
 $$;
 
+-- No foreign keys between these tables (the source_id of views, fields and observations): a
+-- parallel restore (pg_restore -j) loads the data of extension tables in any order and would fail
+-- on them; eventview.drop_event_table removes a table's rows from each (catalog::delete_source).
 -- One row per event table.
 CREATE TABLE eventview._sources (
     source_id       serial PRIMARY KEY,
@@ -47,7 +50,7 @@ COMMENT ON TABLE eventview._sources IS 'pg_eventview: registered event tables (s
 CREATE TABLE eventview._views (
     view_id          serial PRIMARY KEY,
     relid            regclass NOT NULL UNIQUE,
-    source_id        integer NOT NULL REFERENCES eventview._sources,
+    source_id        integer NOT NULL,
     definition       json NOT NULL,
     time_bucket      interval,
     realtime         boolean NOT NULL DEFAULT false,
@@ -82,7 +85,7 @@ COMMENT ON TABLE eventview._views IS 'pg_eventview: incremental views (see event
 
 -- Logical fields: one row per declaration (event type and/or version, or any).
 CREATE TABLE eventview._fields (
-    source_id     integer NOT NULL REFERENCES eventview._sources ON DELETE CASCADE,
+    source_id     integer NOT NULL,
     field         text NOT NULL CHECK (field ~ '^[a-z_][a-z0-9_]*$'),
     event_type    text,
     event_version integer,
@@ -95,7 +98,7 @@ COMMENT ON TABLE eventview._fields IS 'pg_eventview: logical fields declared wit
 
 -- Observed payload shapes, per event type and version.
 CREATE TABLE eventview._observed (
-    source_id     integer NOT NULL REFERENCES eventview._sources ON DELETE CASCADE,
+    source_id     integer NOT NULL,
     event_type    text NOT NULL,
     event_version integer NOT NULL,
     path          text NOT NULL,
@@ -106,7 +109,7 @@ CREATE TABLE eventview._observed (
     PRIMARY KEY (source_id, event_type, event_version, path, json_type)
 );
 CREATE TABLE eventview._observed_versions (
-    source_id     integer NOT NULL REFERENCES eventview._sources ON DELETE CASCADE,
+    source_id     integer NOT NULL,
     event_type    text NOT NULL,
     event_version integer NOT NULL,
     events        bigint NOT NULL,

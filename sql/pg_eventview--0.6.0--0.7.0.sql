@@ -206,3 +206,10 @@ END
 $$;
 COMMENT ON FUNCTION eventview.refresh_all() IS 'Refreshes every view of the caller; returns the sum of refresh(); a view that fails keeps its error in last_error and the others go on';
 DROP FUNCTION eventview._refresh_all();
+
+-- No foreign keys between the extension's tables: a parallel restore (pg_restore -j) loads their
+-- data in any order and failed on them; drop_event_table deletes the rows they cascaded to.
+ALTER TABLE eventview._views DROP CONSTRAINT _views_source_id_fkey;
+ALTER TABLE eventview._fields DROP CONSTRAINT _fields_source_id_fkey;
+ALTER TABLE eventview._observed DROP CONSTRAINT _observed_source_id_fkey;
+ALTER TABLE eventview._observed_versions DROP CONSTRAINT _observed_versions_source_id_fkey;

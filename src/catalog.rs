@@ -103,8 +103,16 @@ pub fn insert_source(relid: pg_sys::Oid, retention: Option<Interval>, delta_rete
     .ok_or_else(|| EvError::invalid("could not register the event table"))
 }
 
+/// Removes an event table's catalog rows: its field declarations and observations, then the
+/// table itself (no foreign keys cascade: see sql/bootstrap.sql). Its views are dropped first.
 pub fn delete_source(source_id: i32) -> EvResult<()> {
-    spi_util::run("DELETE FROM eventview._sources WHERE source_id = $1", &[source_id.into()])
+    spi_util::run(
+        "WITH fields AS (DELETE FROM eventview._fields WHERE source_id = $1 RETURNING 1),
+              observed AS (DELETE FROM eventview._observed WHERE source_id = $1 RETURNING 1),
+              versions AS (DELETE FROM eventview._observed_versions WHERE source_id = $1 RETURNING 1)
+         DELETE FROM eventview._sources WHERE source_id = $1",
+        &[source_id.into()],
+    )
 }
 
 /// A registered view, with its definition parsed.

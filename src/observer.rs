@@ -10,8 +10,8 @@ use crate::spi_util;
 
 /// Observes the source's pending changes once. When another session is observing the same
 /// source right now, this one skips (that session, or the next refresh, covers the changes):
-/// refreshes of different views never wait on each other here. NO KEY UPDATE: the lock must not
-/// conflict with the KEY SHARE locks that foreign keys to `_sources` take.
+/// refreshes of different views never wait on each other here. NO KEY UPDATE: the weakest lock
+/// that keeps a second observer out.
 pub fn observe(source: &catalog::Source) -> EvResult<()> {
     let source_id = source.source_id;
     // The observer reads the table as the extension owner: not one its owner has altered (the

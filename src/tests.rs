@@ -723,5 +723,24 @@ mod tests {
         Spi::run("SELECT eventview.rebuild('ut_kept_v')").unwrap();
         assert_eq!(Spi::get_one::<String>(note).unwrap(), None);
     }
+
+    /// drop_event_table removes every catalog row of the table (no foreign key cascades them).
+    #[pg_test]
+    fn dropping_an_event_table_leaves_no_catalog_rows() {
+        Spi::run("SELECT eventview.create_event_table('ut_gone')").unwrap();
+        let id = scalar_i64("SELECT source_id FROM eventview._sources WHERE relid = 'ut_gone'::regclass");
+        Spi::run("SELECT eventview.define_field('ut_gone', 'k', '$.k')").unwrap();
+        Spi::run("SELECT eventview.create_view('ut_gone_v', 'ut_gone', group_by => '{\"k\": \"k\"}')").unwrap();
+        Spi::run("INSERT INTO ut_gone (event_type, payload) VALUES ('a', '{\"k\": 1}')").unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_gone_v')"), 1);
+        let rows = format!(
+            "SELECT (SELECT count(*) FROM eventview._sources WHERE source_id = {id}) + (SELECT count(*) FROM eventview._views WHERE source_id = {id})
+                  + (SELECT count(*) FROM eventview._fields WHERE source_id = {id}) + (SELECT count(*) FROM eventview._observed WHERE source_id = {id})
+                  + (SELECT count(*) FROM eventview._observed_versions WHERE source_id = {id})"
+        );
+        assert!(scalar_i64(&rows) >= 5);
+        Spi::run("SELECT eventview.drop_event_table('ut_gone', cascade => true)").unwrap();
+        assert_eq!(scalar_i64(&rows), 0);
+    }
 }
 

@@ -20,7 +20,9 @@ def run_client(cluster, *cmd):
     return subprocess.run(full, capture_output=True, text=True)
 
 
-def test_dump_restore_with_pending_changes(cluster, new_db, tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_dump_restore_with_pending_changes(cluster, new_db, tmp_path, jobs):
+    """Serially and in parallel (pg_restore -j loads the extension's tables in any order)."""
     src_info = new_db("_src")
     src_name = src_info.rsplit("dbname=", 1)[1]
     with cluster.connect(src_name) as c:
@@ -58,11 +60,11 @@ def test_dump_restore_with_pending_changes(cluster, new_db, tmp_path):
     r = run_client(cluster, f"{BIN}/pg_dump", "-Fc", "-f", str(dump), "-d", src_name)
     assert r.returncode == 0, r.stderr
     with cluster.connect() as c:
-        c.execute('CREATE DATABASE "it_restored"')
+        c.execute(f'CREATE DATABASE "it_restored_{jobs}"')
     try:
-        r = run_client(cluster, f"{BIN}/pg_restore", "--exit-on-error", "-d", "it_restored", str(dump))
+        r = run_client(cluster, f"{BIN}/pg_restore", "--exit-on-error", "-j", str(jobs), "-d", f"it_restored_{jobs}", str(dump))
         assert r.returncode == 0 and r.stderr == "", r.stderr
-        with cluster.connect("it_restored") as c:
+        with cluster.connect(f"it_restored_{jobs}") as c:
             c.execute("SET TimeZone = 'UTC'")
             assert rows(c, "SELECT * FROM shop.by_sku ORDER BY 1, 2") == before_view
             assert rows(c, "SELECT pending_changes FROM eventview.views")[0][0] == 42
@@ -93,7 +95,7 @@ def test_dump_restore_with_pending_changes(cluster, new_db, tmp_path):
             assert diff[0][0] == 0
     finally:
         with cluster.connect() as c:
-            c.execute('DROP DATABASE IF EXISTS "it_restored" WITH (FORCE)')
+            c.execute(f'DROP DATABASE IF EXISTS "it_restored_{jobs}" WITH (FORCE)')
 
 
 def test_restore_into_a_cluster_whose_transactions_are_behind(cluster, new_db, tmp_path):
@@ -177,14 +179,13 @@ def test_restore_into_a_cluster_whose_transactions_are_behind(cluster, new_db, t
         # The triggers created by a parallel restore (several sessions: other tables may still be
         # loading) leave the positions alone (with a WARNING in the server log: pg_restore does
         # not show its workers' warnings); refresh refuses them; renumbered once the restore is
-        # done, all carries on exactly. (The data section itself cannot be restored in parallel:
-        # the extension's catalog tables reference each other.)
-        restore("parallel_post_data", ["--section=pre-data", "--section=data"], ["--section=post-data", "-j", "2"])
-        with psycopg.connect(f"{info} dbname=parallel_post_data", autocommit=True) as c:
+        # done, all carries on exactly.
+        restore("parallel", ["-j", "2"])
+        with psycopg.connect(f"{info} dbname=parallel", autocommit=True) as c:
             with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
                 c.execute("SELECT eventview.refresh('va')")
             assert rows(c, "SELECT eventview._rebase_positions(source_id) FROM eventview._sources")[0][0] is True
-            assert carry_on(c, "parallel_post_data") == want_observed
+            assert carry_on(c, "parallel") == want_observed
     finally:
         subprocess.run(["bash", str(CLUSTER_SH), "stop", new_dir], check=False)
         subprocess.run(["rm", "-rf", new_dir], check=False)
