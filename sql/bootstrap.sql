@@ -455,13 +455,16 @@ DECLARE
     keys integer[];
     classes text[];
     xip text;
-    i integer;
     j integer;
 BEGIN
-    -- The consumers' rows first, as refreshes and the observer take them: none moves meanwhile.
+    IF log IS NULL OR NOT eventview._positions_from_elsewhere(p_source_id) THEN
+        RETURN false;
+    END IF;
+    -- The consumers' rows, as refreshes and the observer take them: none moves meanwhile.
     PERFORM 1 FROM eventview._sources WHERE source_id = p_source_id FOR NO KEY UPDATE;
     PERFORM 1 FROM eventview._views WHERE source_id = p_source_id ORDER BY view_id FOR UPDATE;
-    IF log IS NULL OR NOT eventview._positions_from_elsewhere(p_source_id) THEN
+    -- Again under the locks: another session may have renumbered them meanwhile.
+    IF NOT eventview._positions_from_elsewhere(p_source_id) THEN
         RETURN false;
     END IF;
     -- Consumers in a fixed order: the observer (key 0), then the views.
@@ -550,3 +553,5 @@ $$;
 CREATE EVENT TRIGGER eventview_rebase_after_restore ON ddl_command_end
     WHEN TAG IN ('CREATE TRIGGER')
     EXECUTE FUNCTION eventview._rebase_after_restore();
+-- Rewriting positions is for the restore and for superusers (it locks every view of the table).
+REVOKE EXECUTE ON FUNCTION eventview._rebase_positions(integer) FROM PUBLIC;
