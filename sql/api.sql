@@ -79,7 +79,10 @@ BEGIN
     LOOP
         BEGIN
             total := total + eventview._refresh(v.name);
-        EXCEPTION WHEN others THEN
+        EXCEPTION WHEN undefined_table THEN
+            -- Dropped or renamed since the list was read: not a failure of the view.
+            NULL;
+        WHEN others THEN
             UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
             RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
         END;

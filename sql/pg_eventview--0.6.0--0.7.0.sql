@@ -201,7 +201,10 @@ BEGIN
     LOOP
         BEGIN
             total := total + eventview._refresh(v.name);
-        EXCEPTION WHEN others THEN
+        EXCEPTION WHEN undefined_table THEN
+            -- Dropped or renamed since the list was read: not a failure of the view.
+            NULL;
+        WHEN others THEN
             UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
             RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
         END;
@@ -218,3 +221,11 @@ ALTER TABLE eventview._views DROP CONSTRAINT _views_source_id_fkey;
 ALTER TABLE eventview._fields DROP CONSTRAINT _fields_source_id_fkey;
 ALTER TABLE eventview._observed DROP CONSTRAINT _observed_source_id_fkey;
 ALTER TABLE eventview._observed_versions DROP CONSTRAINT _observed_versions_source_id_fkey;
+
+-- count_distinct(occurred_at) and filters on occurred_at compare the UTC form of the timestamp
+-- since 0.7.0 (before, the refreshing session's TimeZone): views using either are asked, in
+-- eventview.views.last_error, to be rebuilt once (which also regenerates a realtime view's reads).
+UPDATE eventview._views
+SET rebuild_note = 'pg_eventview 0.7.0 compares occurred_at in UTC; rebuild this view once (eventview.rebuild(name))'
+WHERE definition::text ~* 'count_distinct\(\s*occurred_at\s*\)'
+   OR (json_typeof(definition -> 'filter') = 'object' AND (definition -> 'filter') ->> 'occurred_at' IS NOT NULL);

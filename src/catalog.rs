@@ -103,6 +103,21 @@ pub fn insert_source(relid: pg_sys::Oid, retention: Option<Interval>, delta_rete
     .ok_or_else(|| EvError::invalid("could not register the event table"))
 }
 
+/// Locks an event table's catalog row, as a foreign key to it would (there are none, see
+/// sql/bootstrap.sql): `FOR KEY SHARE` by what adds rows that belong to the table (a view, a field
+/// declaration), `FOR UPDATE` by drop_event_table, so that neither commits rows for a table the
+/// other is dropping. A table dropped meanwhile is an error.
+pub fn lock_source(source: &Source, strength: &str) -> EvResult<()> {
+    let sql = match strength {
+        "key share" => "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR KEY SHARE",
+        _ => "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR UPDATE",
+    };
+    match spi_util::one::<i32>(sql, &[source.source_id.into()])? {
+        Some(_) => Ok(()),
+        None => Err(EvError::invalid(format!("event table {} was dropped meanwhile", source.table_sql))),
+    }
+}
+
 /// Removes an event table's catalog rows: its field declarations and observations, then the
 /// table itself (no foreign keys cascade: see sql/bootstrap.sql). Its views are dropped first.
 pub fn delete_source(source_id: i32) -> EvResult<()> {

@@ -56,16 +56,17 @@ pub fn apply(
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<Applied> {
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
-    if mode != Mode::Full && (view.positions_from_elsewhere || changelog_from_elsewhere(&view.source)?) {
+    if view.positions_from_elsewhere || changelog_from_elsewhere(&view.source)? {
         // Applying changes from this position would count this cluster's transactions as
-        // applied already (or skip records whose ids this cluster has not reached yet);
-        // recomputing from the raw events does not read it.
+        // applied already (or skip records whose ids this cluster has not reached yet). A full
+        // recompute would store a position of this cluster under which the restored records
+        // still read as pending, to be applied once more after the renumbering.
         return Err(EvError::new(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("view {} was restored from another cluster whose transaction ids are ahead of this one's, and its position was not renumbered at restore", relname(view)?),
         )
         .with_hint(format!(
-            "Before new events are written, SELECT eventview._rebase_positions({}) renumbers the positions of its event table (a serial restore does it itself; see the README on dump and restore). Otherwise drop and re-create the view.",
+            "As a superuser, SELECT eventview._rebase_positions({}) renumbers the positions of its event table (a serial restore does it itself; see the README on dump and restore); run it before new events are written, or rebuild the table's views after it.",
             view.source.source_id
         )));
     }
@@ -275,8 +276,13 @@ pub fn rebuild(
     };
     if whole_view {
         // The view now follows the current field declarations, as far as events are retained
-        // (buckets past the retention horizon cannot be recomputed by any rebuild).
+        // (buckets past the retention horizon cannot be recomputed by any rebuild), and so do a
+        // realtime view's reads (their SQL may come from an older version). Last: replacing the
+        // relation locks out its readers until commit.
         spi_util::run("UPDATE eventview._views SET rebuild_note = NULL WHERE view_id = $1", &[view.view_id.into()])?;
+        if view.realtime {
+            crate::views::install_user_view(&view)?;
+        }
     }
     catalog::record_refresh(view.view_id, started.elapsed().as_secs_f64() * 1000.0)?;
     Ok(applied.groups_written)
