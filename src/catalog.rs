@@ -68,9 +68,25 @@ impl Source {
         crate::plan_cache::size_class(&[self.relid, self.changelog_relid()])
     }
 
+    /// The sizes the observer's plan depends on: those of `plan_sizes` and what was observed
+    /// before.
+    pub fn observer_plan_sizes(&self) -> crate::plan_cache::SizeClass {
+        crate::plan_cache::size_class(&[self.relid, self.changelog_relid(), relation::extension_relid("_observed")])
+    }
+
     /// The changelog table (InvalidOid if missing).
     pub fn changelog_relid(&self) -> pg_sys::Oid {
         relation::extension_relid(&crate::core::names::changelog_table(self.source_id))
+    }
+
+    /// Whether the changelog holds a record whose transaction id this cluster has not given out
+    /// yet: restored from another cluster and not renumbered.
+    pub fn changelog_from_elsewhere(&self) -> EvResult<bool> {
+        let newest = spi_util::one::<i64>(
+            &format!("SELECT max(xid)::text::bigint FROM {}", crate::core::names::changelog(self.source_id)),
+            &[],
+        )?;
+        Ok(position_from_elsewhere(newest.map(|x| x + 1)))
     }
 }
 
@@ -103,14 +119,20 @@ pub fn insert_source(relid: pg_sys::Oid, retention: Option<Interval>, delta_rete
     .ok_or_else(|| EvError::invalid("could not register the event table"))
 }
 
-/// Locks an event table's catalog row, as a foreign key to it would (there are none, see
-/// sql/bootstrap.sql): `FOR KEY SHARE` by what adds rows that belong to the table (a view, a field
-/// declaration), `FOR UPDATE` by drop_event_table, so that neither commits rows for a table the
-/// other is dropping. A table dropped meanwhile is an error.
-pub fn lock_source(source: &Source, strength: &str) -> EvResult<()> {
-    let sql = match strength {
-        "key share" => "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR KEY SHARE",
-        _ => "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR UPDATE",
+/// How an API call locks an event table's catalog row (there are no foreign keys to it, see
+/// sql/bootstrap.sql): `AddsRows` for what adds rows that belong to the table (a view, a field
+/// declaration), `Drops` for drop_event_table, so that neither commits rows for a table the other
+/// is dropping.
+pub enum SourceLock {
+    AddsRows,
+    Drops,
+}
+
+/// Takes `lock` on the table's catalog row; a table dropped meanwhile is an error.
+pub fn lock_source(source: &Source, lock: SourceLock) -> EvResult<()> {
+    let sql = match lock {
+        SourceLock::AddsRows => "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR KEY SHARE",
+        SourceLock::Drops => "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR UPDATE",
     };
     match spi_util::one::<i32>(sql, &[source.source_id.into()])? {
         Some(_) => Ok(()),

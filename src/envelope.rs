@@ -45,7 +45,7 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
     let source = catalog::source_by_name(name)?;
     privileges::require_table_owner(source.relid, "drop")?;
     // Before listing its views: a view or field declaration being added waits, or makes this wait.
-    catalog::lock_source(&source, "update")?;
+    catalog::lock_source(&source, catalog::SourceLock::Drops)?;
     let readers = catalog::views_of_source(source.source_id)?;
     if !readers.is_empty() && !cascade {
         let names = readers

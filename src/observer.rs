@@ -39,9 +39,7 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
         return Ok(());
     }
     let read_paths = paths_read_by_views(source_id)?;
-    // Besides the event table and changelog, its plan depends on what was observed before.
-    let observed = crate::relation::extension_relid("_observed");
-    let plans = Plans::PerSize(crate::plan_cache::size_class(&[source.relid, source.changelog_relid(), observed]));
+    let plans = Plans::PerSize(source.observer_plan_sizes());
     spi_util::run_planned(&observe_sql::observe(source_id, &source.table_sql), &[read_paths.into()], plans)
 }
 

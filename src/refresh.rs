@@ -56,7 +56,7 @@ pub fn apply(
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<Applied> {
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
-    if view.positions_from_elsewhere || changelog_from_elsewhere(&view.source)? {
+    if view.positions_from_elsewhere || view.source.changelog_from_elsewhere()? {
         // Applying changes from this position would count this cluster's transactions as
         // applied already (or skip records whose ids this cluster has not reached yet). A full
         // recompute would store a position of this cluster under which the restored records
@@ -130,16 +130,6 @@ pub fn apply(
         privileges::as_role(view.owner, || spi_util::run_all(&sql.fixup()))?;
     }
     Ok(Applied { consumed, groups_written })
-}
-
-/// Whether the source's changelog holds a record whose transaction id this cluster has not
-/// given out yet: restored from another cluster and not renumbered.
-fn changelog_from_elsewhere(source: &catalog::Source) -> EvResult<bool> {
-    let newest = spi_util::one::<i64>(
-        &format!("SELECT max(xid)::text::bigint FROM {}", crate::core::names::changelog(source.source_id)),
-        &[],
-    )?;
-    Ok(catalog::position_from_elsewhere(newest.map(|x| x + 1)))
 }
 
 /// Creates the view's value logs that do not exist (storage restored from a dump of a version

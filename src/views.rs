@@ -40,7 +40,7 @@ fn check_time_bucket(bucket: Interval) -> EvResult<()> {
 pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     let source = catalog::source_by_name(args.source)?;
     privileges::require_select(source.relid)?;
-    catalog::lock_source(&source, "key share")?;
+    catalog::lock_source(&source, catalog::SourceLock::AddsRows)?;
     let fields = catalog::fields_of_source(source.source_id)?;
     let definition = parse_definition(&DefinitionInput {
         fields: &fields,
