@@ -805,6 +805,46 @@ class Bench:
         q(c, "REFRESH MATERIALIZED VIEW mv_sku_daily")
         self.check("after scenario 9", hand=True)
 
+    # ---------------------------------------------------------------------------- scenario 10
+    def scenario_idle(self):
+        """What the background worker spends when nothing happens: run_maintenance() with 51
+        scheduled views over one event table (17 copies of the 3 views), every one due and
+        nothing pending, against run_maintenance() with the same views not due (the rest of a
+        cycle: observing every table, pruning). The difference, per view, is what a refresh with
+        nothing to apply costs (before 0.8.0 it ran its whole apply statement, and each refresh
+        had the field observer load every view of the table: about 8 ms per view here)."""
+        a, c, f = self.args, self.conn, self.fields
+        copies = 17
+        log(f"scenario 10 setup: idle_ev, 10,000 events, {3 * copies} views")
+        q(c, "SELECT eventview.create_event_table('idle_ev')")
+        self.source_setup("idle_ev", f)
+        q(c, f"INSERT INTO idle_ev ({COLS}) SELECT * FROM {GEN}", self.gen(10_000, "30 days"))
+        views = []
+        for k in range(copies):
+            views += create_views(c, "idle_ev", f"idle{k}", f)
+        for v in views:
+            q(c, "SELECT eventview.schedule(%s, '1 hour')", (v,))
+        q(c, "SELECT eventview.run_maintenance()")
+        log(f"scenario 10: run_maintenance() with {len(views)} idle views, {a.small_pairs} rounds")
+
+        def all_due(i):
+            q(c, "UPDATE eventview._views SET last_refresh_at = NULL WHERE relid = ANY(%s::regclass[])", (views,))
+            return timed(c, "SELECT eventview.run_maintenance()")
+
+        t = self.pairs([("run_maintenance(), every view due", all_due),
+                        ("run_maintenance(), none due", lambda i: timed(c, "SELECT eventview.run_maintenance()"))],
+                       a.small_pairs)
+        due, none = statistics.median(t["run_maintenance(), every view due"]), statistics.median(t["run_maintenance(), none due"])
+        self.results.append((f"10. run_maintenance(), {len(views)} scheduled views due, nothing pending",
+                             "run_maintenance(), the same views not due", fmt(none), fmt(due), f"{due / none:.2f}x",
+                             "(none; reported)", "-"))
+        self.notes.append(f"Scenario 10: an idle scheduled refresh costs {fmt((due - none) / len(views))} per view "
+                          f"(the difference of the medians over {len(views)} views).")
+        self.details.append((f"run_maintenance() with {len(views)} idle views", t))
+        for v in views:
+            q(c, "SELECT eventview.drop_view(%s)", (v,))
+        q(c, "SELECT eventview.drop_event_table('idle_ev')")
+
     # ---------------------------------------------------------------------------- scenario 7
     def scenario_realtime(self):
         """Read cost of a realtime view against the same view without realtime. Each of the 3
@@ -1394,7 +1434,7 @@ def main():
                         "processes their changelog) instead of with the capture triggers disabled")
     p.add_argument("--no-explain", dest="explain", action="store_false",
                    help="skip the auto_explain capture of one refresh per kind")
-    p.add_argument("--only", default="1,2,3,4,5,6,7,8,9",
+    p.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10",
                    help="comma-separated scenarios to run (4 needs 1, 5 needs 2)")
     p.add_argument("--log-rounds", type=int, default=None,
                    help="scenario 8: refreshes per view (default 40, --quick 10)")
@@ -1426,6 +1466,8 @@ def main():
         b.scenario_concurrent()
     if "6" in only:
         b.scenario_gate()
+    if "10" in only:
+        b.scenario_idle()
     if {"2", "3", "5", "7", "8", "9"} & only:
         b.main_setup()
         if "2" in only or "5" in only:

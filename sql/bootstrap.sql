@@ -299,6 +299,11 @@ CREATE POLICY owners_read ON eventview.quarantine FOR SELECT
 CREATE POLICY filers_insert ON eventview.quarantine FOR INSERT
     WITH CHECK (eventview._may_file_quarantine(source, view_name));
 GRANT SELECT, INSERT ON eventview.quarantine TO PUBLIC;
+-- A view's refresh takes back the entry of an event version it retracts (an update or delete,
+-- an erasure request among them); it runs as the view's owner.
+CREATE POLICY filers_take_back ON eventview.quarantine FOR DELETE
+    USING (view_name IS NOT NULL AND eventview._may_file_quarantine(source, view_name));
+GRANT DELETE ON eventview.quarantine TO PUBLIC;
 
 -- A view's owner reads the changelog of its event table only while it may SELECT the table (the
 -- changelog holds the old contents of updated and deleted events). Called by the DDL trigger

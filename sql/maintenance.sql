@@ -35,6 +35,23 @@ COMMENT ON FUNCTION eventview.schedule(text, interval) IS
 -- only: pruning history is not a retraction, views keep what they aggregated.
 -- Privileges: each source is pruned by (a member of) its owner role, who may delete its rows
 -- and its changelog records; prune() without a source skips the tables of other roles.
+-- A view being created is not in eventview._views until its creation commits, so prune cannot
+-- see which changes it still needs (those committed after its starting snapshot): prune takes
+-- this lock on the table's catalog row, which conflicts with the one create_view (and
+-- define_field) holds until commit, and skips the table while it is taken. SECURITY DEFINER: the
+-- lock is the extension's (callers may not update its catalog); only members of the table's
+-- owner role get it, as for prune itself.
+CREATE FUNCTION eventview._lock_source_for_prune(p_source_id integer) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM 1 FROM eventview._sources s
+    WHERE s.source_id = p_source_id
+      AND pg_has_role(session_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = s.relid::oid), 'MEMBER')
+    FOR UPDATE OF s SKIP LOCKED;
+    RETURN FOUND;
+END
+$$;
+
 CREATE FUNCTION eventview._prune(source regclass) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -67,6 +84,8 @@ BEGIN
           AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid::oid), 'MEMBER')
         ORDER BY src.source_id
     LOOP
+        -- A view being created on the table (or a drop, or another prune): next time.
+        CONTINUE WHEN NOT eventview._lock_source_for_prune(s.source_id);
         -- Walk the (xid, seq) index upwards in windows of batch_size records below the
         -- smallest xmax of the consumers: each window is found by an index scan that starts
         -- where the previous one ended, then its applied records older than delta_retention

@@ -3,7 +3,7 @@
 //! wrappers cast), which keeps key order and duplicates for the definition parser. The public signatures (names, defaults, regclass results) are
 //! declared in `sql/api.sql`, which wraps these `_`-prefixed functions.
 
-use crate::errors::EvResult;
+use crate::errors::{EvError, EvResult};
 use crate::{envelope, fields, jsonpath_eval, refresh, views};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
@@ -30,13 +30,21 @@ fn lookup<T>(f: impl FnOnce() -> EvResult<T>) -> Result<T, ErrorReport> {
     })
 }
 
+/// An argument that may not be SQL NULL (the functions with optional arguments are not STRICT,
+/// so NULL reaches them): refused with 22004, naming it.
+fn required<'a>(value: Option<&'a str>, argument: &str) -> EvResult<&'a str> {
+    value.ok_or_else(|| {
+        EvError::new(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, format!("argument \"{argument}\" must not be NULL"))
+    })
+}
+
 #[pg_extern(name = "_create_event_table", volatile, parallel_unsafe)]
 fn create_event_table(
-    name: &str,
+    name: Option<&str>,
     retention: Option<Interval>,
     delta_retention: Option<Interval>,
 ) -> Result<pg_sys::Oid, ErrorReport> {
-    at_boundary(|| envelope::create_event_table(name, retention, delta_retention))
+    at_boundary(|| envelope::create_event_table(required(name, "name")?, retention, delta_retention))
 }
 
 #[pg_extern(name = "_drop_event_table", volatile, parallel_unsafe)]
@@ -47,8 +55,8 @@ fn drop_event_table(name: &str, cascade: bool) -> Result<(), ErrorReport> {
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "_create_view", volatile, parallel_unsafe)]
 fn create_view(
-    name: &str,
-    source: &str,
+    name: Option<&str>,
+    source: Option<&str>,
     group_by: &str,
     measures: &str,
     event_types: Option<Vec<Option<String>>>,
@@ -59,8 +67,8 @@ fn create_view(
 ) -> Result<pg_sys::Oid, ErrorReport> {
     at_boundary(|| {
         views::create_view(views::CreateViewArgs {
-            name,
-            source,
+            name: required(name, "name")?,
+            source: required(source, "source")?,
             group_by,
             measures,
             event_types,
@@ -74,15 +82,22 @@ fn create_view(
 
 #[pg_extern(name = "_define_field", volatile, parallel_unsafe)]
 fn define_field(
-    source: &str,
-    field: &str,
-    path: &str,
+    source: Option<&str>,
+    field: Option<&str>,
+    path: Option<&str>,
     event_type: Option<&str>,
     version: Option<i32>,
     field_type: &str,
 ) -> Result<(), ErrorReport> {
     at_boundary(|| {
-        fields::define_field(fields::FieldDeclaration { source, field, path, event_type, version, type_name: field_type })
+        fields::define_field(fields::FieldDeclaration {
+            source: required(source, "source")?,
+            field: required(field, "field")?,
+            path: required(path, "path")?,
+            event_type,
+            version,
+            type_name: field_type,
+        })
     })
 }
 
@@ -102,11 +117,11 @@ fn refresh_all() -> Result<i64, ErrorReport> {
 
 #[pg_extern(name = "_rebuild", volatile, parallel_unsafe)]
 fn rebuild(
-    name: &str,
+    name: Option<&str>,
     from_time: Option<TimestampWithTimeZone>,
     to_time: Option<TimestampWithTimeZone>,
 ) -> Result<i64, ErrorReport> {
-    at_boundary(|| refresh::rebuild(name, from_time, to_time))
+    at_boundary(|| refresh::rebuild(required(name, "name")?, from_time, to_time))
 }
 
 #[pg_extern(name = "_drop_view", volatile, parallel_unsafe)]
@@ -115,8 +130,8 @@ fn drop_view(name: &str) -> Result<(), ErrorReport> {
 }
 
 #[pg_extern(name = "_alter_view", volatile, parallel_unsafe)]
-fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str>) -> Result<(), ErrorReport> {
-    at_boundary(|| views::alter_view(name, realtime, on_type_error))
+fn alter_view(name: Option<&str>, realtime: Option<bool>, on_type_error: Option<&str>) -> Result<(), ErrorReport> {
+    at_boundary(|| views::alter_view(required(name, "name")?, realtime, on_type_error))
 }
 
 /// The event table named `name` (42P01 when missing, 22023 when not an event table), as the

@@ -61,6 +61,30 @@ pub fn position_from_elsewhere(xmax: Option<i64>) -> bool {
     xmax.is_some_and(|x| x as u64 > next)
 }
 
+/// What a `core::batch::pending_check` statement found for one consumer of a changelog.
+pub struct Pending {
+    /// Some record is in the consumer's batch.
+    pub any: bool,
+    /// The xmax of the consumer's applied snapshot (see `position_from_elsewhere`).
+    pub applied_xmax: Option<i64>,
+    /// The check's extra column (a view's `extremes_logged`), 0 when NULL.
+    pub extra: i64,
+}
+
+/// Runs a `core::batch::pending_check` statement. Read without the consumer's lock: a
+/// concurrent run only moves the position on, and a batch empty from an older position is
+/// empty from a newer one.
+pub fn pending(sql: &str, plans: crate::plan_cache::Plans) -> EvResult<Pending> {
+    Ok(Spi::connect_mut(|client| {
+        let row = crate::plan_cache::execute(client, sql, Some(1), &[], plans)?.first();
+        Ok::<_, pgrx::spi::SpiError>(Pending {
+            any: row.get::<bool>(1)?.unwrap_or(true),
+            applied_xmax: row.get::<i64>(2)?,
+            extra: row.get::<i64>(3)?.unwrap_or(0),
+        })
+    })?)
+}
+
 impl Source {
     /// The sizes the plans of a refresh depend on: the event table's and its changelog's
     /// (`plan_cache::Plans::PerSize`).
@@ -282,11 +306,20 @@ pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     })?)
 }
 
-/// Every event table, oldest first.
+/// Every event table, oldest first. A table dropped with a plain DROP TABLE (not
+/// drop_event_table) keeps its catalog row, but is left out here: the work over every table
+/// (refresh_all's and run_maintenance's field observer) goes on for the others.
 pub fn all_sources() -> EvResult<Vec<Source>> {
     let rows = Spi::connect(|client| {
         let mut out = Vec::new();
-        for row in crate::plan_cache::select(&client, "SELECT source_id, relid::oid FROM eventview._sources ORDER BY source_id", None, &[])? {
+        for row in crate::plan_cache::select(
+            &client,
+            "SELECT s.source_id, s.relid::oid FROM eventview._sources s
+             WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid)
+             ORDER BY s.source_id",
+            None,
+            &[],
+        )? {
             if let (Some(id), Some(relid)) = (row.get::<i32>(1)?, row.get::<pg_sys::Oid>(2)?) {
                 out.push((id, relid));
             }

@@ -142,14 +142,40 @@ pub fn require_intact(relid: pg_sys::Oid) -> EvResult<()> {
 /// own triggers and rules fire with its owner's rights, never with those of whoever runs
 /// maintenance (the worker is a superuser). The caller (prune) has switched capture off for
 /// these rows (`eventview.pruning`).
+///
+/// Pruning is not a retraction, so an event stays while some view has not applied an update of
+/// it: that view would retract the old version it aggregated and find no new one to add. Each
+/// batch first locks its rows (skipping rows an unfinished transaction is changing), then, in a
+/// statement whose snapshot sees every update that committed before the lock, deletes those
+/// with no such pending update. A later update of a locked row waits for the prune and then
+/// finds it gone, so it logs nothing.
 pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> EvResult<i64> {
     privileges::require_table_owner(relid, "prune")?;
     let table = relation::qualified(relid)?;
     let owner = privileges::table_owner(relid)?;
-    let statement = format!(
-        "WITH gone AS (DELETE FROM {table} WHERE event_id IN
-             (SELECT event_id FROM {table} WHERE occurred_at < now() - $1 LIMIT $2) RETURNING 1)
-         SELECT count(*) FROM gone"
+    let source = catalog::source_by_relid(relid)?
+        .ok_or_else(|| EvError::invalid(format!("{} is not an event table", relation::regclass_text(relid).unwrap_or_default())))?;
+    let lock = format!(
+        "SELECT coalesce(pg_catalog.array_agg(event_id), '{{}}') FROM
+             (SELECT event_id FROM {table} WHERE occurred_at < now() - $1 LIMIT $2 FOR UPDATE SKIP LOCKED) old"
+    );
+    let delete = format!(
+        "WITH consumers AS (
+             SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+             FROM eventview._views WHERE source_id = {sid}
+         ),
+         updated AS (
+             SELECT c.event_id FROM {log} c
+             WHERE c.xid >= (SELECT min(pg_catalog.pg_snapshot_xmin(s)) FROM consumers)
+               AND c.op = 'U' AND c.event_id = ANY ($1)
+               AND EXISTS (SELECT 1 FROM consumers k
+                           WHERE NOT (pg_catalog.pg_visible_in_snapshot(c.xid, k.s)
+                                      OR coalesce(c.xid = k.own AND c.seq <= k.own_seq, false)))
+         ),
+         gone AS (DELETE FROM {table} WHERE event_id = ANY ($1) AND event_id NOT IN (SELECT event_id FROM updated) RETURNING 1)
+         SELECT count(*) FROM gone",
+        sid = source.source_id,
+        log = crate::core::names::changelog(source.source_id)
     );
     privileges::as_role(owner, || {
         let mut done: i64 = 0;
@@ -158,10 +184,11 @@ pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> E
             if want <= 0 {
                 return Ok(done);
             }
+            let locked = spi_util::one_replanned::<Vec<i64>>(&lock, &[retention.into(), want.into()])?.unwrap_or_default();
             // (Counted with RETURNING: the capture trigger's own SPI use resets the row count.)
-            let n = spi_util::one_replanned::<i64>(&statement, &[retention.into(), want.into()])?.unwrap_or(0);
+            let n = spi_util::one_replanned::<i64>(&delete, &[locked.clone().into()])?.unwrap_or(0);
             done += n;
-            if n < want {
+            if (locked.len() as i64) < want || n == 0 {
                 return Ok(done);
             }
         }

@@ -20,6 +20,14 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
         pgrx::warning!("{}; observed_fields and drift are not updated for it", e.message);
         return Ok(());
     }
+    // Nothing new since the observer's position: nothing to do (not even the paths the views
+    // read, which loading every view's definition costs). A position from elsewhere goes on to
+    // the warning below.
+    let plans = Plans::PerSize(source.plan_sizes());
+    let pending = catalog::pending(&observe_sql::pending_check(source_id), plans)?;
+    if !pending.any && !catalog::position_from_elsewhere(pending.applied_xmax) {
+        return Ok(());
+    }
     let locked = spi_util::one::<i64>(
         "SELECT pg_snapshot_xmax(observed_snapshot)::text::bigint
          FROM eventview._sources WHERE source_id = $1 FOR NO KEY UPDATE SKIP LOCKED",

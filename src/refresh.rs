@@ -80,6 +80,18 @@ pub fn apply(
         spi_util::run_all(&[sql.forget_type_errors()])?;
     }
     create_missing_logs(view, &sql)?;
+    if mode == Mode::Delta {
+        // Nothing pending: the apply statement would change nothing but the view's position.
+        // An idle refresh still merges the min/max logs, as below.
+        let plans = crate::plan_cache::Plans::PerSize(view.source.plan_sizes());
+        let pending = catalog::pending(&sql.pending_check(), plans)?;
+        if !pending.any {
+            if pending.extra > 0 {
+                merge_logs(view)?;
+            }
+            return Ok(Applied { consumed: 0, groups_written: 0 });
+        }
+    }
     let statement = sql.apply(mode);
     if mode == Mode::Full {
         let estimate: Option<f32> =

@@ -66,6 +66,37 @@ mod tests {
         assert_matches("ut_v", scratch);
     }
 
+    /// A refresh with nothing pending neither runs the apply nor observes: the view's and the
+    /// observer's positions stay as they are (the apply statement would move them on), and the
+    /// refresh is still recorded. Changes made after it are applied as usual.
+    #[pg_test]
+    fn an_idle_refresh_leaves_the_positions_as_they_are() {
+        setup_events();
+        Spi::run("SELECT eventview.create_view('ut_idle', 'ut_events', group_by => '{\"sku\": \"$.sku\"}')").unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_idle')"), 0);
+        let positions = "SELECT v.applied_snapshot::text || ' ' || coalesce(v.applied_own_seq, -1) || ' ' || s.observed_snapshot::text
+                         FROM eventview._views v JOIN eventview._sources s USING (source_id) WHERE v.relid = 'ut_idle'::regclass";
+        let before = Spi::get_one::<String>(positions).unwrap();
+        Spi::run("UPDATE eventview._views SET last_refresh_at = NULL WHERE relid = 'ut_idle'::regclass").unwrap();
+        // Rows this transaction updated: the apply and the observer each update their position.
+        let updates = "SELECT string_agg(relname || ' ' || n_tup_upd, ', ' ORDER BY relname) FROM pg_stat_xact_user_tables
+                       WHERE schemaname = 'eventview' AND relname IN ('_views', '_sources')";
+        let counts = |text: String| -> Vec<i64> {
+            text.split(", ").map(|t| t.rsplit(' ').next().unwrap().parse::<i64>().unwrap()).collect()
+        };
+        let updated_before = counts(Spi::get_one::<String>(updates).unwrap().unwrap());
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_idle')"), 0);
+        let updated_after = counts(Spi::get_one::<String>(updates).unwrap().unwrap());
+        // (_sources, _views): only the refresh's own record.
+        assert_eq!((updated_after[0] - updated_before[0], updated_after[1] - updated_before[1]), (0, 1));
+        assert_eq!(Spi::get_one::<String>(positions).unwrap(), before);
+        assert_eq!(scalar_i64("SELECT count(*) FROM eventview.views WHERE name = 'ut_idle'::regclass AND last_refresh_at IS NOT NULL"), 1);
+        Spi::run("INSERT INTO ut_events (event_type, payload) VALUES ('a', '{\"sku\": \"x\"}')").unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_idle')"), 1);
+        assert_ne!(Spi::get_one::<String>(positions).unwrap(), before);
+        assert_matches("ut_idle", "SELECT CASE WHEN jsonb_typeof(payload->'sku') = 'string' THEN payload->>'sku' END, count(*) FROM ut_events GROUP BY 1");
+    }
+
     #[pg_test]
     fn extreme_logs_are_merged_before_the_multisets_are_read() {
         setup_events();

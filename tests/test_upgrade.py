@@ -37,6 +37,7 @@ RELEASE_COMMITS = {
     "0.4.0": "022c1ba40e8c0a212096b5d92cc0ea7e08997979",
     "0.5.0": "7554a74c9d83f9f36691be6b46acd09fd9fcac08",
     "0.6.0": "ec29b98d10b71a992c8fb96d4f4168b440c04a00",
+    "0.7.0": "a9a6ff599f7f0730c94ebc409481d16dee189b55",
 }
 
 

@@ -49,3 +49,29 @@ SELECT eventview.refresh('strict_view');
 SELECT * FROM strict_view;
 SELECT reason FROM eventview.quarantine WHERE view_name = 'public.strict_view';
 SELECT try($$SELECT eventview.alter_view('strict_view', on_type_error => 'ignore')$$);
+
+-- A quarantine entry describes the version of an event the view left out: correcting the event
+-- (UPDATE) or erasing it (DELETE) takes the entry back at the next refresh, and the counter.
+UPDATE orders SET payload = '{"lane": "strict", "qty": 7}' WHERE event_key = 'o7';
+SELECT eventview.refresh('strict_view');
+SELECT * FROM strict_view;
+SELECT count(*) AS entries FROM eventview.quarantine WHERE view_name = 'public.strict_view';
+SELECT quarantined FROM eventview.views WHERE name = 'strict_view'::regclass;
+SELECT event_id, reason FROM eventview.quarantine WHERE view_name = 'public.q_view' ORDER BY id;
+DELETE FROM orders WHERE event_key = 'o2';
+SELECT eventview.refresh('q_view');
+SELECT event_id, reason FROM eventview.quarantine WHERE view_name = 'public.q_view' ORDER BY id;
+SELECT name, quarantined FROM eventview.views WHERE name = 'q_view'::regclass;
+
+-- A group key too large to store in the view's index is a type error too, not a refresh that
+-- fails for ever (a btree entry takes at most 2.7 kB).
+SELECT eventview.create_view('wide_keys', 'orders',
+  group_by => '{"note": "$.note"}', measures => '{"n": "count(*)", "notes": "count_distinct($.note)"}');
+INSERT INTO orders (event_type, event_key, payload) VALUES
+  ('order', 'w1', jsonb_build_object('note', 'short')),
+  ('order', 'w2', jsonb_build_object('note', (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 100) i)));
+SELECT eventview.refresh('wide_keys');
+SELECT note, n, notes FROM wide_keys ORDER BY note;
+SELECT reason FROM eventview.quarantine WHERE view_name = 'public.wide_keys';
+-- (Every view up to date, for the files after this one.)
+SELECT eventview.refresh_all() > 0 AS refreshed;

@@ -32,6 +32,13 @@ SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '["$.a"
 SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"": "$.a"}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', event_types => '{}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', event_types => ARRAY[NULL]::text[])$$);
+-- Required arguments given as NULL: 22004, naming the argument.
+SELECT try($$SELECT eventview.create_view(NULL, 'err_events')$$);
+SELECT try($$SELECT eventview.create_view('v', NULL)$$);
+SELECT try($$SELECT eventview.create_event_table(NULL)$$);
+SELECT try($$SELECT eventview.define_field('err_events', 'f', NULL)$$);
+SELECT try($$SELECT eventview.rebuild(NULL)$$);
+SELECT try($$SELECT eventview.alter_view(NULL, realtime => true)$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', on_type_error => 'ignore')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', time_bucket => '1 month')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', time_bucket => '-1 hour')$$);

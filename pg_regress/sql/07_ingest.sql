@@ -33,6 +33,13 @@ SET eventview.max_payload_bytes = '16B';
 SELECT * FROM eventview.ingest('gate', '[{"type": "a", "payload": {"x": "a long string"}}, {"type": "a", "payload": {"x": 1}}]');
 RESET eventview.max_payload_bytes;
 SELECT reason FROM eventview.quarantine ORDER BY id DESC LIMIT 1;
+-- A leap second is a time (the next minute's first); with a fraction, PostgreSQL has no such
+-- time: a bad envelope, not a failed batch.
+SELECT * FROM eventview.ingest('gate', '[
+  {"type": "leap", "payload": {}, "occurred_at": "2026-12-31T23:59:60Z"},
+  {"type": "leap", "payload": {}, "occurred_at": "2026-12-31T23:59:60.5Z"}]');
+SELECT occurred_at FROM gate WHERE event_type = 'leap';
+SELECT reason FROM eventview.quarantine ORDER BY id DESC LIMIT 1;
 -- Ingested events flow into views like any insert.
 SELECT eventview.refresh('gate_counts');
 SELECT * FROM gate_counts ORDER BY type;

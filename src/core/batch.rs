@@ -19,6 +19,18 @@ pub const SNAP_CTE: &str = "snap AS MATERIALIZED (
 pub const OWN_SEQ_AFTER_DELTA: &str = "greatest((SELECT max(seq) FROM chg WHERE xid = (SELECT own FROM snap)),
                           (SELECT own_seq FROM applied WHERE own = (SELECT own FROM snap)))";
 
+/// The records of the batch, as a condition on a changelog row `c`: visible now (or written by
+/// our own transaction) and not applied (not visible in the applied snapshot, nor our own
+/// transaction's up to own_seq). Reads the CTEs `snap` and `applied`; the xid range of the two
+/// snapshots bounds the index scan.
+const IN_BATCH: &str = "((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
+            AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap)))
+           OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM applied))
+      AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
+           OR coalesce(c.xid = (SELECT own FROM snap), false))
+      AND NOT (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM applied))
+               OR coalesce(c.xid = (SELECT own FROM applied) AND c.seq <= (SELECT own_seq FROM applied), false))";
+
 /// CTEs `snap`, `applied`, `chg` (the records of the batch) and `ids` (one row per changed
 /// event row, with its record `seq` and `op`). `applied_sql` selects the consumer's state as
 /// `(s pg_snapshot, own xid8, own_seq bigint)`.
@@ -33,19 +45,32 @@ chg AS MATERIALIZED (
     SELECT c.seq, c.xid, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
            c.old_producer, c.old_occurred_at, c.old_payload
     FROM {log} c
-    WHERE ((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
-            AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap)))
-           OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM applied))
-      AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
-           OR coalesce(c.xid = (SELECT own FROM snap), false))
-      AND NOT (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM applied))
-               OR coalesce(c.xid = (SELECT own FROM applied) AND c.seq <= (SELECT own_seq FROM applied), false))
+    WHERE {IN_BATCH}
 ),
 ids AS MATERIALIZED (
     SELECT seq, op, unnest(event_ids) AS event_id FROM chg WHERE op = 'I'
     UNION ALL
     SELECT seq, op, event_id FROM chg WHERE op <> 'I'
 )"
+    )
+}
+
+/// Whether the consumer has anything to apply: one row, `(pending boolean, applied_xmax
+/// bigint, <also>)`, the xmax of its applied snapshot (for `catalog::position_from_elsewhere`)
+/// and the expression `also` over the catalog. A consumer with nothing pending skips its
+/// statement (hundreds of lines, whose executor start-up alone costs more than this whole
+/// check): the batch semantics make that exactly a run over an empty batch, whose only effect
+/// would be to move the applied snapshot past transactions that wrote nothing it reads.
+pub fn pending_check(source_id: i32, applied_sql: &str, also: &str) -> String {
+    let log = names::changelog(source_id);
+    format!(
+        "WITH {SNAP_CTE},
+applied AS MATERIALIZED (
+    {applied_sql}
+)
+SELECT EXISTS (SELECT 1 FROM {log} c WHERE {IN_BATCH}) AS pending,
+       (SELECT pg_catalog.pg_snapshot_xmax(s)::text::bigint FROM applied) AS applied_xmax,
+       {also}"
     )
 }
 

@@ -21,18 +21,25 @@ pub const MAX_DEPTH: u32 = 32;
 /// Members of one object (or elements of one array) the observer walks.
 pub const MAX_MEMBERS: u32 = 1000;
 
+/// The observer's position in the changelog, as `batch` reads it.
+fn observed_state(source_id: i32) -> String {
+    format!(
+        "SELECT observed_snapshot AS s, observed_own_xid AS own, observed_own_seq AS own_seq
+    FROM eventview._sources WHERE source_id = {source_id}"
+    )
+}
+
+/// Whether the observer of the source has anything to observe (see `batch::pending_check`).
+pub fn pending_check(source_id: i32) -> String {
+    batch::pending_check(source_id, &observed_state(source_id), "NULL::bigint AS unused")
+}
+
 /// The observer statement for one source. $1: the paths views read, normalized (text[]).
 /// Returns (events observed, drift rows recorded).
 pub fn observe(source_id: i32, source_table: &str) -> String {
     let sid = source_id;
     let touched = batch::touched_rows(source_table);
-    let batch = batch::ctes(
-        source_id,
-        &format!(
-            "SELECT observed_snapshot AS s, observed_own_xid AS own, observed_own_seq AS own_seq
-    FROM eventview._sources WHERE source_id = {sid}"
-        ),
-    );
+    let batch = batch::ctes(source_id, &observed_state(source_id));
     format!(
         "WITH {batch},
 -- The walk is an aggregate over the rows, read once: one call per event, walking its payload

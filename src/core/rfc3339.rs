@@ -4,9 +4,9 @@
 //! instead of quarantining one event, and catching it costs a subtransaction per value.
 //!
 //! Accepted: `YYYY-MM-DD`, `T`/`t`/space, `hh:mm:ss` (hour 00-23, second 00-60), optional
-//! fraction, `Z`/`z` or `+hh:mm`/`-hh:mm`; a real calendar date from year 0001; offsets up to
-//! 15:59 (the largest PostgreSQL stores); at most 64 bytes in all (PostgreSQL's input refuses
-//! very long fractions).
+//! fraction (only zeros on a leap second), `Z`/`z` or `+hh:mm`/`-hh:mm`; a real calendar date
+//! from year 0001; offsets up to 15:59 (the largest PostgreSQL stores); at most 64 bytes in all
+//! (PostgreSQL's input refuses very long fractions).
 
 fn digits(b: &[u8]) -> Option<u32> {
     if b.is_empty() || !b.iter().all(u8::is_ascii_digit) {
@@ -49,7 +49,8 @@ pub fn is_valid(s: &str) -> bool {
     let mut rest = &b[19..];
     if rest.first() == Some(&b'.') {
         let n = rest[1..].iter().take_while(|c| c.is_ascii_digit()).count();
-        if n == 0 {
+        // A leap second takes no fraction: PostgreSQL refuses 23:59:60.5 (past the minute).
+        if n == 0 || (second == 60 && rest[1..=n].iter().any(|&d| d != b'0')) {
             return false;
         }
         rest = &rest[1 + n..];
@@ -74,6 +75,7 @@ mod tests {
             "2026-11-30t08:15:00z",
             "2026-11-30 08:15:00.123456+05:30",
             "2024-02-29T23:59:60-15:59",
+            "2026-12-31T23:59:60.000Z",
             "0001-01-01T00:00:00.5Z",
             "9999-12-31T23:59:59+00:00",
         ] {
@@ -90,6 +92,8 @@ mod tests {
             "2026-11-30T24:00:00Z",
             "2026-11-30T08:60:00Z",
             "2026-11-30T08:15:61Z",
+            "2026-12-31T23:59:60.5Z",
+            "2026-12-31T23:59:60.000001+01:00",
             "2026-02-29T08:15:00Z",
             "2100-02-29T08:15:00Z",
             "2026-13-01T08:15:00Z",

@@ -48,6 +48,11 @@ use super::{batch, jsonpath, names, quote};
 /// inserted events on 1M (every update HOT instead of about half).
 pub const STORAGE_FILLFACTOR: u32 = 70;
 
+/// Most bytes the variable-length parts of a group key (and of a multiset value with its key)
+/// may take: a btree entry takes at most 2704 bytes (8 kB pages), and the rest of an entry
+/// (flags, bucket, headers, alignment) fits in what this leaves. See `oversize_check`.
+pub const MAX_KEY_BYTES: u32 = 2000;
+
 /// Where the rows of an apply come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -488,18 +493,30 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         ))
     }
 
+    /// The view's position in the changelog, as `batch` reads it.
+    fn applied_state(&self) -> String {
+        format!(
+            "SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+    FROM eventview._views WHERE view_id = {}",
+            self.view_id
+        )
+    }
+
+    /// Whether a refresh has anything to apply (see `batch::pending_check`), and how many
+    /// values wait in the min/max logs (an idle refresh merges them).
+    pub fn pending_check(&self) -> String {
+        batch::pending_check(
+            self.source_id,
+            &self.applied_state(),
+            &format!("(SELECT extremes_logged FROM eventview._views WHERE view_id = {}) AS extremes_logged", self.view_id),
+        )
+    }
+
     /// The signed rows of the batch; `by_runs`: fetch touched rows by id ranges (see `batch`).
     fn rows_delta(&self, by_runs: bool) -> String {
         let touched =
             if by_runs { batch::touched_rows(&self.source_table) } else { batch::touched_rows_by_id(&self.source_table) };
-        let batch = batch::ctes(
-            self.source_id,
-            &format!(
-                "SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
-    FROM eventview._views WHERE view_id = {}",
-                self.view_id
-            ),
-        );
+        let batch = batch::ctes(self.source_id, &self.applied_state());
         format!(
             "{batch},
 firsts AS (SELECT DISTINCT ON (event_id) event_id, seq, op FROM ids ORDER BY event_id, seq),
@@ -674,7 +691,10 @@ delta_rows AS (
             let whens: Vec<String> = checks.iter().map(|(cond, reason)| format!("WHEN {cond} THEN {reason}")).collect();
             format!("CASE {} END", whens.join(" "))
         };
-        c_cols.push(format!("{bad} AS bad"));
+        // Sizes are checked over c's columns, in a second step (c0 then c) when the view keeps
+        // keys whose size varies.
+        let oversize = self.oversize_check();
+        c_cols.push(format!("{bad} AS {}", if oversize.is_some() { "bad0" } else { "bad" }));
         let mut c_where = Vec::new();
         for term in &def.filter {
             let lhs = match &term.field {
@@ -709,10 +729,53 @@ delta_rows AS (
             ctes.push(format!("ft AS (\n    SELECT f.*, {}\n    FROM f\n    OFFSET 0\n)", types.join(", ")));
             "ft"
         };
-        ctes.push(format!("c AS (\n    SELECT {c_cols}\n    FROM {from}{c_where}\n)"));
+        match oversize {
+            None => ctes.push(format!("c AS (\n    SELECT {c_cols}\n    FROM {from}{c_where}\n)")),
+            Some(oversize) => {
+                // (c0 is read once, so it is not materialized: the check costs no extra pass.)
+                ctes.push(format!("c0 AS (\n    SELECT {c_cols}\n    FROM {from}{c_where}\n)"));
+                ctes.push(format!("c AS (\n    SELECT c0.*, coalesce(c0.bad0, {oversize}) AS bad\n    FROM c0\n)"));
+            }
+        }
         ctes.push("bad_rows AS (SELECT event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0)".into());
         ctes.push("good AS (SELECT * FROM c WHERE bad IS NULL)".into());
         ctes
+    }
+
+    /// The type error of an event whose group key, or group key and value of a min/max or
+    /// count_distinct measure, is too large to store (over `c0`), or None when the view keeps
+    /// no such key. Keys and values are entries of unique btree indexes, which take at most
+    /// about 2.7 kB: one larger event would fail every refresh of the view, whatever its type
+    /// policy. The sizes counted are those of the variable-length parts; the rest of an entry
+    /// (bucket, flags, headers) fits in what MAX_KEY_BYTES leaves.
+    fn oversize_check(&self) -> Option<String> {
+        let def = self.def;
+        let keys: Vec<String> =
+            (1..=def.group_by.len()).map(|n| format!("coalesce(pg_catalog.pg_column_size(c0.g{n}), 0)")).collect();
+        let key_bytes = if keys.is_empty() { "0".to_string() } else { keys.join(" + ") };
+        let mut whens = Vec::new();
+        if !keys.is_empty() {
+            let names: Vec<String> = def.group_by.iter().map(|g| format!("\"{}\"", g.name)).collect();
+            whens.push(format!(
+                "WHEN {key_bytes} > {MAX_KEY_BYTES} THEN {} || ({key_bytes}) || {}",
+                quote::literal(&format!("group columns {} take ", names.join(", "))),
+                quote::literal(&format!(" bytes, more than the {MAX_KEY_BYTES} a group key may take"))
+            ));
+        }
+        for (n, m) in self.multiset_measures() {
+            let field = m.field.as_ref().map(|f| f.display()).unwrap_or("");
+            let bytes = format!("{key_bytes} + coalesce(pg_catalog.pg_column_size(c0.m{n}), 0)");
+            whens.push(format!(
+                "WHEN {bytes} > {MAX_KEY_BYTES} THEN {} || ({bytes}) || {}",
+                quote::literal(&format!("measure \"{}\": {}({field}) takes, with the group columns, ", m.name, m.kind.name())),
+                quote::literal(&format!(" bytes, more than the {MAX_KEY_BYTES} a stored value may take"))
+            ));
+        }
+        if whens.is_empty() {
+            None
+        } else {
+            Some(format!("CASE {} END", whens.join(" ")))
+        }
     }
 
     /// Key expressions of a group (over `good`) and the columns of its signed delta (`d0`):
@@ -810,6 +873,24 @@ delta_rows AS (
             sets = sets.join(",\n        ")
         ));
         let mut counters = String::new();
+        // A quarantine entry describes the version of an event the view left out; when that
+        // version is retracted (updated, deleted: an erasure request must not leave a copy
+        // behind), its entry goes, whatever the policy is now. The DELETE sees only the entries
+        // from before this statement, never those `q` files for the events' new versions.
+        let unquarantined = if mode == Mode::Full {
+            "0".to_string()
+        } else {
+            ctes.push(format!(
+                "unq AS (
+    DELETE FROM eventview.quarantine q
+    WHERE q.view_name = eventview._view_name({vid})
+      AND q.event_id IN (SELECT event_id FROM c WHERE sign < 0 AND bad IS NOT NULL)
+    RETURNING 1
+)",
+                vid = self.view_id
+            ));
+            "(SELECT count(*) FROM unq)".to_string()
+        };
         match def.on_type_error {
             TypePolicy::Quarantine => {
                 ctes.push(format!(
@@ -828,12 +909,17 @@ delta_rows AS (
                     sid = self.source_id,
                     src = self.source_table
                 ));
-                counters.push_str(",\n        quarantined = quarantined + (SELECT count(*) FROM bad_rows)");
+                counters.push_str(&format!(
+                    ",\n        quarantined = greatest(quarantined + (SELECT count(*) FROM bad_rows) - {unquarantined}, 0)"
+                ));
             }
             TypePolicy::Skip => {
                 counters.push_str(",\n        skipped = skipped + (SELECT count(*) FROM bad_rows)");
             }
             TypePolicy::Fail => {}
+        }
+        if def.on_type_error != TypePolicy::Quarantine && mode != Mode::Full {
+            counters.push_str(&format!(",\n        quarantined = greatest(quarantined - {unquarantined}, 0)"));
         }
         // Values appended to the logs so far (a full rebuild empties them).
         match mode {

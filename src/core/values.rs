@@ -44,6 +44,9 @@ pub fn value_sql(field: &FieldRef, raw: &str, used: Use, context: &str) -> Value
             let check = bad.map(|b| (b, reason));
             let expr = match used {
                 Use::GroupKey | Use::Extreme => conv,
+                // A double's own numeric conversion keeps 15 significant digits: sums and
+                // averages take the JSON number exactly, as for numeric fields.
+                Use::Number if f.sql_type == SqlType::Double => format!("CASE WHEN ({conv}) IS NOT NULL THEN {raw}::numeric END"),
                 Use::Number => format!("({conv})::numeric"),
                 Use::CountNonNull => format!("(({conv}) IS NOT NULL)"),
                 Use::Distinct => format!("CASE WHEN ({conv}) IS NOT NULL THEN {raw} END"),
@@ -114,9 +117,11 @@ fn convert(raw: &str, t: SqlType) -> (String, Option<String>, String) {
         }
         SqlType::Double => {
             // Within double precision's range both ways: too large overflows, and a nonzero
-            // number below DBL_MIN would underflow (the cast raises an error for both).
+            // number that rounds to zero underflows (the cast raises an error for both).
+            // Subnormal numbers convert: the lower bound is just above half the smallest one
+            // (2^-1075, which rounds to zero), not DBL_MIN.
             let fits = format!(
-                "(abs({raw}::numeric) <= 1.7976931348623157e308 AND ({raw}::numeric = 0 OR abs({raw}::numeric) >= 2.2250738585072014e-308))"
+                "(abs({raw}::numeric) <= 1.7976931348623157e308 AND ({raw}::numeric = 0 OR abs({raw}::numeric) >= 2.4703282292062328e-324))"
             );
             (
                 format!("CASE WHEN {kind} = 'number' AND {fits} THEN {raw}::numeric::double precision END"),

@@ -1,0 +1,49 @@
+"""Values at the edges of their types, through a view's refresh: each test reproduces a defect
+found in an audit (session 8) and fails without its fix."""
+
+import psycopg
+
+
+def _one(conn, sql, params=None):
+    return conn.execute(sql, params).fetchone()[0]
+
+
+def test_double_precision_fields_sum_exactly_and_take_subnormal_numbers(db):
+    """sum/avg of a field declared double precision used to round each value to 15 significant
+    digits (PostgreSQL 15's float8 -> numeric); numbers below DBL_MIN but representable
+    (subnormal) were quarantined as out of range. A number that rounds to zero still is."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('ev')")
+        a.execute("SELECT eventview.define_field('ev', 'p', '$.p', type => 'double precision')")
+        a.execute("""SELECT eventview.create_view('v', 'ev',
+                       measures => '{"n": "count(p)", "s": "sum(p)", "a": "avg(p)", "hi": "max(p)", "lo": "min(p)"}')""")
+        a.execute("""INSERT INTO ev (event_type, payload) VALUES
+                       ('t', '{"p": 0.30000000000000004}'), ('t', '{"p": 1.2345678901234567}'),
+                       ('t', '{"p": 1e-310}'), ('t', '{"p": 2e-324}')""")
+        assert _one(a, "SELECT eventview.refresh('v')") == 4
+        n, s, avg, hi, lo = a.execute("SELECT n, s, a, hi, lo FROM v").fetchone()
+        assert n == 3
+        exact = "SELECT {}(x) FROM (VALUES (0.30000000000000004), (1.2345678901234567), (1e-310)) v(x)"
+        assert s == _one(a, exact.format("sum"))
+        assert str(s).startswith("1.5345678901234567")
+        assert avg == _one(a, exact.format("avg"))
+        assert (hi, lo) == (1.2345678901234567, 1e-310)
+        assert a.execute("SELECT (event->'payload'->>'p')::numeric = 2e-324, reason FROM eventview.quarantine").fetchall() == [
+            (True, 'measure "n": count(p): field "p" is declared double precision and cannot take an out-of-range number')
+        ]
+
+
+def test_a_leap_second_with_a_fraction_is_a_type_error_not_a_stuck_view(db):
+    """PostgreSQL takes 23:59:60 (the next minute) but no fraction of it: the RFC 3339 check let
+    23:59:60.5 through, and the cast then failed every refresh of the view (and every read of a
+    realtime one), whatever its type policy."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('ev')")
+        a.execute("SELECT eventview.define_field('ev', 'at', '$.at', type => 'timestamptz')")
+        a.execute("""SELECT eventview.create_view('v', 'ev', measures => '{"n": "count(*)", "last": "max(at)"}', realtime => true)""")
+        a.execute("""INSERT INTO ev (event_type, payload) VALUES
+                       ('t', '{"at": "2026-12-31T23:59:60Z"}'), ('t', '{"at": "2026-12-31T23:59:60.5Z"}')""")
+        assert _one(a, "SELECT n FROM v") == 1
+        assert _one(a, "SELECT eventview.refresh('v')") == 2
+        assert a.execute("SELECT n, last = '2027-01-01T00:00:00Z'::timestamptz FROM v").fetchone() == (1, True)
+        assert _one(a, "SELECT count(*) FROM eventview.quarantine") == 1
