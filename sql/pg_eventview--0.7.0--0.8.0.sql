@@ -140,3 +140,15 @@ WHERE EXISTS (
          eventview._fields f
     WHERE f.source_id = v.source_id AND f.field_type = 'double precision'
       AND m.value ~* ('^\s*(sum|avg)\(\s*' || f.field || '\s*\)\s*$'));
+
+-- count_distinct of a logical field declared timestamptz counts instants since 0.8.0, in the UTC
+-- form occurred_at uses (before, the strings as written: one instant written with two offsets
+-- counted twice): views with such a measure are asked to be rebuilt once.
+UPDATE eventview._views v
+SET rebuild_note = 'pg_eventview 0.8.0 counts distinct timestamptz fields as instants; rebuild this view once (eventview.rebuild(name))'
+WHERE EXISTS (
+    SELECT 1
+    FROM json_each_text(CASE WHEN json_typeof(v.definition -> 'measures') = 'object' THEN v.definition -> 'measures' END) m,
+         eventview._fields f
+    WHERE f.source_id = v.source_id AND f.field_type = 'timestamptz'
+      AND m.value ~* ('^\s*count_distinct\(\s*' || f.field || '\s*\)\s*$'));

@@ -178,7 +178,7 @@ fn payload_shapes(
             let root = unsafe { crate::stored_jsonb::jsonb_root(doc.datum()) };
             counter.add_shaped(t, *v, || crate::core::jsonb_bytes::JsonbBytes::new(root));
         }
-        Ok(TableIterator::new(counter.rows().into_iter().map(|(t, v, p, k, n)| (t, v, p, k.to_string(), n))))
+        Ok(TableIterator::new(counter.rows().into_iter().map(|(t, v, p, k, n, _, _)| (t, v, p, k.to_string(), n))))
     })
 }
 
@@ -218,8 +218,9 @@ fn shapes_step(
 }
 
 /// Final function of `eventview._shapes_agg`: the walk's counts as a JSON array of
-/// [event type, event version, path, JSON type, events], plus per type and version a row with
-/// path and JSON type '' counting the events walked (NULL when no event was walked).
+/// [event type, event version, path, JSON type, events, first, first without] (see
+/// `ShapeCounter::rows`), plus per type and version a row with path and JSON type '' counting
+/// the events walked (NULL when no event was walked).
 #[pg_extern(name = "_shapes_final", immutable, parallel_safe)]
 fn shapes_final(mut state: pgrx::Internal) -> Option<String> {
     // SAFETY: the state `_shapes_step` made (the aggregate is FINALFUNC_MODIFY = READ_WRITE:
@@ -227,7 +228,7 @@ fn shapes_final(mut state: pgrx::Internal) -> Option<String> {
     let counter = unsafe { state.get_mut::<crate::shapes::ShapeCounter>() }?;
     let rows = std::mem::take(counter).rows();
     let json: Vec<serde_json::Value> =
-        rows.into_iter().map(|(t, v, p, k, n)| serde_json::json!([t, v, p, k, n])).collect();
+        rows.into_iter().map(|(t, v, p, k, n, first, without)| serde_json::json!([t, v, p, k, n, first, without])).collect();
     Some(serde_json::Value::Array(json).to_string())
 }
 

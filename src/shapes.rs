@@ -220,6 +220,9 @@ impl Sink for Fingerprint<'_> {
     }
 }
 
+/// One row of `ShapeCounter::rows`.
+pub type ShapeRow = (String, i32, String, &'static str, i64, i64, i64);
+
 /// Shapes (distinct fingerprints) kept per counter; events of further shapes are walked and
 /// counted one by one.
 const MAX_SHAPES: usize = 1024;
@@ -254,6 +257,16 @@ pub struct ShapeCounter {
     /// Events whose fingerprint was known, and not.
     hits: u64,
     misses: u64,
+    /// Order within the walk, which drift follows (see `rows`). Per (group, path), by kind: the
+    /// ordinal among the group's events (from 1) of the first event that had it, 0 for none.
+    firsts: FastMap<(u32, u32), [i64; KINDS.len()]>,
+    /// Per (group, path): how many of the group's first events all had the path; the first
+    /// event without it is the next one.
+    prefix: FastMap<(u32, u32), i64>,
+    /// Per group: consecutive events of one shape, not yet in `firsts` and `prefix`, as (shape,
+    /// ordinal of the first, events): applied when the shape changes, so a stable shape costs
+    /// nothing per event.
+    runs: Vec<Option<(u32, i64, i64)>>,
 }
 
 impl ShapeCounter {
@@ -296,6 +309,42 @@ impl ShapeCounter {
             }
         };
         *self.shape_events.entry((group, shape)).or_insert(0) += 1;
+        let ordinal = self.events[group as usize];
+        match self.runs[group as usize] {
+            Some((s, _, ref mut events)) if s == shape => *events += 1,
+            _ => {
+                if let Some(run) = self.runs[group as usize].replace((shape, ordinal, 1)) {
+                    self.apply_run(group, run);
+                }
+            }
+        }
+    }
+
+    /// Puts a run of events of one shape into `firsts` and `prefix`. Runs of a group are
+    /// applied in the order of their events.
+    fn apply_run(&mut self, group: u32, (shape, start, events): (u32, i64, i64)) {
+        let records = std::mem::take(&mut self.shapes[shape as usize]);
+        self.apply_records(group, &records, start, events);
+        self.shapes[shape as usize] = records;
+    }
+
+    /// `records` (sorted by path, then kind) are those of the group's events `start` to
+    /// `start + events - 1`.
+    fn apply_records(&mut self, group: u32, records: &[(u32, Kind)], start: i64, events: i64) {
+        let mut last_path = None;
+        for &(path, kind) in records {
+            let first = &mut self.firsts.entry((group, path)).or_insert([0; KINDS.len()])[kind as usize];
+            if *first == 0 {
+                *first = start;
+            }
+            if last_path != Some(path) {
+                let prefix = self.prefix.entry((group, path)).or_insert(0);
+                if *prefix == start - 1 {
+                    *prefix = start + events - 1;
+                }
+                last_path = Some(path);
+            }
+        }
     }
 
     /// Walks a payload into `event`: the (path id, kind) it has.
@@ -313,6 +362,12 @@ impl ShapeCounter {
         for &(path, kind) in &self.event {
             self.counts.entry((group, path)).or_insert([0; KINDS.len()])[kind as usize] += 1;
         }
+        if let Some(run) = self.runs[group as usize].take() {
+            self.apply_run(group, run);
+        }
+        let records = std::mem::take(&mut self.event);
+        self.apply_records(group, &records, self.events[group as usize], 1);
+        self.event = records;
     }
 
     fn group_id(&mut self, event_type: &str, event_version: i32) -> u32 {
@@ -329,13 +384,23 @@ impl ShapeCounter {
         let id = self.groups.len() as u32;
         self.groups.push(key.clone());
         self.events.push(0);
+        self.runs.push(None);
         self.group_ids.insert(key, id);
         id
     }
 
-    /// The counts: (event type, version, path, JSON type, events), and per event type and
-    /// version one row with path and JSON type '' counting the events walked.
-    pub fn rows(mut self) -> Vec<(String, i32, String, &'static str, i64)> {
+    /// The counts: (event type, version, path, JSON type, events, first, first without), and
+    /// per event type and version one row with path and JSON type '' counting the events walked
+    /// (first and first without 0). Within a type and version, events are numbered from 1 in
+    /// the order walked: `first` is the number of the first event with that path and JSON type,
+    /// `first without` that of the first event without the path (0: every event had it); drift
+    /// follows that order, so it does not depend on how changes were split into refreshes.
+    pub fn rows(mut self) -> Vec<ShapeRow> {
+        for group in 0..self.groups.len() {
+            if let Some(run) = self.runs[group].take() {
+                self.apply_run(group as u32, run);
+            }
+        }
         for (&(group, shape), &n) in &self.shape_events {
             for &(path, kind) in &self.shapes[shape as usize] {
                 self.counts.entry((group, path)).or_insert([0; KINDS.len()])[kind as usize] += n;
@@ -343,13 +408,17 @@ impl ShapeCounter {
         }
         let mut out = Vec::new();
         for ((t, v), &n) in self.groups.iter().zip(&self.events) {
-            out.push((t.clone(), *v, String::new(), "", n));
+            out.push((t.clone(), *v, String::new(), "", n, 0, 0));
         }
         for ((group, path), per_kind) in &self.counts {
             let (t, v) = &self.groups[*group as usize];
+            let events = self.events[*group as usize];
+            let prefix = self.prefix.get(&(*group, *path)).copied().unwrap_or(0);
+            let first_without = if prefix < events { prefix + 1 } else { 0 };
+            let firsts = self.firsts.get(&(*group, *path)).copied().unwrap_or([0; KINDS.len()]);
             for (kind, &n) in per_kind.iter().enumerate() {
                 if n > 0 {
-                    out.push((t.clone(), *v, self.paths[*path as usize].clone(), KINDS[kind], n));
+                    out.push((t.clone(), *v, self.paths[*path as usize].clone(), KINDS[kind], n, firsts[kind], first_without));
                 }
             }
         }
@@ -471,7 +540,7 @@ mod tests {
     fn walked(doc: &Value) -> Seen {
         let mut counter = ShapeCounter::default();
         counter.add("t", 1, &mut ValueTokens::new(doc));
-        counter.rows().into_iter().filter(|row| !row.2.is_empty()).map(|(_, _, path, kind, n)| {
+        counter.rows().into_iter().filter(|row| !row.2.is_empty()).map(|(_, _, path, kind, n, _, _)| {
             assert_eq!(n, 1);
             (path, kind)
         }).collect()
@@ -494,7 +563,7 @@ mod tests {
         counter.add("a", 2, &mut ValueTokens::new(&c));
         let rows = counter.rows();
         let get = |v: i32, p: &str, k: &str| {
-            rows.iter().find(|(_, version, path, kind, _)| *version == v && path == p && *kind == k).map(|r| r.4)
+            rows.iter().find(|(_, version, path, kind, ..)| *version == v && path == p && *kind == k).map(|r| r.4)
         };
         assert_eq!(get(1, "$.x", "object"), Some(1));
         assert_eq!(get(1, "$.x", "number"), Some(1));
@@ -508,6 +577,49 @@ mod tests {
         assert_eq!(get(1, "", ""), Some(2));
         assert_eq!(get(2, "", ""), Some(1));
         assert_eq!(rows.len(), 9 + 2);
+    }
+
+    /// Events are numbered in the order walked, per type and version: for each path and JSON
+    /// type the first event with it, for each path the first event without it; the same
+    /// whether events are counted one by one or through shapes (runs of one shape included).
+    #[test]
+    fn first_events_follow_the_order_walked() {
+        let docs: Vec<Value> = [
+            r#"{"x": 1}"#, r#"{"x": 1}"#, r#"{"x": 1}"#, r#"{"x": "s", "y": 1}"#, r#"{"x": 1}"#, r#"{"y": true}"#, r#"{"x": 2}"#,
+        ]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+        for shaped in [false, true] {
+            let mut counter = ShapeCounter::default();
+            for (i, doc) in docs.iter().enumerate() {
+                if shaped {
+                    counter.add_shaped("t", 1, || ValueTokens::new(doc));
+                    counter.add_shaped("u", 1, || ValueTokens::new(&docs[docs.len() - 1 - i]));
+                } else {
+                    counter.add("t", 1, &mut ValueTokens::new(doc));
+                    counter.add("u", 1, &mut ValueTokens::new(&docs[docs.len() - 1 - i]));
+                }
+            }
+            let rows = counter.rows();
+            let get = |t: &str, p: &str, k: &str| {
+                rows.iter().find(|r| r.0 == t && r.2 == p && r.3 == k).map(|r| (r.4, r.5, r.6))
+            };
+            // (events, first event with it, first event without the path)
+            assert_eq!(get("t", "$.x", "number"), Some((5, 1, 6)), "shaped {shaped}");
+            assert_eq!(get("t", "$.x", "string"), Some((1, 4, 6)), "shaped {shaped}");
+            assert_eq!(get("t", "$.y", "number"), Some((1, 4, 1)), "shaped {shaped}");
+            assert_eq!(get("t", "$.y", "boolean"), Some((1, 6, 1)), "shaped {shaped}");
+            assert_eq!(get("u", "$.x", "number"), Some((5, 1, 2)), "shaped {shaped}");
+            assert_eq!(get("u", "$.x", "string"), Some((1, 4, 2)), "shaped {shaped}");
+            assert_eq!(get("u", "$.y", "boolean"), Some((1, 2, 1)), "shaped {shaped}");
+        }
+        // Every event has the path: no first event without it.
+        let mut counter = ShapeCounter::default();
+        for doc in &docs[..3] {
+            counter.add_shaped("t", 1, || ValueTokens::new(doc));
+        }
+        assert_eq!(counter.rows().iter().find(|r| r.2 == "$.x").map(|r| (r.4, r.5, r.6)), Some((3, 1, 0)));
     }
 
     #[test]

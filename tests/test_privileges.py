@@ -149,6 +149,12 @@ def test_roles_get_exactly_their_rights(cluster, roles):
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         mallory.q("""INSERT INTO eventview.quarantine (source, view_name, reason, event)
                      VALUES ('ev', 'public.bv', 'forged', '{}')""")
+    # Entries are taken back by the view's refresh, as its owner: nobody else may delete them
+    # (the table's producer and readers included), and no one but a superuser the gate's rejects.
+    for who in (pat, rita, mallory):
+        assert who.q("DELETE FROM eventview.quarantine") == 0
+    assert bob.q("DELETE FROM eventview.quarantine WHERE view_name IS NULL") == 0
+    assert sorted(alice.q(reasons)) == [("(gate)",), ("public.bv",)]
 
     # run_maintenance (the worker, pg_cron) refreshes each view as its owner: once bob may no
     # longer read the table, his view's refresh fails, even when a superuser runs maintenance.

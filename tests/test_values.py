@@ -47,3 +47,24 @@ def test_a_leap_second_with_a_fraction_is_a_type_error_not_a_stuck_view(db):
         assert _one(a, "SELECT eventview.refresh('v')") == 2
         assert a.execute("SELECT n, last = '2027-01-01T00:00:00Z'::timestamptz FROM v").fetchone() == (1, True)
         assert _one(a, "SELECT count(*) FROM eventview.quarantine") == 1
+
+
+def test_count_distinct_of_a_timestamptz_field_counts_instants(db):
+    """One instant written with three offsets: one group under group_by, and (since 0.8.0) one
+    value under count_distinct too, as for occurred_at, whatever the session's TimeZone."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('ev')")
+        a.execute("SELECT eventview.define_field('ev', 'at', '$.at', type => 'timestamptz')")
+        a.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"at": "at"}',
+                       measures => '{"n": "count(*)", "instants": "count_distinct(at)"}')""")
+        a.execute("""SELECT eventview.create_view('w', 'ev', measures => '{"instants": "count_distinct(at)"}')""")
+        a.execute("""INSERT INTO ev (event_type, payload) VALUES ('t', '{"at": "2026-12-01T10:00:00Z"}'),
+                       ('t', '{"at": "2026-12-01T11:00:00+01:00"}'), ('t', '{"at": "2026-12-01 05:00:00-05:00"}'),
+                       ('t', '{"at": "2026-12-01T10:00:01Z"}')""")
+        for tz in ["UTC", "Asia/Kolkata"]:
+            a.execute(f"SET TimeZone = '{tz}'")
+            a.execute("SELECT eventview.refresh('v'), eventview.refresh('w')")
+            a.execute("""INSERT INTO ev (event_type, payload) VALUES ('t', '{"at": "2026-12-01T12:30:00+02:30"}')""")
+        a.execute("SELECT eventview.refresh('v'), eventview.refresh('w')")
+        assert a.execute("SELECT n, instants FROM v ORDER BY at").fetchall() == [(5, 1), (1, 1)]
+        assert a.execute("SELECT instants FROM w").fetchall() == [(2,)]

@@ -7,12 +7,15 @@
 //! every inserted or updated event in the batch, the aggregate `eventview._shapes_agg` (Rust,
 //! see `shapes.rs`) lists its distinct (path, JSON type) pairs (arrays as `[*]`; at most
 //! MAX_DEPTH levels and MAX_MEMBERS members of each object or array). Compared with what was
-//! observed before for the same event type and version:
-//! - a path never seen before: `added`;
-//! - a known path with a JSON type never seen before for it: `type_changed` (old type: the one
-//!   seen last);
+//! observed before for the same event type and version, and in the order the batch's events
+//! were walked (by event id), so that drift does not depend on how changes were split into
+//! refreshes:
+//! - a path never seen before: `added`, with the JSON type it first had;
+//! - a path with a JSON type never seen before for it: `type_changed` (old type: the type that
+//!   first appeared before it in the batch, else the one seen last);
 //! - a path some view reads, present in every earlier event of that type and version, absent
-//!   from some new one: `missing`.
+//!   from some new one: `missing` (also within the batch that first brings the type and
+//!   version).
 
 use super::batch;
 
@@ -44,10 +47,12 @@ pub fn observe(source_id: i32, source_table: &str) -> String {
         "WITH {batch},
 -- The walk is an aggregate over the rows, read once: one call per event, walking its payload
 -- in place, and at the end the counts as JSON (besides the paths, per type and version, how
--- many events it walked: path '').
+-- many events it walked: path ''), with, in the order walked, the first event with each path
+-- and type and the first event without each path.
 walked AS MATERIALIZED (
     SELECT r.value ->> 0 AS event_type, (r.value ->> 1)::integer AS event_version,
-           r.value ->> 2 AS path, r.value ->> 3 AS json_type, (r.value ->> 4)::bigint AS events
+           r.value ->> 2 AS path, r.value ->> 3 AS json_type, (r.value ->> 4)::bigint AS events,
+           (r.value ->> 5)::bigint AS first, (r.value ->> 6)::bigint AS first_without
     FROM (
         SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes
         FROM {touched}
@@ -58,9 +63,16 @@ vers AS (
     SELECT event_type, event_version, sum(events)::bigint AS n FROM walked WHERE path = '' GROUP BY 1, 2
 ),
 obs AS (
-    SELECT event_type, event_version, path, json_type, sum(events)::bigint AS n
+    SELECT event_type, event_version, path, json_type, sum(events)::bigint AS n,
+           min(first) AS first, max(first_without) AS first_without
     FROM walked WHERE path <> ''
     GROUP BY 1, 2, 3, 4
+),
+-- Each path's types in the order they first appeared, with the one before.
+ordered AS (
+    SELECT o.*, lag(o.json_type) OVER (PARTITION BY o.event_type, o.event_version, o.path
+                                       ORDER BY o.first, o.json_type) AS before
+    FROM obs o
 ),
 prev_vers AS (
     SELECT v.event_type, v.event_version, coalesce(o.events, 0) AS events
@@ -75,15 +87,16 @@ prev_paths AS (
     GROUP BY 1, 2, 3
 ),
 added AS (
-    SELECT DISTINCT ON (o.event_type, o.event_version, o.path) o.event_type, o.event_version, o.path, o.json_type
-    FROM obs o LEFT JOIN prev_paths p USING (event_type, event_version, path)
-    WHERE p.path IS NULL
-    ORDER BY o.event_type, o.event_version, o.path, o.n DESC, o.json_type
+    SELECT o.event_type, o.event_version, o.path, o.json_type
+    FROM ordered o LEFT JOIN prev_paths p USING (event_type, event_version, path)
+    WHERE p.path IS NULL AND o.before IS NULL
 ),
+-- A type new for its path: after the one before it in this batch, or the last one seen before.
 changed AS (
-    SELECT o.event_type, o.event_version, o.path, p.last_type AS old_type, o.json_type AS new_type
-    FROM obs o JOIN prev_paths p USING (event_type, event_version, path)
-    WHERE NOT EXISTS (
+    SELECT o.event_type, o.event_version, o.path, coalesce(o.before, p.last_type) AS old_type, o.json_type AS new_type
+    FROM ordered o LEFT JOIN prev_paths p USING (event_type, event_version, path)
+    WHERE (p.path IS NOT NULL OR o.before IS NOT NULL)
+      AND NOT EXISTS (
         SELECT 1 FROM eventview._observed x
         WHERE x.source_id = {sid} AND x.event_type = o.event_type AND x.event_version = o.event_version
           AND x.path = o.path AND x.json_type = o.json_type)
@@ -97,6 +110,15 @@ missing AS (
       AND coalesce((SELECT sum(o.n) FROM obs o
                     WHERE o.event_type = p.event_type AND o.event_version = p.event_version
                       AND o.path = p.path), 0) < nv.n
+    UNION ALL
+    -- A type and version first seen in this batch: a path its first events all had, absent
+    -- from a later one (the type: the last to appear before that event).
+    SELECT * FROM (
+        SELECT DISTINCT ON (o.event_type, o.event_version, o.path) o.event_type, o.event_version, o.path, o.json_type
+        FROM obs o JOIN prev_vers pv USING (event_type, event_version)
+        WHERE pv.events = 0 AND o.path = ANY ($1::text[]) AND o.first_without > 1 AND o.first < o.first_without
+        ORDER BY o.event_type, o.event_version, o.path, o.first DESC, o.json_type
+    ) fresh
 ),
 drifted AS (
     INSERT INTO eventview.drift (source, event_type, event_version, path, change, old_type, new_type)

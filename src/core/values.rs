@@ -49,6 +49,9 @@ pub fn value_sql(field: &FieldRef, raw: &str, used: Use, context: &str) -> Value
                 Use::Number if f.sql_type == SqlType::Double => format!("CASE WHEN ({conv}) IS NOT NULL THEN {raw}::numeric END"),
                 Use::Number => format!("({conv})::numeric"),
                 Use::CountNonNull => format!("(({conv}) IS NOT NULL)"),
+                // One instant is one value however its offset was written: the UTC form, as
+                // for occurred_at.
+                Use::Distinct if f.sql_type == SqlType::Timestamptz => Envelope::OccurredAt.jsonb_sql(&format!("({conv})")),
                 Use::Distinct => format!("CASE WHEN ({conv}) IS NOT NULL THEN {raw} END"),
             };
             ValueSql { expr, check }
