@@ -36,20 +36,14 @@ COMMENT ON FUNCTION eventview.schedule(text, interval) IS
 -- Privileges: each source is pruned by (a member of) its owner role, who may delete its rows
 -- and its changelog records; prune() without a source skips the tables of other roles.
 -- A view being created is not in eventview._views until its creation commits, so prune cannot
--- see which changes it still needs (those committed after its starting snapshot): prune takes
--- this lock on the table's catalog row, which conflicts with the one create_view (and
--- define_field) holds until commit, and skips the table while it is taken. SECURITY DEFINER: the
--- lock is the extension's (callers may not update its catalog); only members of the table's
--- owner role get it, as for prune itself.
+-- see which changes it still needs (those committed after its starting snapshot): create_view
+-- holds a shared advisory lock on the table until it commits (catalog::hold_off_prune), and prune
+-- skips the table while it cannot take the lock exclusively. An advisory lock, not a lock on the
+-- table's catalog row: refreshes lock that row (the field observer), and prune must not wait for
+-- them nor make them wait. (Key: 1885828709, 'pgve', and the table's source id.)
 CREATE FUNCTION eventview._lock_source_for_prune(p_source_id integer) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM 1 FROM eventview._sources s
-    WHERE s.source_id = p_source_id
-      AND pg_has_role(session_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = s.relid::oid), 'MEMBER')
-    FOR UPDATE OF s SKIP LOCKED;
-    RETURN FOUND;
-END
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_try_advisory_xact_lock(1885828709, p_source_id)
 $$;
 
 CREATE FUNCTION eventview._prune(source regclass) RETURNS bigint
@@ -84,7 +78,7 @@ BEGIN
           AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid::oid), 'MEMBER')
         ORDER BY src.source_id
     LOOP
-        -- A view being created on the table (or a drop, or another prune): next time.
+        -- A view being created on the table: next time.
         CONTINUE WHEN NOT eventview._lock_source_for_prune(s.source_id);
         -- Walk the (xid, seq) index upwards in windows of batch_size records below the
         -- smallest xmax of the consumers: each window is found by an index scan that starts

@@ -10,20 +10,14 @@ GRANT DELETE ON eventview.quarantine TO PUBLIC;
 -- prune skips an event table while a view on it is being created (it could not see which
 -- changes the new view still needs, and deleted them); the rest of _prune is unchanged.
 -- A view being created is not in eventview._views until its creation commits, so prune cannot
--- see which changes it still needs (those committed after its starting snapshot): prune takes
--- this lock on the table's catalog row, which conflicts with the one create_view (and
--- define_field) holds until commit, and skips the table while it is taken. SECURITY DEFINER: the
--- lock is the extension's (callers may not update its catalog); only members of the table's
--- owner role get it, as for prune itself.
+-- see which changes it still needs (those committed after its starting snapshot): create_view
+-- holds a shared advisory lock on the table until it commits (catalog::hold_off_prune), and prune
+-- skips the table while it cannot take the lock exclusively. An advisory lock, not a lock on the
+-- table's catalog row: refreshes lock that row (the field observer), and prune must not wait for
+-- them nor make them wait. (Key: 1885828709, 'pgve', and the table's source id.)
 CREATE FUNCTION eventview._lock_source_for_prune(p_source_id integer) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM 1 FROM eventview._sources s
-    WHERE s.source_id = p_source_id
-      AND pg_has_role(session_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = s.relid::oid), 'MEMBER')
-    FOR UPDATE OF s SKIP LOCKED;
-    RETURN FOUND;
-END
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_try_advisory_xact_lock(1885828709, p_source_id)
 $$;
 
 CREATE OR REPLACE FUNCTION eventview._prune(source regclass) RETURNS bigint
@@ -58,7 +52,7 @@ BEGIN
           AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid::oid), 'MEMBER')
         ORDER BY src.source_id
     LOOP
-        -- A view being created on the table (or a drop, or another prune): next time.
+        -- A view being created on the table: next time.
         CONTINUE WHEN NOT eventview._lock_source_for_prune(s.source_id);
         -- Walk the (xid, seq) index upwards in windows of batch_size records below the
         -- smallest xmax of the consumers: each window is found by an index scan that starts
@@ -139,7 +133,7 @@ WHERE EXISTS (
     FROM json_each_text(CASE WHEN json_typeof(v.definition -> 'measures') = 'object' THEN v.definition -> 'measures' END) m,
          eventview._fields f
     WHERE f.source_id = v.source_id AND f.field_type = 'double precision'
-      AND m.value ~* ('^\s*(sum|avg)\(\s*' || f.field || '\s*\)\s*$'));
+      AND m.value ~* ('^\s*(sum|avg)\s*\(\s*' || f.field || '\s*\)\s*$'));
 
 -- count_distinct of a logical field declared timestamptz counts instants since 0.8.0, in the UTC
 -- form occurred_at uses (before, the strings as written: one instant written with two offsets
@@ -151,4 +145,50 @@ WHERE EXISTS (
     FROM json_each_text(CASE WHEN json_typeof(v.definition -> 'measures') = 'object' THEN v.definition -> 'measures' END) m,
          eventview._fields f
     WHERE f.source_id = v.source_id AND f.field_type = 'timestamptz'
-      AND m.value ~* ('^\s*count_distinct\(\s*' || f.field || '\s*\)\s*$'));
+      AND m.value ~* ('^\s*count_distinct\s*\(\s*' || f.field || '\s*\)\s*$'));
+
+-- Since 0.8.0 an event whose group key (or key and min/max/count_distinct value) takes more than
+-- 2,000 bytes is a type error (before, it was stored while its index entry fit, and failed every
+-- refresh when it did not), and a subnormal number in a field declared double precision is a
+-- number (before, a type error). A later update or delete of an event stored under the old rule
+-- would be retracted under the new one: views that may hold such events are asked to be rebuilt
+-- once. The update reads each view's storage once for this.
+DO $oversize$
+DECLARE
+    t record;
+    sizes text;
+    found boolean;
+BEGIN
+    FOR t IN
+        SELECT v.view_id, c.oid::regclass AS tab
+        FROM eventview._views v
+        JOIN pg_catalog.pg_class c
+          ON c.relnamespace = 'eventview'::regnamespace
+         AND c.relname ~ ('^_v' || v.view_id || '_(data|m[0-9]+(_log)?)$')
+        ORDER BY v.view_id, c.relname
+    LOOP
+        SELECT string_agg(pg_catalog.format('coalesce(octet_length(%I::text), 0)', a.attname), ' + ')
+        INTO sizes
+        FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid = t.tab AND a.attnum > 0 AND NOT a.attisdropped
+          AND (a.attname ~ '^g[0-9]+$' OR a.attname = 'v');
+        IF sizes IS NULL THEN
+            CONTINUE;
+        END IF;
+        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s WHERE %s > 1900)', t.tab, sizes) INTO found;
+        IF found THEN
+            UPDATE eventview._views
+            SET rebuild_note = 'pg_eventview 0.8.0 leaves out events whose group key takes more than 2000 bytes; rebuild this view once (eventview.rebuild(name))'
+            WHERE view_id = t.view_id;
+        END IF;
+    END LOOP;
+END
+$oversize$;
+
+UPDATE eventview._views v
+SET rebuild_note = 'pg_eventview 0.8.0 takes subnormal numbers in double precision fields; rebuild this view once (eventview.rebuild(name))'
+WHERE (v.quarantined > 0 OR v.skipped > 0)
+  AND EXISTS (
+    SELECT 1 FROM eventview._fields f
+    WHERE f.source_id = v.source_id AND f.field_type = 'double precision'
+      AND v.definition::text ~ ('\m' || f.field || '\M'));

@@ -164,6 +164,14 @@ pub fn lock_source(source: &Source, lock: SourceLock) -> EvResult<()> {
     }
 }
 
+/// Keeps `prune` off the table until this transaction ends (a shared advisory lock; prune takes
+/// it exclusively, or skips the table: see `eventview._lock_source_for_prune`). A view being
+/// created is invisible to prune until it commits, and needs every change committed after its
+/// starting snapshot, which the other consumers may have applied already.
+pub fn hold_off_prune(source: &Source) -> EvResult<()> {
+    spi_util::run("SELECT pg_catalog.pg_advisory_xact_lock_shared(1885828709, $1)", &[source.source_id.into()])
+}
+
 /// Removes an event table's catalog rows: its field declarations and observations, then the
 /// table itself (no foreign keys cascade: see sql/bootstrap.sql). Its views are dropped first.
 pub fn delete_source(source_id: i32) -> EvResult<()> {

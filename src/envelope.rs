@@ -145,37 +145,46 @@ pub fn require_intact(relid: pg_sys::Oid) -> EvResult<()> {
 ///
 /// Pruning is not a retraction, so an event stays while some view has not applied an update of
 /// it: that view would retract the old version it aggregated and find no new one to add. Each
-/// batch first locks its rows (skipping rows an unfinished transaction is changing), then, in a
-/// statement whose snapshot sees every update that committed before the lock, deletes those
-/// with no such pending update. A later update of a locked row waits for the prune and then
-/// finds it gone, so it logs nothing.
+/// batch first locks rows past retention that have no such update (skipping rows an unfinished
+/// transaction is changing), then, in a statement whose snapshot sees every update that
+/// committed before the lock, deletes those that still have none. A later update of a locked
+/// row waits for the prune and then finds it gone, so it logs nothing. Rows kept for a view
+/// are left out of the next batches' candidates, so they never stop the pruning of the others.
 pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> EvResult<i64> {
     privileges::require_table_owner(relid, "prune")?;
     let table = relation::qualified(relid)?;
     let owner = privileges::table_owner(relid)?;
     let source = catalog::source_by_relid(relid)?
         .ok_or_else(|| EvError::invalid(format!("{} is not an event table", relation::regclass_text(relid).unwrap_or_default())))?;
-    let lock = format!(
-        "SELECT coalesce(pg_catalog.array_agg(event_id), '{{}}') FROM
-             (SELECT event_id FROM {table} WHERE occurred_at < now() - $1 LIMIT $2 FOR UPDATE SKIP LOCKED) old"
-    );
-    let delete = format!(
-        "WITH consumers AS (
+    // Events with an update some view has not applied (the changelog's xid index bounds the
+    // scan by the oldest view's position).
+    let updated = format!(
+        "consumers AS (
              SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
              FROM eventview._views WHERE source_id = {sid}
          ),
          updated AS (
              SELECT c.event_id FROM {log} c
              WHERE c.xid >= (SELECT min(pg_catalog.pg_snapshot_xmin(s)) FROM consumers)
-               AND c.op = 'U' AND c.event_id = ANY ($1)
+               AND c.op = 'U' AND c.event_id IS NOT NULL
                AND EXISTS (SELECT 1 FROM consumers k
                            WHERE NOT (pg_catalog.pg_visible_in_snapshot(c.xid, k.s)
                                       OR coalesce(c.xid = k.own AND c.seq <= k.own_seq, false)))
-         ),
-         gone AS (DELETE FROM {table} WHERE event_id = ANY ($1) AND event_id NOT IN (SELECT event_id FROM updated) RETURNING 1)
-         SELECT count(*) FROM gone",
+         )",
         sid = source.source_id,
-        log = crate::core::names::changelog(source.source_id)
+        log = names::changelog(source.source_id)
+    );
+    let lock = format!(
+        "WITH {updated}
+         SELECT coalesce(pg_catalog.array_agg(event_id), '{{}}') FROM
+             (SELECT event_id FROM {table}
+              WHERE occurred_at < now() - $1 AND event_id NOT IN (SELECT event_id FROM updated)
+              LIMIT $2 FOR UPDATE SKIP LOCKED) old"
+    );
+    let delete = format!(
+        "WITH {updated},
+         gone AS (DELETE FROM {table} WHERE event_id = ANY ($1) AND event_id NOT IN (SELECT event_id FROM updated) RETURNING 1)
+         SELECT count(*) FROM gone"
     );
     privileges::as_role(owner, || {
         let mut done: i64 = 0;

@@ -12,10 +12,11 @@
 //! Transaction boundaries: `refresh` runs inside the caller's transaction; the statements are
 //!   1. lock the view row (SELECT ... FOR UPDATE);
 //!   2. the min/max value logs created if missing (storage restored from an older dump);
-//!   3. the apply statement (see `core::sqlgen`);
-//!   4. when a group took a retraction, nothing was applied, or the logs passed
-//!      `eventview.extreme_log_limit`: the logs merged into the multisets;
-//!   5. when a group took a retraction, the fix-up statements;
+//!   3. whether anything is pending (`core::batch::pending_check`): when nothing is, only the
+//!      logs are merged (if they hold values) and the refresh goes on at 6;
+//!   4. the apply statement (see `core::sqlgen`);
+//!   5. when a group took a retraction or the logs passed `eventview.extreme_log_limit`: the
+//!      logs merged into the multisets; when a group took a retraction, the fix-up statements;
 //!   6. bookkeeping (last_refresh_at, last_refresh_ms).
 
 use crate::catalog::{self, ViewRecord};
@@ -132,8 +133,9 @@ pub fn apply(
                 .with_hint("The refresh was rolled back. Fix the event, or use alter_view(on_type_error => 'quarantine' or 'skip')."));
         }
     }
-    // The fix-up reads the multisets, so the logs go into them first; an idle refresh merges
-    // them too, and so does one that finds them past the limit.
+    // The fix-up reads the multisets, so the logs go into them first; so does a refresh that
+    // finds them past the limit. (An idle refresh merges them above, before the statement; an
+    // apply that consumed nothing counts as idle too.)
     let idle = mode == Mode::Delta && consumed == 0;
     if logged > 0 && (dirty > 0 || idle || logged > gucs::extreme_log_limit()) {
         merge_logs(view)?;

@@ -41,6 +41,8 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     let source = catalog::source_by_name(args.source)?;
     privileges::require_select(source.relid)?;
     catalog::lock_source(&source, catalog::SourceLock::AddsRows)?;
+    // Before the snapshot the view starts from: prune must not delete what it will still need.
+    catalog::hold_off_prune(&source)?;
     let fields = catalog::fields_of_source(source.source_id)?;
     let definition = parse_definition(&DefinitionInput {
         fields: &fields,

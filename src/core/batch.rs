@@ -88,7 +88,9 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 /// disjoint, so no row is read twice. The runs are found by `eventview._id_runs` (Rust, see
 /// `id_runs`) over the ids of each block of 2^RUN_BLOCK_BITS ids (a run crossing a block
 /// boundary is read as two; a block's array stays far below the 1 GB limit of a value however
-/// large the batch). Runs are at most RUN_CHUNK ids long (`id_runs` cuts longer ones; the
+/// large the batch). Blocks come in ascending order and `_id_runs` gives each block's runs in
+/// ascending order, so the rows come in event id order (the field observer's drift follows
+/// it). Runs are at most RUN_CHUNK ids long (`id_runs` cuts longer ones; the
 /// chunk numbers it also gives, groups of runs of at most RUN_CHUNK ids together, fed the
 /// observer's walk in bounded arrays before it became an aggregate, and are unused since
 /// 0.6.0). The scan is a LATERAL subquery kept from being pulled up (by
@@ -106,7 +108,7 @@ pub fn touched_rows(source_table: &str) -> String {
     format!(
         "(SELECT blocks.block, r.lo, r.hi, r.chunk
      FROM (SELECT event_id OPERATOR(pg_catalog.>>) {RUN_BLOCK_BITS} AS block, pg_catalog.array_agg(event_id) AS ids
-           FROM ids GROUP BY 1) blocks
+           FROM ids GROUP BY 1 ORDER BY 1) blocks
      CROSS JOIN LATERAL eventview._id_runs(blocks.ids) r) runs
     CROSS JOIN LATERAL (SELECT * FROM {source_table} x
                         WHERE x.event_id >= runs.lo AND x.event_id <= runs.hi

@@ -745,9 +745,10 @@ delta_rows AS (
     /// The type error of an event whose group key, or group key and value of a min/max or
     /// count_distinct measure, is too large to store (over `c0`), or None when the view keeps
     /// no such key. Keys and values are entries of unique btree indexes, which take at most
-    /// about 2.7 kB: one larger event would fail every refresh of the view, whatever its type
-    /// policy. The sizes counted are those of the variable-length parts; the rest of an entry
-    /// (bucket, flags, headers) fits in what MAX_KEY_BYTES leaves.
+    /// about 2.7 kB (after compression, which not every value allows): one event with a larger
+    /// key could fail every refresh of the view, whatever its type policy. The sizes counted
+    /// are those of the variable-length parts, uncompressed; the rest of an entry (bucket,
+    /// flags, headers) fits in what MAX_KEY_BYTES leaves.
     fn oversize_check(&self) -> Option<String> {
         let def = self.def;
         let keys: Vec<String> =
@@ -873,10 +874,11 @@ delta_rows AS (
             sets = sets.join(",\n        ")
         ));
         let mut counters = String::new();
-        // A quarantine entry describes the version of an event the view left out; when that
-        // version is retracted (updated, deleted: an erasure request must not leave a copy
-        // behind), its entry goes, whatever the policy is now. The DELETE sees only the entries
-        // from before this statement, never those `q` files for the events' new versions.
+        // A quarantine entry describes the version of an event the view left out; when the
+        // event is updated or deleted (an erasure request must not leave a copy behind), that
+        // version is superseded and its entry goes, whatever the policy and declarations are
+        // now. The DELETE sees only the entries from before this statement, never those `q`
+        // files for the events' new versions.
         let unquarantined = if mode == Mode::Full {
             "0".to_string()
         } else {
@@ -884,7 +886,7 @@ delta_rows AS (
                 "unq AS (
     DELETE FROM eventview.quarantine q
     WHERE q.view_name = eventview._view_name({vid})
-      AND q.event_id IN (SELECT event_id FROM c WHERE sign < 0 AND bad IS NOT NULL)
+      AND q.event_id IN (SELECT event_id FROM chg WHERE op <> 'I')
     RETURNING 1
 )",
                 vid = self.view_id
