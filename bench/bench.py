@@ -1466,8 +1466,6 @@ def main():
         b.scenario_concurrent()
     if "6" in only:
         b.scenario_gate()
-    if "10" in only:
-        b.scenario_idle()
     if {"2", "3", "5", "7", "8", "9"} & only:
         b.main_setup()
         if "2" in only or "5" in only:
@@ -1484,6 +1482,11 @@ def main():
         if "5" in only:
             b.scenario_scale()
         b.data_notes()
+    if "10" in only:
+        # Last: creating and dropping its 51 views leaves the system catalogs with dead rows
+        # until autovacuum gets to them, which slowed the refreshes of the scenarios after it
+        # (9a 12.8 ms against 5.8 ms without it, in the same session's runs).
+        b.scenario_idle()
     b.report(time.perf_counter() - START)
 
 
