@@ -271,6 +271,20 @@ pub fn rebuild(
         ))
         .with_hint("Call rebuild(name) without from_time and to_time to recompute the whole view."));
     }
+    if !view.definition.bucketed {
+        if let Some(horizon) = view.retention_horizon {
+            // A view without buckets can only be recomputed whole, from the events still there.
+            pgrx::ereport!(
+                WARNING,
+                PgSqlErrorCode::ERRCODE_WARNING,
+                format!(
+                    "rebuild of {} recomputes the whole view from the events still retained: pruned events are no longer counted",
+                    relname(&view)?
+                ),
+                format!("Events older than the retention horizon {horizon} may have been pruned.")
+            );
+        }
+    }
     let applied = if windowed {
         let lower = from.unwrap_or(TimestampWithTimeZone::negative_infinity());
         let upper = to.unwrap_or(TimestampWithTimeZone::positive_infinity());
