@@ -85,36 +85,58 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 /// per run: an INSERT ... SELECT or COPY of n rows takes n consecutive ids, so its rows are read
 /// like a table range (about a tenth of the buffer visits of one lookup per id). Every id of a
 /// run is in the batch, so a run never reads a row the batch did not touch, and runs are
-/// disjoint, so no row is read twice. The runs are found by `eventview._id_runs` (Rust, see
-/// `id_runs`) over the ids of each block of 2^RUN_BLOCK_BITS ids (a run crossing a block
-/// boundary is read as two; a block's array stays far below the 1 GB limit of a value however
-/// large the batch). Blocks come in ascending order and `_id_runs` gives each block's runs in
-/// ascending order, so the rows come in event id order (the field observer's drift follows
-/// it). Runs are at most RUN_CHUNK ids long (`id_runs` cuts longer ones; the
-/// chunk numbers it also gives, groups of runs of at most RUN_CHUNK ids together, fed the
-/// observer's walk in bounded arrays before it became an aggregate, and are unused since
-/// 0.6.0). The scan is a LATERAL subquery kept from being pulled up (by
-/// its LIMIT), so it can only be planned as a range scan per run: the planner cannot know how
-/// short the runs are and would otherwise prefer one sequential scan of the table. The LIMIT
-/// never cuts a run short (event_id is the key, so a run of n ids holds at most n rows; runs
-/// are at most RUN_CHUNK long, so it cannot overflow): it is there for the estimates, which it
-/// divides by ten (a LIMIT the planner cannot compute counts as 10% of the rows). Without it,
-/// with `_id_runs` estimated at its default 1000 runs, a batch of ten events was planned as
-/// tens of millions of rows, and every hash aggregate above it allocated and scanned a table
-/// sized for them (a quarter of such a refresh's time). `_id_runs` is declared with a small row
-/// estimate for the same reason (sql/api.sql). Statements using this
-/// still run with JIT off (`privileges::as_role`): the estimates stay rough.
+/// disjoint, so no row is read twice. Runs are found by `eventview._id_runs` (Rust, see
+/// `id_runs`), and come in ascending order, so the rows come in event id order (the field
+/// observer's drift follows it):
+/// - A batch of at most 64 records, all inserts (the common case), takes the runs of
+///   each record's id array as they are: its records hold disjoint ids (an id is inserted
+///   again only after a delete or an update moved it, and both log a record that is not an
+///   insert), so no id needs to be matched against the other records. The `ids` CTE is then
+///   never read: unnesting, sorting and regrouping every id cost more than the index scans did
+///   (about 8 ms of a 10,000-event refresh).
+/// - Any other batch groups its distinct ids (`ids`) into blocks of 2^RUN_BLOCK_BITS ids (a run
+///   crossing a block boundary is read as two; a block's array stays far below the 1 GB limit
+///   of a value however large the batch) and takes the runs of each block. Runs then span
+///   records: many small inserts of consecutive ids are read by one range scan, not one each.
+///
+/// Both branches are planned; a one-time filter (`BY_RECORD`) runs one of them. Runs are at most RUN_CHUNK ids long (`id_runs` cuts longer
+/// ones; the chunk numbers it also gives are unused since 0.6.0). The scan is a LATERAL
+/// subquery kept from being pulled up (by its LIMIT), so it can only be planned as a range scan
+/// per run: the planner cannot know how short the runs are and would otherwise prefer one
+/// sequential scan of the table. The LIMIT never cuts a run short (event_id is the key, so a
+/// run of n ids holds at most n rows; runs are at most RUN_CHUNK long, so it cannot overflow):
+/// it is there for the estimates, which it divides by ten (a LIMIT the planner cannot compute
+/// counts as 10% of the rows). Without it, with `_id_runs` estimated at its default 1000 runs,
+/// a batch of ten events was planned as tens of millions of rows, and every hash aggregate
+/// above it allocated and scanned a table sized for them (a quarter of such a refresh's time).
+/// `_id_runs` is declared with a small row estimate for the same reason (sql/api.sql).
+/// Statements using this still run with JIT off (`privileges::as_role`): the estimates stay
+/// rough.
 pub fn touched_rows(source_table: &str) -> String {
     format!(
-        "(SELECT blocks.block, r.lo, r.hi, r.chunk
-     FROM (SELECT event_id OPERATOR(pg_catalog.>>) {RUN_BLOCK_BITS} AS block, pg_catalog.array_agg(event_id) AS ids
-           FROM ids GROUP BY 1 ORDER BY 1) blocks
-     CROSS JOIN LATERAL eventview._id_runs(blocks.ids) r) runs
+        "(SELECT r.lo, r.hi
+      FROM chg CROSS JOIN LATERAL eventview._id_runs(chg.event_ids) r
+      WHERE {BY_RECORD}
+     UNION ALL
+     SELECT r.lo, r.hi
+      FROM (SELECT pg_catalog.array_agg(event_id) AS ids
+            FROM ids GROUP BY event_id OPERATOR(pg_catalog.>>) {RUN_BLOCK_BITS}) blocks
+      CROSS JOIN LATERAL eventview._id_runs(blocks.ids) r
+      WHERE NOT {BY_RECORD}
+     ORDER BY 1) runs
     CROSS JOIN LATERAL (SELECT * FROM {source_table} x
                         WHERE x.event_id >= runs.lo AND x.event_id <= runs.hi
                         LIMIT runs.hi - runs.lo + 1) e"
     )
 }
+
+/// Whether `touched_rows` takes the runs of each record of the batch (`chg`) as they are: at most
+/// 64 records, all inserts.
+const BY_RECORD: &str = "(SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)";
+
+/// How many changed event rows the batch holds (the rows of `ids`, counted without them).
+pub const CONSUMED: &str =
+    "(SELECT coalesce(sum(CASE WHEN op = 'I' THEN pg_catalog.cardinality(event_ids) ELSE 1 END), 0)::bigint FROM chg)";
 
 /// Ids of one block of `touched_rows` share all but their low RUN_BLOCK_BITS bits.
 pub const RUN_BLOCK_BITS: u32 = 20;

@@ -685,6 +685,10 @@ delta_rows AS (
             checks.extend(v.check);
             c_cols.push(format!("{} AS m{}", v.expr, i + 1));
         }
+        // A condition already tested by an earlier WHEN can never choose its reason (two
+        // measures over one field check it alike): tested once.
+        let mut tested = std::collections::HashSet::new();
+        checks.retain(|(cond, _)| tested.insert(cond.clone()));
         let bad = if checks.is_empty() {
             "NULL::text".to_string()
         } else {
@@ -951,7 +955,7 @@ delta_rows AS (
     RETURNING extremes_logged
 )"
         ));
-        let consumed = if mode == Mode::Full { "0::bigint".to_string() } else { "(SELECT count(*) FROM ids)".to_string() };
+        let consumed = if mode == Mode::Full { "0::bigint".to_string() } else { batch::CONSUMED.to_string() };
         format!(
             "WITH {}\nSELECT {consumed} AS consumed,\n       (SELECT count(*) FROM up) AS groups_written,\n       (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,\n       (SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1) AS first_error,\n       (SELECT extremes_logged FROM st) AS extremes_logged",
             ctes.join(",\n")
