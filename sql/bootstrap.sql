@@ -172,7 +172,8 @@ $$;
 -- Change records of one source that the view has not applied yet, as (event rows, oldest time).
 -- Counts only what this transaction can see: an uncommitted producer's changes are not pending yet.
 -- SECURITY DEFINER (pinned search_path): counts for eventview.views, which everyone may read,
--- over changelogs and storage that only their owners may.
+-- over changelogs and storage that only their owners may. "Applied" is spelled as in the Rust
+-- core::batch::applied_by.
 CREATE FUNCTION eventview._pending(p_view_id integer, OUT changes bigint, OUT oldest timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

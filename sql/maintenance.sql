@@ -46,6 +46,8 @@ LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
     SELECT pg_try_advisory_xact_lock(1885828709, p_source_id)
 $$;
 
+-- A changelog record goes once every consumer has applied it ("applied" as in the Rust
+-- core::batch::applied_by).
 CREATE FUNCTION eventview._prune(source regclass) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

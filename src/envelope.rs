@@ -167,10 +167,9 @@ pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> E
              SELECT c.event_id FROM {log} c
              WHERE c.xid >= (SELECT min(pg_catalog.pg_snapshot_xmin(s)) FROM consumers)
                AND c.op = 'U' AND c.event_id IS NOT NULL
-               AND EXISTS (SELECT 1 FROM consumers k
-                           WHERE NOT (pg_catalog.pg_visible_in_snapshot(c.xid, k.s)
-                                      OR coalesce(c.xid = k.own AND c.seq <= k.own_seq, false)))
+               AND EXISTS (SELECT 1 FROM consumers k WHERE NOT {applied})
          )",
+        applied = crate::core::batch::applied_by("k.s", "k.own", "k.own_seq"),
         sid = source.source_id,
         log = names::changelog(source.source_id)
     );

@@ -19,23 +19,40 @@ pub const SNAP_CTE: &str = "snap AS MATERIALIZED (
 pub const OWN_SEQ_AFTER_DELTA: &str = "greatest((SELECT max(seq) FROM chg WHERE xid = (SELECT own FROM snap)),
                           (SELECT own_seq FROM applied WHERE own = (SELECT own FROM snap)))";
 
+/// Whether a consumer has applied the changelog row `c`: its transaction is visible in the
+/// consumer's applied snapshot `s`, or it is the consumer's own transaction `own` up to position
+/// `own_seq` (a refresh inside the writing transaction). Every reader of positions uses this:
+/// the batch (`in_batch`), and prune's protection of events with unapplied updates
+/// (`envelope::prune_events`); the SQL functions `eventview._prune` and `eventview._pending`
+/// spell the same condition.
+pub fn applied_by(s: &str, own: &str, own_seq: &str) -> String {
+    format!(
+        "(pg_catalog.pg_visible_in_snapshot(c.xid, {s})
+               OR coalesce(c.xid = {own} AND c.seq <= {own_seq}, false))"
+    )
+}
+
 /// The records of the batch, as a condition on a changelog row `c`: visible now (or written by
-/// our own transaction) and not applied (not visible in the applied snapshot, nor our own
-/// transaction's up to own_seq). Reads the CTEs `snap` and `applied`; the xid range of the two
-/// snapshots bounds the index scan.
-const IN_BATCH: &str = "((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
+/// our own transaction) and not applied (`applied_by` the consumer's state). Reads the CTEs
+/// `snap` and `applied`; the xid range of the two snapshots bounds the index scan.
+fn in_batch() -> String {
+    format!(
+        "((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
             AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap)))
            OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM applied))
       AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
            OR coalesce(c.xid = (SELECT own FROM snap), false))
-      AND NOT (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM applied))
-               OR coalesce(c.xid = (SELECT own FROM applied) AND c.seq <= (SELECT own_seq FROM applied), false))";
+      AND NOT {}",
+        applied_by("(SELECT s FROM applied)", "(SELECT own FROM applied)", "(SELECT own_seq FROM applied)")
+    )
+}
 
 /// CTEs `snap`, `applied`, `chg` (the records of the batch) and `ids` (one row per changed
 /// event row, with its record `seq` and `op`). `applied_sql` selects the consumer's state as
 /// `(s pg_snapshot, own xid8, own_seq bigint)`.
 pub fn ctes(source_id: i32, applied_sql: &str) -> String {
     let log = names::changelog(source_id);
+    let in_batch = in_batch();
     format!(
         "{SNAP_CTE},
 applied AS MATERIALIZED (
@@ -45,7 +62,7 @@ chg AS MATERIALIZED (
     SELECT c.seq, c.xid, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
            c.old_producer, c.old_occurred_at, c.old_payload
     FROM {log} c
-    WHERE {IN_BATCH}
+    WHERE {in_batch}
 ),
 ids AS MATERIALIZED (
     SELECT seq, op, unnest(event_ids) AS event_id FROM chg WHERE op = 'I'
@@ -63,12 +80,13 @@ ids AS MATERIALIZED (
 /// would be to move the applied snapshot past transactions that wrote nothing it reads.
 pub fn pending_check(source_id: i32, applied_sql: &str, also: &str) -> String {
     let log = names::changelog(source_id);
+    let in_batch = in_batch();
     format!(
         "WITH {SNAP_CTE},
 applied AS MATERIALIZED (
     {applied_sql}
 )
-SELECT EXISTS (SELECT 1 FROM {log} c WHERE {IN_BATCH}) AS pending,
+SELECT EXISTS (SELECT 1 FROM {log} c WHERE {in_batch}) AS pending,
        (SELECT pg_catalog.pg_snapshot_xmax(s)::text::bigint FROM applied) AS applied_xmax,
        {also}"
     )
