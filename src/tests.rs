@@ -544,6 +544,28 @@ mod tests {
         assert_eq!(scalar_i64("SELECT sum(n)::bigint FROM ut_order_a"), 5);
     }
 
+    /// Retention pruning logs nothing, so after an event is pruned and inserted again under its
+    /// id, a batch of inserts alone holds that id twice: it is still read, and counted, once.
+    #[pg_test]
+    fn an_event_pruned_and_inserted_again_in_one_batch_counts_once() {
+        Spi::run("SELECT eventview.create_event_table('ut_again', retention => '1 day')").unwrap();
+        Spi::run("SELECT eventview.create_view('ut_again_n', 'ut_again', measures => '{\"n\": \"count(*)\", \"s\": \"sum($.v)\"}')").unwrap();
+        let insert = |v: i32, age: &str| {
+            Spi::run(&format!(
+                "INSERT INTO ut_again (event_id, event_type, occurred_at, payload) OVERRIDING SYSTEM VALUE
+                 VALUES (5, 't', now() - interval '{age}', '{{\"v\": {v}}}')"
+            ))
+            .unwrap()
+        };
+        insert(1, "2 days");
+        assert_eq!(scalar_i64("SELECT eventview.prune('ut_again')"), 1);
+        insert(7, "1 hour");
+        assert_eq!(scalar_i64("SELECT count(*) FROM ut_again"), 1);
+        Spi::run("SELECT eventview.refresh('ut_again_n')").unwrap();
+        assert_eq!(scalar_i64("SELECT n FROM ut_again_n"), 1);
+        assert_eq!(scalar_i64("SELECT s::bigint FROM ut_again_n"), 7);
+    }
+
     /// Statements kept by `plan_cache` follow the objects their text names: a table dropped
     /// and created again with other columns, a changed definition, a dropped and re-created
     /// view. At most CAPACITY are kept, and the settings they run under do not leak.

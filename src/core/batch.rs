@@ -47,9 +47,10 @@ fn in_batch() -> String {
     )
 }
 
-/// CTEs `snap`, `applied`, `chg` (the records of the batch) and `ids` (one row per changed
-/// event row, with its record `seq` and `op`). `applied_sql` selects the consumer's state as
-/// `(s pg_snapshot, own xid8, own_seq bigint)`.
+/// CTEs `snap`, `applied`, `chg` (the records of the batch), `ids` (one row per changed
+/// event row, with its record `seq` and `op`), and `record_runs` and `by_record` for
+/// `touched_rows` (a statement that reads none of them does not run them). `applied_sql`
+/// selects the consumer's state as `(s pg_snapshot, own xid8, own_seq bigint)`.
 pub fn ctes(source_id: i32, applied_sql: &str) -> String {
     let log = names::changelog(source_id);
     let in_batch = in_batch();
@@ -68,6 +69,16 @@ ids AS MATERIALIZED (
     SELECT seq, op, unnest(event_ids) AS event_id FROM chg WHERE op = 'I'
     UNION ALL
     SELECT seq, op, event_id FROM chg WHERE op <> 'I'
+),
+record_runs AS MATERIALIZED (
+    SELECT r.lo, r.hi
+    FROM chg CROSS JOIN LATERAL eventview._id_runs(chg.event_ids) r
+    WHERE (SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)
+),
+by_record AS MATERIALIZED (
+    SELECT (SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)
+           AND NOT EXISTS (SELECT 1 FROM (SELECT lo, lag(hi) OVER (ORDER BY lo) AS before FROM record_runs) o
+                           WHERE o.lo <= o.before) AS yes
 )"
     )
 }
@@ -106,18 +117,21 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 /// disjoint, so no row is read twice. Runs are found by `eventview._id_runs` (Rust, see
 /// `id_runs`), and come in ascending order, so the rows come in event id order (the field
 /// observer's drift follows it):
-/// - A batch of at most 64 records, all inserts (the common case), takes the runs of
-///   each record's id array as they are: its records hold disjoint ids (an id is inserted
-///   again only after a delete or an update moved it, and both log a record that is not an
-///   insert), so no id needs to be matched against the other records. The `ids` CTE is then
-///   never read: unnesting, sorting and regrouping every id cost more than the index scans did
-///   (about 8 ms of a 10,000-event refresh).
+/// - A batch of at most 64 records, all inserts (the common case), takes the runs of each
+///   record's id array (`record_runs`) as they are, when no two of them overlap (`by_record`):
+///   no id then needs to be matched against the other records. The `ids` CTE is then never
+///   read: unnesting, sorting and regrouping every id cost more than the index scans did (about
+///   8 ms of a 10,000-event refresh). Records of inserts alone normally hold disjoint ids (an
+///   id is inserted again only after a delete or an update moved it, and both log a record
+///   that is not an insert), except when retention pruned an event, which logs nothing, and it
+///   was inserted again under its id; overlapping runs catch that (sorted by `lo`, two runs
+///   overlap only if some run overlaps the one before it).
 /// - Any other batch groups its distinct ids (`ids`) into blocks of 2^RUN_BLOCK_BITS ids (a run
 ///   crossing a block boundary is read as two; a block's array stays far below the 1 GB limit
 ///   of a value however large the batch) and takes the runs of each block. Runs then span
 ///   records: many small inserts of consecutive ids are read by one range scan, not one each.
 ///
-/// Both branches are planned; a one-time filter (`BY_RECORD`) runs one of them. Runs are at most RUN_CHUNK ids long (`id_runs` cuts longer
+/// Both branches are planned; a one-time filter (`by_record`) runs one of them. Runs are at most RUN_CHUNK ids long (`id_runs` cuts longer
 /// ones; the chunk numbers it also gives are unused since 0.6.0). The scan is a LATERAL
 /// subquery kept from being pulled up (by its LIMIT), so it can only be planned as a range scan
 /// per run: the planner cannot know how short the runs are and would otherwise prefer one
@@ -132,25 +146,19 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 /// rough.
 pub fn touched_rows(source_table: &str) -> String {
     format!(
-        "(SELECT r.lo, r.hi
-      FROM chg CROSS JOIN LATERAL eventview._id_runs(chg.event_ids) r
-      WHERE {BY_RECORD}
+        "(SELECT lo, hi FROM record_runs WHERE (SELECT yes FROM by_record)
      UNION ALL
      SELECT r.lo, r.hi
       FROM (SELECT pg_catalog.array_agg(event_id) AS ids
             FROM ids GROUP BY event_id OPERATOR(pg_catalog.>>) {RUN_BLOCK_BITS}) blocks
       CROSS JOIN LATERAL eventview._id_runs(blocks.ids) r
-      WHERE NOT {BY_RECORD}
+      WHERE NOT (SELECT yes FROM by_record)
      ORDER BY 1) runs
     CROSS JOIN LATERAL (SELECT * FROM {source_table} x
                         WHERE x.event_id >= runs.lo AND x.event_id <= runs.hi
                         LIMIT runs.hi - runs.lo + 1) e"
     )
 }
-
-/// Whether `touched_rows` takes the runs of each record of the batch (`chg`) as they are: at most
-/// 64 records, all inserts.
-const BY_RECORD: &str = "(SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)";
 
 /// How many changed event rows the batch holds (the rows of `ids`, counted without them).
 pub const CONSUMED: &str =
