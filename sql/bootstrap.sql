@@ -412,6 +412,94 @@ CREATE EVENT TRIGGER eventview_follow_ddl ON ddl_command_end
     WHEN TAG IN ('ALTER TABLE', 'ALTER VIEW', 'ALTER SCHEMA', 'GRANT', 'REVOKE')
     EXECUTE FUNCTION eventview._follow_ddl();
 
+-- Forgets an incremental view: its quarantine rows, its catalog row, its storage (the tables
+-- eventview._v<id>_data, _v<id>_m<n> and _v<id>_m<n>_log, named as in the Rust core::names), and
+-- its owner's right to read the changelog when no other view of theirs reads it. drop_view runs
+-- it before it drops the view's relation; eventview._follow_drop after a plain DROP did.
+-- Internal (no EXECUTE for PUBLIC): it runs as the extension owner.
+CREATE FUNCTION eventview._forget_view(p_view_id integer) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v record;
+    t regclass;
+    following text := pg_catalog.current_setting('eventview.following_ddl', true);
+BEGIN
+    SELECT w.view_id, w.source_id, w.known_name, w.owner::oid AS owner, o.rolname AS owner_name,
+           s.relid::oid AS source_relid
+    INTO v
+    FROM eventview._views w
+    JOIN eventview._sources s ON s.source_id OPERATOR(pg_catalog.=) w.source_id
+    LEFT JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) w.owner::oid
+    WHERE w.view_id OPERATOR(pg_catalog.=) p_view_id;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    DELETE FROM eventview.quarantine WHERE view_name OPERATOR(pg_catalog.=) v.known_name;
+    DELETE FROM eventview._views WHERE view_id OPERATOR(pg_catalog.=) v.view_id;
+    FOR t IN
+        SELECT c.oid::pg_catalog.regclass FROM pg_catalog.pg_class c
+        WHERE c.relnamespace OPERATOR(pg_catalog.=) 'eventview'::pg_catalog.regnamespace
+          AND c.relkind OPERATOR(pg_catalog.=) 'r'
+          AND c.relname OPERATOR(pg_catalog.~) pg_catalog.format('^_v%s_(data|m[0-9]+(_log)?)$', v.view_id)
+        -- The logs and multisets before the data (none depends on another; the same order
+        -- every time keeps two drops from waiting on each other).
+        ORDER BY c.relname OPERATOR(pg_catalog.~) '_data$', c.relname
+    LOOP
+        EXECUTE pg_catalog.format('DROP TABLE IF EXISTS %s', t);
+    END LOOP;
+    IF v.owner_name IS NOT NULL
+       AND pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', v.source_id)) IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM eventview._views w
+                       WHERE w.source_id OPERATOR(pg_catalog.=) v.source_id
+                         AND w.owner::oid OPERATOR(pg_catalog.=) v.owner)
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                       WHERE c.oid OPERATOR(pg_catalog.=) v.source_relid
+                         AND c.relowner OPERATOR(pg_catalog.=) v.owner) THEN
+        -- (Its REVOKE fires eventview._follow_ddl, which has nothing to add.)
+        PERFORM pg_catalog.set_config('eventview.following_ddl', 'on', true);
+        EXECUTE pg_catalog.format('REVOKE SELECT ON eventview._changes_%s FROM %I', v.source_id, v.owner_name);
+        PERFORM pg_catalog.set_config('eventview.following_ddl', coalesce(following, 'off'), true);
+    END IF;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION eventview._forget_view(integer) FROM PUBLIC;
+
+-- An incremental view dropped with plain SQL (DROP VIEW, DROP SCHEMA ... CASCADE, DROP OWNED)
+-- goes as with drop_view. Before, the catalog kept it: its position held the changelog back
+-- from pruning for good, and drop_event_table refused to go past it.
+CREATE FUNCTION eventview._follow_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    dropped integer;
+BEGIN
+    FOR dropped IN
+        SELECT w.view_id
+        FROM pg_catalog.pg_event_trigger_dropped_objects() d
+        JOIN eventview._views w ON w.relid::oid OPERATOR(pg_catalog.=) d.objid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+          AND d.objsubid OPERATOR(pg_catalog.=) 0
+        ORDER BY w.view_id
+    LOOP
+        PERFORM eventview._forget_view(dropped);
+    END LOOP;
+END
+$$;
+CREATE EVENT TRIGGER eventview_follow_drop ON sql_drop
+    EXECUTE FUNCTION eventview._follow_drop();
+
+-- Incremental views are read-only, as materialized views are: their rows are what refresh made
+-- of the events. A stored view would otherwise be a simple auto-updatable view over its storage,
+-- and a write through it would be added to by every later refresh (only a rebuild repairs it).
+-- Each view gets an INSTEAD OF trigger running this (core::sqlgen::read_only_trigger).
+CREATE FUNCTION eventview._refuse_change() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'cannot change incremental view %', TG_RELID::pg_catalog.regclass
+        USING ERRCODE = 'wrong_object_type',
+              HINT = 'Its rows are aggregated from its event table by eventview.refresh: change the events instead.';
+END
+$$;
+
 -- Positions restored into another cluster. A consumer's position (a view's applied snapshot, an
 -- event table's observed snapshot) and the changelog's xids are transaction ids of the cluster
 -- that wrote them. Restored from a dump into a cluster whose transaction counter is behind (a new

@@ -23,9 +23,12 @@ DECLARE
     -- pg_settings.setting is in bytes whatever unit the user wrote ('64kB').
     v_limit bigint := (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'eventview.max_payload_bytes');
 BEGIN
-    IF events IS NULL OR jsonb_typeof(events) <> 'array' THEN
-        RAISE EXCEPTION 'invalid events: expected a JSON array of envelopes, found %',
-            coalesce(jsonb_typeof(events), 'NULL')
+    IF source IS NULL OR events IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be NULL', CASE WHEN source IS NULL THEN 'source' ELSE 'events' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF jsonb_typeof(events) <> 'array' THEN
+        RAISE EXCEPTION 'invalid events: expected a JSON array of envelopes, found %', jsonb_typeof(events)
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass [{"type": ..., "payload": {...}}, ...].';
     END IF;

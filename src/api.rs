@@ -44,7 +44,14 @@ fn create_event_table(
     retention: Option<Interval>,
     delta_retention: Option<Interval>,
 ) -> Result<pg_sys::Oid, ErrorReport> {
-    at_boundary(|| envelope::create_event_table(required(name, "name")?, retention, delta_retention))
+    at_boundary(|| {
+        // NULL retention keeps events; the changelog is always pruned at last (default 7 days).
+        let delta_retention = delta_retention.ok_or_else(|| {
+            EvError::new(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, "argument \"delta_retention\" must not be NULL")
+                .with_hint("Leave it out for the default of 7 days: applied changelog records are always pruned at last.")
+        })?;
+        envelope::create_event_table(required(name, "name")?, retention, Some(delta_retention))
+    })
 }
 
 #[pg_extern(name = "_drop_event_table", volatile, parallel_unsafe)]

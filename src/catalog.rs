@@ -358,10 +358,6 @@ pub fn next_view_id() -> EvResult<i32> {
         .ok_or_else(|| EvError::invalid("could not allocate a view id"))
 }
 
-pub fn delete_view(view_id: i32) -> EvResult<()> {
-    spi_util::run("DELETE FROM eventview._views WHERE view_id = $1", &[view_id.into()])
-}
-
 pub fn record_refresh(view_id: i32, elapsed_ms: f64) -> EvResult<()> {
     spi_util::run(
         "UPDATE eventview._views SET last_refresh_at = clock_timestamp(), last_refresh_ms = $2,

@@ -9,6 +9,11 @@ use pgrx::prelude::*;
 /// The quoted form of a user-supplied name, ready for DDL. An unqualified name stays
 /// unqualified, so Postgres creates it in the first schema of search_path.
 pub fn quoted_for_create(name: &str) -> EvResult<String> {
+    if quote::malformed_name(name) {
+        // As a cast to regclass says it (parse_ident would say 22023).
+        return Err(EvError::new(PgSqlErrorCode::ERRCODE_INVALID_NAME, format!("invalid relation name \"{name}\""))
+            .with_hint("Use name or schema.name, double-quoting a part that is not a plain lower-case identifier."));
+    }
     let parts: Vec<String> = spi_util::one::<Vec<String>>(
         "SELECT pg_catalog.parse_ident($1)",
         &[name.into()],

@@ -34,6 +34,14 @@ fn check_time_bucket(bucket: Interval) -> EvResult<()> {
         return Err(EvError::invalid("invalid time_bucket: it must be a positive interval without months or years")
             .with_hint("Buckets are fixed-width (date_bin): use days, hours, minutes or seconds, such as '1 day' or '15 minutes'."));
     }
+    // Buckets are aligned to 2000-01-01 UTC: the bucket of an event before it starts up to one
+    // width earlier, which past about 4,700 years leaves the range of timestamptz (and every
+    // refresh would fail on such an event).
+    let within = spi_util::one::<bool>("SELECT $1 <= interval '36525 days'", &[bucket.into()])?;
+    if within != Some(true) {
+        return Err(EvError::invalid("invalid time_bucket: it must be at most 36525 days (100 years) wide")
+            .with_hint("Buckets start at multiples of their width from 2000-01-01 UTC, so the bucket of an event before 2000 may start up to one width earlier: for wider buckets, before the earliest timestamp PostgreSQL can hold."));
+    }
     Ok(())
 }
 
@@ -74,7 +82,9 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     spi_util::run_all(&sql.storage_tables().iter().map(|t| format!("ALTER TABLE {t} OWNER TO {owner_ident}")).collect::<Vec<_>>())?;
     spi_util::run_all(&[format!("GRANT SELECT ON {} TO {owner_ident}", names::changelog(source.source_id))])?;
     let user_view = relation::quoted_for_create(args.name)?;
-    privileges::as_caller(|| spi_util::run_all(&[sql.create_user_view(&user_view, Reads::Stored)]))?;
+    privileges::as_caller(|| {
+        spi_util::run_all(&[sql.create_user_view(&user_view, Reads::Stored), ViewSql::read_only_trigger(&user_view)])
+    })?;
     let relid = relation::resolve(args.name)?;
     let types: Option<Vec<String>> = definition.event_types.clone();
     spi_util::run(
@@ -139,28 +149,12 @@ pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
 
 pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     let view = catalog::view_by_relid(relid, true)?.ok_or_else(|| EvError::invalid("not an incremental view"))?;
-    let sql = refresh::sql_of(&view);
     let user = relation::qualified(relid)?;
-    // Its quarantine goes with it: the rows are found by the view's name, which another view
-    // may take later.
-    spi_util::run_replanned(
-        "DELETE FROM eventview.quarantine WHERE view_name = eventview._view_name($1)",
-        &[view.view_id.into()],
-    )?;
+    // The relation first (storage cannot go while it reads it); eventview._follow_drop then
+    // forgets the view, as after a plain DROP VIEW. Forgotten here again in case event triggers
+    // do not fire in this session (session_replication_role = replica): a no-op otherwise.
     spi_util::run_all(&[format!("DROP VIEW {user}")])?;
-    spi_util::run_all(&sql.drop_storage())?;
-    catalog::delete_view(view.view_id)?;
-    // The owner reads the changelog for its views only: the grant goes with the last of them
-    // (the table's owner keeps its own).
-    let others = spi_util::one::<i64>(
-        "SELECT count(*) FROM eventview._views WHERE source_id = $1 AND owner::oid = $2",
-        &[view.source.source_id.into(), view.owner.into()],
-    )?;
-    if others == Some(0) && view.owner != privileges::table_owner(view.source.relid)? {
-        let log = names::changelog(view.source.source_id);
-        spi_util::run_all(&[format!("REVOKE SELECT ON {log} FROM {}", privileges::role_ident(view.owner)?)])?;
-    }
-    Ok(())
+    spi_util::run("SELECT eventview._forget_view($1)", &[view.view_id.into()])
 }
 
 pub fn drop_view(name: &str) -> EvResult<()> {

@@ -38,6 +38,7 @@ RELEASE_COMMITS = {
     "0.5.0": "7554a74c9d83f9f36691be6b46acd09fd9fcac08",
     "0.6.0": "ec29b98d10b71a992c8fb96d4f4168b440c04a00",
     "0.7.0": "a9a6ff599f7f0730c94ebc409481d16dee189b55",
+    "0.8.0": "5cab1e4516f59e0cb66cce0780abb46ff682035d",
 }
 
 
@@ -219,6 +220,10 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
             c.execute("""SELECT eventview.create_view('shop.deep', 'shop.events', group_by => '{"k": "$..k"}',
                          measures => '{"n": "count(*)"}')""")
             c.execute("SELECT eventview.schedule('shop.by_sku', '1 minute')")
+            # Dropped behind the API's back: releases before 0.9.0 kept its catalog row.
+            c.execute("""SELECT eventview.create_view('shop.gone', 'shop.events', measures => '{"hi": "max($.qty)"}')""")
+            gone_id = c.execute("SELECT view_id FROM eventview._views WHERE relid = 'shop.gone'::regclass").fetchone()[0]
+            c.execute("DROP VIEW shop.gone")
             insert_events(c, 1, 200, "2026-11-01")
             c.execute("SELECT eventview.refresh('shop.by_sku')")
             assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
@@ -237,6 +242,13 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
 
         c.execute("ALTER EXTENSION pg_eventview UPDATE")
         assert c.execute("SELECT extversion FROM pg_extension WHERE extname = 'pg_eventview'").fetchone()[0] == current_version()
+        # The view dropped behind the API's back is forgotten, storage and all.
+        assert c.execute("SELECT count(*) FROM eventview._views WHERE view_id = %s", (gone_id,)).fetchone()[0] == 0
+        assert c.execute("SELECT count(*) FROM pg_class WHERE relnamespace = 'eventview'::regnamespace AND relname ~ %s",
+                         (f"^_v{gone_id}_",)).fetchone()[0] == 0
+        # Views made before 0.9.0 are read-only too.
+        with pytest.raises(psycopg.errors.WrongObjectType):
+            c.execute("DELETE FROM shop.by_sku")
 
         # Every SECURITY DEFINER function, capture functions of existing tables included, pins
         # search_path after the update.

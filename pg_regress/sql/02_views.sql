@@ -142,3 +142,22 @@ FROM eventview.views ORDER BY name::text;
 SELECT view_id AS dropped_id FROM eventview._views WHERE relid = 'by_campaign'::regclass \gset
 SELECT eventview.drop_view('by_campaign');
 SELECT to_regclass('by_campaign') AS view_after, to_regclass(format('eventview._v%s_data', :dropped_id)) AS storage_after;
+
+-- Views are read-only: a write through one would be added to by every later refresh.
+SELECT try($$UPDATE store.cart_by_sku SET adds = 100$$);
+SELECT try($$DELETE FROM store.cart_by_sku$$);
+SELECT try($$INSERT INTO store.cart_by_sku (adds) VALUES (1)$$);
+SELECT sum(adds) AS adds_unchanged FROM store.cart_by_sku;
+
+-- A plain DROP VIEW takes the view's catalog row and storage with it, as drop_view does.
+SELECT eventview.create_view('store.dropped_plainly', 'store.events', measures => '{"n": "count(*)", "top": "max($.price)"}');
+SELECT view_id AS plain_id FROM eventview._views WHERE relid = 'store.dropped_plainly'::regclass \gset
+SELECT count(*) AS storage_tables FROM pg_class WHERE relnamespace = 'eventview'::regnamespace AND relname ~ format('^_v%s_', :plain_id);
+DROP VIEW store.dropped_plainly;
+SELECT count(*) AS catalog_rows FROM eventview._views WHERE view_id = :plain_id;
+SELECT count(*) AS storage_tables FROM pg_class WHERE relnamespace = 'eventview'::regnamespace AND relname ~ format('^_v%s_', :plain_id);
+-- So does dropping the schema it is in.
+CREATE SCHEMA doomed;
+SELECT eventview.create_view('doomed.by_type', 'store.events', group_by => '{"event_type": "event_type"}');
+DROP SCHEMA doomed CASCADE;
+SELECT count(*) AS doomed_views FROM eventview.views WHERE name::text LIKE 'doomed.%' OR name::text ~ '^[0-9]+$';

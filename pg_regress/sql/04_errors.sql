@@ -39,13 +39,26 @@ SELECT try($$SELECT eventview.create_event_table(NULL)$$);
 SELECT try($$SELECT eventview.define_field('err_events', 'f', NULL)$$);
 SELECT try($$SELECT eventview.rebuild(NULL)$$);
 SELECT try($$SELECT eventview.alter_view(NULL, realtime => true)$$);
+SELECT try($$SELECT eventview.create_event_table('e3', delta_retention => NULL)$$);
+SELECT try($$SELECT * FROM eventview.ingest(NULL, '[]')$$);
+SELECT try($$SELECT * FROM eventview.ingest('err_events', NULL)$$);
+SELECT try($$SELECT * FROM eventview.ingest('err_events', 'null')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', on_type_error => 'ignore')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', time_bucket => '1 month')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', time_bucket => '-1 hour')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', time_bucket => '100000000 days')$$);
+-- A member name no payload key can have (PostgreSQL text cannot hold U+0000).
+SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"ab": "$[\"a\\u0000b\"]"}')$$);
+SELECT try($$SELECT eventview.define_field('err_events', 'nul', '$[''a\u0000b'']')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"$.a": []}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"nope": 1}')$$);
 SELECT try($$SELECT eventview.create_event_table('e2', retention => '-1 day')$$);
 SELECT try($$SELECT eventview.create_event_table('a.b.c')$$);
+-- Names that are no identifier at all: 42602, as a cast to regclass says.
+SELECT try($$SELECT eventview.create_event_table('')$$);
+SELECT try($$SELECT eventview.create_event_table('My Events')$$);
+SELECT try($$SELECT eventview.create_view('"bad"name', 'err_events')$$);
+SELECT try($$SELECT eventview.refresh('')$$);
 
 -- Nothing half-created by any of the refusals above.
 SELECT count(*) = :views_before AS no_view_registered FROM eventview._views;

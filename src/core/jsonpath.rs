@@ -77,6 +77,11 @@ pub fn plan(text: &str) -> Result<PathPlan, PathError> {
     let mut steps = Vec::with_capacity(query.segments.len());
     for segment in &query.segments {
         match segment {
+            // PostgreSQL text cannot hold U+0000, so no payload has such a key (and the name
+            // could not be written into SQL).
+            Segment::Selector(Selector::Name(name)) if name.contains('\0') => {
+                return Err(PathError("a member name cannot contain U+0000, which no PostgreSQL text (and no payload key) can hold".into()))
+            }
             Segment::Selector(Selector::Name(name)) => steps.push(Step::Member(name.clone())),
             // `->` takes an int; a larger index (RFC 9535 allows up to 2^53) goes to the evaluator.
             Segment::Selector(Selector::Index(i)) if i32::try_from(*i).is_ok() => steps.push(Step::Index(*i)),

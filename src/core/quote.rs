@@ -40,9 +40,56 @@ pub fn typed_literal(value: &str, type_name: &str) -> String {
     format!("{}::{}", literal(value), type_name)
 }
 
+/// Whether `name` cannot be a (possibly qualified) identifier in any case: empty, a part left
+/// empty (`a..b`, `.a`), an unterminated quote, or something other than a dot or the end after a
+/// part (`two words`, `"a"b`). Postgres refuses such a name as relation input with SQLSTATE 42602;
+/// its `parse_ident`, which splits the names the API takes, refuses them too, but with 22023. Only
+/// sure refusals: a name that passes may still be refused by `parse_ident` (for a character
+/// an unquoted identifier cannot hold).
+pub fn malformed_name(name: &str) -> bool {
+    // Postgres' scanner_isspace: other characters (a no-break space among them) are identifier
+    // characters to it.
+    let space = |c: &char| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0c');
+    let mut chars = name.chars().peekable();
+    loop {
+        while chars.next_if(space).is_some() {}
+        match chars.peek() {
+            None | Some('.') => return true, // a part left empty
+            Some('"') => {
+                chars.next();
+                loop {
+                    match chars.next() {
+                        None => return true, // unterminated
+                        Some('"') if chars.next_if_eq(&'"').is_some() => {}
+                        Some('"') => break,
+                        Some(_) => {}
+                    }
+                }
+            }
+            Some(_) => while chars.next_if(|c| !space(c) && *c != '.' && *c != '"').is_some() {},
+        }
+        while chars.next_if(space).is_some() {}
+        match chars.next() {
+            None => return false,
+            Some('.') => continue,
+            Some(_) => return true, // more after a part
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_sure_to_be_refused() {
+        for bad in ["", "  ", "My Events", "\"bad\"name", "a..b", ".a", "a.", "\"open", "ab\"c\"", "a . b c"] {
+            assert!(malformed_name(bad), "{bad:?}");
+        }
+        for fine in ["events", "shop.events", "\"My Events\"", "\"we\"\"ird; x\".\"Vi\"\"ew\"", " a . b ", "my-table", "a.b.c", "é", "a\u{a0}b"] {
+            assert!(!malformed_name(fine), "{fine:?}");
+        }
+    }
 
     #[test]
     fn identifiers_are_always_quoted() {

@@ -236,11 +236,6 @@ impl<'a> ViewSql<'a> {
         out
     }
 
-    /// Drops storage, multisets and logs (the user relation is dropped separately).
-    pub fn drop_storage(&self) -> Vec<String> {
-        self.storage_tables().iter().rev().map(|t| format!("DROP TABLE IF EXISTS {t}")).collect()
-    }
-
     /// One statement per min/max measure moving its value log into its multiset, then the
     /// view's count of logged values reset. Run as the view's owner, holding the view's row
     /// lock (under which alone logs are written, merged and cleared; realtime reads only read).
@@ -270,6 +265,15 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     }
 
     /// The same, replacing the existing relation in place (same oid, grants and dependents).
+    /// Makes the user relation read-only (see `eventview._refuse_change`): created with it;
+    /// CREATE OR REPLACE VIEW keeps it.
+    pub fn read_only_trigger(user_view: &str) -> String {
+        format!(
+            "CREATE TRIGGER eventview_read_only INSTEAD OF INSERT OR UPDATE OR DELETE ON {user_view}
+    FOR EACH ROW EXECUTE FUNCTION eventview._refuse_change()"
+        )
+    }
+
     pub fn replace_user_view(&self, user_view: &str, reads: Reads) -> String {
         self.user_view_sql(user_view, reads, "CREATE OR REPLACE VIEW")
     }
