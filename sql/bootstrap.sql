@@ -414,9 +414,13 @@ CREATE EVENT TRIGGER eventview_follow_ddl ON ddl_command_end
 
 -- Forgets an incremental view: its quarantine rows, its catalog row, its storage (the tables
 -- eventview._v<id>_data, _v<id>_m<n> and _v<id>_m<n>_log, named as in the Rust core::names), and
--- its owner's right to read the changelog when no other view of theirs reads it. drop_view runs
--- it before it drops the view's relation; eventview._follow_drop after a plain DROP did.
--- Internal (no EXECUTE for PUBLIC): it runs as the extension owner.
+-- its owner's right to read the changelog when no other view of theirs reads it. Run by
+-- eventview._follow_drop after a DROP took the view's relation (drop_view's DROP VIEW too; it runs
+-- it again, a no-op unless event triggers did not fire). Takes the view's row first, as a refresh
+-- does before it touches quarantine rows (the other order deadlocks with one). Quarantine rows go
+-- only if no other view has the same name (a view dropped behind the API's back before 0.9.0
+-- and created again under its name shares it). Internal (no EXECUTE for PUBLIC): it runs as the
+-- extension owner.
 CREATE FUNCTION eventview._forget_view(p_view_id integer) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -430,11 +434,16 @@ BEGIN
     FROM eventview._views w
     JOIN eventview._sources s ON s.source_id OPERATOR(pg_catalog.=) w.source_id
     LEFT JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) w.owner::oid
-    WHERE w.view_id OPERATOR(pg_catalog.=) p_view_id;
+    WHERE w.view_id OPERATOR(pg_catalog.=) p_view_id
+    FOR UPDATE OF w;
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    DELETE FROM eventview.quarantine WHERE view_name OPERATOR(pg_catalog.=) v.known_name;
+    DELETE FROM eventview.quarantine
+    WHERE view_name OPERATOR(pg_catalog.=) v.known_name
+      AND NOT EXISTS (SELECT 1 FROM eventview._views o
+                      WHERE o.known_name OPERATOR(pg_catalog.=) v.known_name
+                        AND o.view_id OPERATOR(pg_catalog.<>) v.view_id);
     DELETE FROM eventview._views WHERE view_id OPERATOR(pg_catalog.=) v.view_id;
     FOR t IN
         SELECT c.oid::pg_catalog.regclass FROM pg_catalog.pg_class c
@@ -463,6 +472,25 @@ BEGIN
 END
 $$;
 REVOKE EXECUTE ON FUNCTION eventview._forget_view(integer) FROM PUBLIC;
+
+-- Whether the view's catalog row still names its relation: a view that reads the view's storage.
+-- A row can outlive its relation (dropped while event triggers did not fire, or before 0.9.0);
+-- after a dump and restore, its old OID may then name an unrelated relation.
+CREATE FUNCTION eventview._names_its_relation(p_view_id integer) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (
+        SELECT 1
+        FROM eventview._views v
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) v.relid::oid
+                                  AND c.relkind OPERATOR(pg_catalog.=) 'v'
+        JOIN pg_catalog.pg_rewrite r ON r.ev_class OPERATOR(pg_catalog.=) c.oid
+        JOIN pg_catalog.pg_depend d ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                                   AND d.objid OPERATOR(pg_catalog.=) r.oid
+        WHERE v.view_id OPERATOR(pg_catalog.=) p_view_id
+          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+          AND d.refobjid OPERATOR(pg_catalog.=)
+              pg_catalog.to_regclass(pg_catalog.format('eventview._v%s_data', p_view_id))::oid)
+$$;
 
 -- An incremental view dropped with plain SQL (DROP VIEW, DROP SCHEMA ... CASCADE, DROP OWNED)
 -- goes as with drop_view. Before, the catalog kept it: its position held the changelog back

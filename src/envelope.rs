@@ -23,10 +23,10 @@ pub fn create_event_table(
             }
         }
     }
-    let quoted = relation::quoted_for_create(name)?;
+    let quoted = relation::qualified_for_create(name)?;
     // The table is the caller's: created in their name, with their rights on the schema.
     privileges::as_caller(|| spi_util::run_all(&[envelope_sql::create_event_table(&quoted)]))?;
-    let relid = relation::resolve(name)?;
+    let relid = relation::created(&quoted)?;
     let source_id = catalog::insert_source(relid, retention, delta_retention)?;
     let table_sql = relation::qualified(relid)?;
     // The changelog belongs to the extension owner: producers and readers never write it. The

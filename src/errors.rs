@@ -40,12 +40,15 @@ impl EvError {
     }
 
     pub fn into_report(self) -> ErrorReport {
-        let mut report = ErrorReport::new(self.code, self.message, "pg_eventview");
+        // A message quoting user text that holds U+0000 (JSON "\u0000" in a definition) would be
+        // cut short there, its hint lost: the character is written as its JSON escape.
+        let shown = |text: String| if text.contains('\0') { text.replace('\0', "\\u0000") } else { text };
+        let mut report = ErrorReport::new(self.code, shown(self.message), "pg_eventview");
         if let Some(d) = self.detail {
-            report = report.set_detail(d);
+            report = report.set_detail(shown(d));
         }
         if let Some(h) = self.hint {
-            report = report.set_hint(h);
+            report = report.set_hint(shown(h));
         }
         report
     }

@@ -161,7 +161,8 @@ pub fn create_missing_logs(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
     .unwrap_or_default();
     let owner = privileges::role_ident(view.owner)?;
     for (name, ddl) in logs.into_iter().filter(|(name, _)| missing.contains(name)) {
-        spi_util::run_all(&[ddl, format!("ALTER TABLE {name} OWNER TO {owner}")])?;
+        let [own, private] = crate::core::sqlgen::storage_grants(&name, &owner);
+        spi_util::run_all(&[ddl, own, private])?;
     }
     Ok(())
 }

@@ -6,9 +6,35 @@ use crate::errors::{EvError, EvResult};
 use crate::spi_util;
 use pgrx::prelude::*;
 
-/// The quoted form of a user-supplied name, ready for DDL. An unqualified name stays
-/// unqualified, so Postgres creates it in the first schema of search_path.
-pub fn quoted_for_create(name: &str) -> EvResult<String> {
+/// A new relation's quoted name, qualified with the schema Postgres would create it in (the
+/// caller's current schema, for an unqualified name), so that the relation found after creating
+/// it is the one created, not a temporary relation of the same name that search_path finds first.
+pub fn qualified_for_create(name: &str) -> EvResult<String> {
+    let parts = name_parts(name)?;
+    let quoted = quoted(&parts);
+    if parts.len() == 2 {
+        return Ok(quoted);
+    }
+    let schema = crate::privileges::as_caller(|| spi_util::one::<String>("SELECT pg_catalog.current_schema()::text", &[]))?;
+    // No schema to create in: left unqualified, for CREATE to say so.
+    Ok(match schema {
+        Some(schema) => format!("{}.{quoted}", quote::ident(&schema)),
+        None => quoted,
+    })
+}
+
+/// The relation a DDL statement just created under `qualified` (see `qualified_for_create`).
+pub fn created(qualified: &str) -> EvResult<pg_sys::Oid> {
+    crate::privileges::as_caller(|| spi_util::one::<pg_sys::Oid>("SELECT pg_catalog.to_regclass($1)::oid", &[qualified.into()]))?
+        .ok_or_else(|| EvError::undefined_table(qualified))
+}
+
+fn quoted(parts: &[String]) -> String {
+    parts.iter().map(|p| quote::ident(p)).collect::<Vec<_>>().join(".")
+}
+
+/// A user-supplied name split into its parts (one or two), case-folded as Postgres does.
+fn name_parts(name: &str) -> EvResult<Vec<String>> {
     if quote::malformed_name(name) {
         // As a cast to regclass says it (parse_ident would say 22023).
         return Err(EvError::new(PgSqlErrorCode::ERRCODE_INVALID_NAME, format!("invalid relation name \"{name}\""))
@@ -26,13 +52,13 @@ pub fn quoted_for_create(name: &str) -> EvResult<String> {
         )
         .with_hint("Use name or schema.name."));
     }
-    Ok(parts.iter().map(|p| quote::ident(p)).collect::<Vec<_>>().join("."))
+    Ok(parts)
 }
 
 /// An existing relation, or 42P01. Resolved as the caller of the API call in progress, so a
 /// `$user` entry in search_path means the caller.
 pub fn resolve(name: &str) -> EvResult<pg_sys::Oid> {
-    let quoted = quoted_for_create(name)?;
+    let quoted = quoted(&name_parts(name)?);
     crate::privileges::as_caller(|| {
         spi_util::one::<pg_sys::Oid>("SELECT pg_catalog.to_regclass($1)::oid", &[quoted.as_str().into()])
     })?

@@ -4,7 +4,7 @@
 use crate::catalog;
 use crate::core::definition::{parse_definition, DefinitionInput, TypePolicy};
 use crate::core::names;
-use crate::core::sqlgen::{Mode, Reads, ViewSql};
+use crate::core::sqlgen::{self, Mode, Reads, ViewSql};
 use crate::errors::{EvError, EvResult};
 use crate::privileges;
 use crate::refresh;
@@ -79,13 +79,13 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     let owner = privileges::caller();
     let owner_ident = privileges::role_ident(owner)?;
     spi_util::run_all(&sql.create_storage())?;
-    spi_util::run_all(&sql.storage_tables().iter().map(|t| format!("ALTER TABLE {t} OWNER TO {owner_ident}")).collect::<Vec<_>>())?;
+    spi_util::run_all(&sql.storage_tables().iter().flat_map(|t| sqlgen::storage_grants(t, &owner_ident)).collect::<Vec<_>>())?;
     spi_util::run_all(&[format!("GRANT SELECT ON {} TO {owner_ident}", names::changelog(source.source_id))])?;
-    let user_view = relation::quoted_for_create(args.name)?;
+    let user_view = relation::qualified_for_create(args.name)?;
     privileges::as_caller(|| {
         spi_util::run_all(&[sql.create_user_view(&user_view, Reads::Stored), ViewSql::read_only_trigger(&user_view)])
     })?;
-    let relid = relation::resolve(args.name)?;
+    let relid = relation::created(&user_view)?;
     let types: Option<Vec<String>> = definition.event_types.clone();
     spi_util::run(
         "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, realtime,
@@ -149,11 +149,14 @@ pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
 
 pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     let view = catalog::view_by_relid(relid, true)?.ok_or_else(|| EvError::invalid("not an incremental view"))?;
-    let user = relation::qualified(relid)?;
     // The relation first (storage cannot go while it reads it); eventview._follow_drop then
     // forgets the view, as after a plain DROP VIEW. Forgotten here again in case event triggers
-    // do not fire in this session (session_replication_role = replica): a no-op otherwise.
-    spi_util::run_all(&[format!("DROP VIEW {user}")])?;
+    // did not fire (session_replication_role = replica), for this DROP or for the plain DROP
+    // that already took the relation: a no-op otherwise.
+    let names_it = spi_util::one::<bool>("SELECT eventview._names_its_relation($1)", &[view.view_id.into()])?;
+    if names_it == Some(true) {
+        spi_util::run_all(&[format!("DROP VIEW {}", relation::qualified(relid)?)])?;
+    }
     spi_util::run("SELECT eventview._forget_view($1)", &[view.view_id.into()])
 }
 

@@ -123,9 +123,11 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 ///   read: unnesting, sorting and regrouping every id cost more than the index scans did (about
 ///   8 ms of a 10,000-event refresh). Records of inserts alone normally hold disjoint ids (an
 ///   id is inserted again only after a delete or an update moved it, and both log a record
-///   that is not an insert), except when retention pruned an event, which logs nothing, and it
-///   was inserted again under its id; overlapping runs catch that (sorted by `lo`, two runs
-///   overlap only if some run overlaps the one before it).
+///   that is not an insert), except when a delete logged nothing (retention pruning, which is
+///   not a retraction; capture switched off by `session_replication_role = replica` or a
+///   disabled trigger) and the event was inserted again under its id; overlapping runs catch
+///   every such case (sorted by `lo`, two runs overlap only if some run overlaps the one
+///   before it).
 /// - Any other batch groups its distinct ids (`ids`) into blocks of 2^RUN_BLOCK_BITS ids (a run
 ///   crossing a block boundary is read as two; a block's array stays far below the 1 GB limit
 ///   of a value however large the batch) and takes the runs of each block. Runs then span

@@ -265,6 +265,10 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     }
 
     /// The same, replacing the existing relation in place (same oid, grants and dependents).
+    pub fn replace_user_view(&self, user_view: &str, reads: Reads) -> String {
+        self.user_view_sql(user_view, reads, "CREATE OR REPLACE VIEW")
+    }
+
     /// Makes the user relation read-only (see `eventview._refuse_change`): created with it;
     /// CREATE OR REPLACE VIEW keeps it.
     pub fn read_only_trigger(user_view: &str) -> String {
@@ -272,10 +276,6 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
             "CREATE TRIGGER eventview_read_only INSTEAD OF INSERT OR UPDATE OR DELETE ON {user_view}
     FOR EACH ROW EXECUTE FUNCTION eventview._refuse_change()"
         )
-    }
-
-    pub fn replace_user_view(&self, user_view: &str, reads: Reads) -> String {
-        self.user_view_sql(user_view, reads, "CREATE OR REPLACE VIEW")
     }
 
     fn user_view_sql(&self, user_view: &str, reads: Reads, create: &str) -> String {
@@ -1051,6 +1051,13 @@ UPDATE eventview._views SET quarantined = greatest(quarantined - (SELECT count(*
     }
 }
 
+
+/// A storage table of a view (data, multiset, log) goes to the view's owner, and its row type is
+/// nobody else's to use: a column or function of that type, made by anyone, would stop the
+/// table from being dropped with its view (everyone has USAGE on schema eventview).
+pub fn storage_grants(table: &str, owner_ident: &str) -> [String; 2] {
+    [format!("ALTER TABLE {table} OWNER TO {owner_ident}"), format!("REVOKE USAGE ON TYPE {table} FROM PUBLIC")]
+}
 
 #[cfg(test)]
 mod tests {
