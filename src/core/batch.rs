@@ -73,10 +73,10 @@ ids AS MATERIALIZED (
 record_runs AS MATERIALIZED (
     SELECT r.lo, r.hi
     FROM chg CROSS JOIN LATERAL eventview._id_runs(chg.event_ids) r
-    WHERE (SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)
+    WHERE {FEW_INSERTS}
 ),
 by_record AS MATERIALIZED (
-    SELECT (SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)
+    SELECT {FEW_INSERTS}
            AND NOT EXISTS (SELECT 1 FROM (SELECT lo, lag(hi) OVER (ORDER BY lo) AS before FROM record_runs) o
                            WHERE o.lo <= o.before) AS yes
 )"
@@ -161,6 +161,10 @@ pub fn touched_rows(source_table: &str) -> String {
                         LIMIT runs.hi - runs.lo + 1) e"
     )
 }
+
+/// Whether the batch (`chg`) is at most 64 records, all inserts: `record_runs` reads only such a
+/// batch, and `by_record` takes its runs only then.
+const FEW_INSERTS: &str = "(SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)";
 
 /// How many changed event rows the batch holds (the rows of `ids`, counted without them).
 pub const CONSUMED: &str =
