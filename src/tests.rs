@@ -515,6 +515,38 @@ mod tests {
         assert_eq!(scalar_i64("SELECT n FROM ut_obs_n"), 10_004);
     }
 
+    /// The paths the observer watches for `missing` drift are kept per backend (observer.rs,
+    /// `READ_PATHS`): they must follow a view created, and a field redeclared, after they were
+    /// kept, in the same backend and even the same transaction.
+    #[pg_test]
+    fn missing_drift_follows_views_and_fields_changed_after_the_paths_were_kept() {
+        Spi::run("SELECT eventview.create_event_table('ut_kept')").unwrap();
+        Spi::run("SELECT eventview.define_field('ut_kept', 'lf', '$.c')").unwrap();
+        Spi::run("SELECT eventview.create_view('ut_kept_a', 'ut_kept', group_by => '{\"a\": \"$.a\"}')").unwrap();
+        Spi::run("INSERT INTO ut_kept (event_type, payload) VALUES ('t', '{\"a\": 1, \"b\": 1, \"c\": 1, \"d\": 1}')").unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_kept_a')"), 1);
+        let missing = |path: &str| {
+            scalar_i64(&format!(
+                "SELECT count(*) FROM eventview.drift WHERE source = 'ut_kept'::regclass AND change = 'missing' AND path = '{path}'"
+            ))
+        };
+        // A new view reads $.b; then an event without $.b.
+        Spi::run("SELECT eventview.create_view('ut_kept_b', 'ut_kept', group_by => '{\"b\": \"$.b\"}')").unwrap();
+        Spi::run("INSERT INTO ut_kept (event_type, payload) VALUES ('t', '{\"a\": 1, \"c\": 1, \"d\": 1}')").unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_kept_a')"), 1);
+        assert_eq!(missing("$.b"), 1);
+        // A view reads the logical field lf ($.c), which is then redeclared as $.d; then an
+        // event without $.d.
+        Spi::run("SELECT eventview.create_view('ut_kept_lf', 'ut_kept', group_by => '{\"lf\": \"lf\"}')").unwrap();
+        Spi::run("INSERT INTO ut_kept (event_type, payload) VALUES ('t', '{\"a\": 1, \"c\": 1, \"d\": 1}')").unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_kept_a')"), 1);
+        Spi::run("SELECT eventview.define_field('ut_kept', 'lf', '$.d')").unwrap();
+        Spi::run("INSERT INTO ut_kept (event_type, payload) VALUES ('t', '{\"a\": 1, \"c\": 1}')").unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_kept_a')"), 1);
+        assert_eq!(missing("$.d"), 1);
+        assert_eq!(missing("$.c"), 0);
+    }
+
     /// A batch of a few inserts is read record by record (`batch::touched_rows`), yet in event
     /// id order, which drift follows: here the first statement inserts the later id. Walked in
     /// record order, `$.a` would look present in every event until id 10 lacked it (`missing`);
