@@ -53,34 +53,44 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     spi_util::run_planned(&observe_sql::observe(source_id, &source.table_sql), &[read_paths.into()], plans)
 }
 
-/// The row versions the paths of a source's views are made from: each view's catalog row and
-/// each field declaration of the source, by (xmin, ctid), which no two versions of a row share
-/// while either is visible. Any change to a definition, a declaration or the set of views gives
-/// another value.
-const DEFINITIONS_VERSION: &str = "SELECT coalesce((SELECT pg_catalog.string_agg(v.xmin::text || '@' || v.ctid::text, ',' ORDER BY v.view_id)
-                          FROM eventview._views v WHERE v.source_id = $1), '')
-       || '/' || coalesce((SELECT pg_catalog.string_agg(f.xmin::text || '@' || f.ctid::text, ',' ORDER BY f.ctid)
-                           FROM eventview._fields f WHERE f.source_id = $1), '')";
+/// What the paths of a source's views are made from, as text: each view's definition (with
+/// what its parsing takes besides) and each field declaration of the source, in a fixed order.
+/// Content, not row versions: every refresh rewrites its view's catalog row (its position and
+/// counters), which must not count as a change.
+const DEFINITIONS: &str = "SELECT coalesce((SELECT pg_catalog.json_agg(pg_catalog.json_build_array(v.view_id, v.definition, v.time_bucket IS NULL, v.on_type_error) ORDER BY v.view_id)::text
+                          FROM eventview._views v WHERE v.source_id = $1), '[]')
+       || coalesce((SELECT pg_catalog.json_agg(pg_catalog.json_build_array(f.field, f.event_type, f.event_version, f.path, f.field_type)
+                                               ORDER BY f.field, f.event_type, f.event_version)::text
+                    FROM eventview._fields f WHERE f.source_id = $1), '[]')";
 
 thread_local! {
-    /// Per source: the definitions version its paths were made from, and the paths. Every
-    /// refresh with work observes its source first; loading and parsing each view of the source
-    /// for the paths cost a refresh of a few events about 0.1 ms per view.
+    /// Per source: the definitions its paths were made from (`DEFINITIONS`), and the paths.
+    /// Every refresh with work observes its source first; loading and parsing each view of the
+    /// source for the paths cost a refresh of a few events about 0.1 ms per view.
     static READ_PATHS: RefCell<HashMap<i32, (String, Vec<String>)>> = RefCell::new(HashMap::new());
+    /// How many times the paths were made (for tests).
+    static PATHS_MADE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// `paths_read_by_views`, kept per backend while the definitions they come from are unchanged.
 fn paths_read_by_views_kept(source_id: i32) -> EvResult<Vec<String>> {
-    let version = spi_util::one::<String>(DEFINITIONS_VERSION, &[source_id.into()])?.unwrap_or_default();
+    let definitions = spi_util::one::<String>(DEFINITIONS, &[source_id.into()])?.unwrap_or_default();
     let kept = READ_PATHS.with(|kept| {
-        kept.borrow().get(&source_id).filter(|(v, _)| *v == version).map(|(_, paths)| paths.clone())
+        kept.borrow().get(&source_id).filter(|(d, _)| *d == definitions).map(|(_, paths)| paths.clone())
     });
     if let Some(paths) = kept {
         return Ok(paths);
     }
     let paths = paths_read_by_views(source_id)?;
-    READ_PATHS.with(|kept| kept.borrow_mut().insert(source_id, (version, paths.clone())));
+    PATHS_MADE.with(|n| n.set(n.get() + 1));
+    READ_PATHS.with(|kept| kept.borrow_mut().insert(source_id, (definitions, paths.clone())));
     Ok(paths)
+}
+
+/// How many times this backend made the paths its views read (for tests).
+#[cfg(any(test, feature = "pg_test"))]
+pub fn paths_made() -> u64 {
+    PATHS_MADE.with(|n| n.get())
 }
 
 /// Every simple payload path that some view of the source reads (directly or through a logical

@@ -516,35 +516,68 @@ mod tests {
     }
 
     /// The paths the observer watches for `missing` drift are kept per backend (observer.rs,
-    /// `READ_PATHS`): they must follow a view created, and a field redeclared, after they were
-    /// kept, in the same backend and even the same transaction.
+    /// `READ_PATHS`): kept across refreshes (which rewrite their views' catalog rows), made
+    /// again after a view is created or a field redeclared, and after a rolled-back view, in
+    /// the same backend and even the same transaction.
     #[pg_test]
     fn missing_drift_follows_views_and_fields_changed_after_the_paths_were_kept() {
-        Spi::run("SELECT eventview.create_event_table('ut_kept')").unwrap();
-        Spi::run("SELECT eventview.define_field('ut_kept', 'lf', '$.c')").unwrap();
-        Spi::run("SELECT eventview.create_view('ut_kept_a', 'ut_kept', group_by => '{\"a\": \"$.a\"}')").unwrap();
-        Spi::run("INSERT INTO ut_kept (event_type, payload) VALUES ('t', '{\"a\": 1, \"b\": 1, \"c\": 1, \"d\": 1}')").unwrap();
-        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_kept_a')"), 1);
+        let insert = |payload: &str| {
+            Spi::run(&format!("INSERT INTO ut_kept (event_type, payload) VALUES ('t', '{payload}')")).unwrap();
+        };
+        let refresh = || assert_eq!(scalar_i64("SELECT eventview.refresh('ut_kept_a')"), 1);
         let missing = |path: &str| {
             scalar_i64(&format!(
                 "SELECT count(*) FROM eventview.drift WHERE source = 'ut_kept'::regclass AND change = 'missing' AND path = '{path}'"
             ))
         };
+        let made = crate::observer::paths_made;
+        Spi::run("SELECT eventview.create_event_table('ut_kept')").unwrap();
+        Spi::run("SELECT eventview.define_field('ut_kept', 'lf', '$.c')").unwrap();
+        Spi::run("SELECT eventview.create_view('ut_kept_a', 'ut_kept', group_by => '{\"a\": \"$.a\"}')").unwrap();
+        let all = r#"{"a": 1, "b": 1, "c": 1, "d": 1, "e": 1}"#;
+        insert(all);
+        let before = made();
+        refresh();
+        assert_eq!(made(), before + 1);
+        // Nothing changed but the view's position: the paths are kept.
+        insert(all);
+        refresh();
+        assert_eq!(made(), before + 1);
         // A new view reads $.b; then an event without $.b.
         Spi::run("SELECT eventview.create_view('ut_kept_b', 'ut_kept', group_by => '{\"b\": \"$.b\"}')").unwrap();
-        Spi::run("INSERT INTO ut_kept (event_type, payload) VALUES ('t', '{\"a\": 1, \"c\": 1, \"d\": 1}')").unwrap();
-        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_kept_a')"), 1);
+        insert(r#"{"a": 1, "c": 1, "d": 1, "e": 1}"#);
+        refresh();
+        assert_eq!(made(), before + 2);
         assert_eq!(missing("$.b"), 1);
+        // A view reading $.e, kept by a refresh, then rolled back: $.e is not watched after.
+        Spi::run(
+            r#"DO $$ BEGIN
+                 PERFORM eventview.create_view('ut_kept_e', 'ut_kept', group_by => '{"e": "$.e"}');
+                 INSERT INTO ut_kept (event_type, payload) VALUES ('t', '{"a": 1, "c": 1, "d": 1, "e": 1}');
+                 PERFORM eventview.refresh('ut_kept_a');
+                 RAISE EXCEPTION 'undo';
+               EXCEPTION WHEN raise_exception THEN NULL;
+               END $$"#,
+        )
+        .unwrap();
+        assert_eq!(made(), before + 3);
+        insert(r#"{"a": 1, "c": 1, "d": 1}"#);
+        refresh();
+        assert_eq!(made(), before + 4);
+        assert_eq!(missing("$.e"), 0);
         // A view reads the logical field lf ($.c), which is then redeclared as $.d; then an
-        // event without $.d.
+        // event without $.c and $.d: only $.d, which a view reads now, went missing.
         Spi::run("SELECT eventview.create_view('ut_kept_lf', 'ut_kept', group_by => '{\"lf\": \"lf\"}')").unwrap();
-        Spi::run("INSERT INTO ut_kept (event_type, payload) VALUES ('t', '{\"a\": 1, \"c\": 1, \"d\": 1}')").unwrap();
-        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_kept_a')"), 1);
+        insert(r#"{"a": 1, "c": 1, "d": 1}"#);
+        refresh();
+        assert_eq!(made(), before + 5);
         Spi::run("SELECT eventview.define_field('ut_kept', 'lf', '$.d')").unwrap();
-        Spi::run("INSERT INTO ut_kept (event_type, payload) VALUES ('t', '{\"a\": 1, \"c\": 1}')").unwrap();
-        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_kept_a')"), 1);
+        insert(r#"{"a": 1}"#);
+        refresh();
+        assert_eq!(made(), before + 6);
         assert_eq!(missing("$.d"), 1);
         assert_eq!(missing("$.c"), 0);
+        assert_eq!(missing("$.b"), 1);
     }
 
     /// A batch of a few inserts is read record by record (`batch::touched_rows`), yet in event
