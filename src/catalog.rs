@@ -172,6 +172,17 @@ pub fn hold_off_prune(source: &Source) -> EvResult<()> {
     spi_util::run("SELECT pg_catalog.pg_advisory_xact_lock_shared(1885828709, $1)", &[source.source_id.into()])
 }
 
+/// Raw events older than this may have been pruned, if the source has a retention: the
+/// retention back from the clock, not from the transaction's start (`now()`). The caller holds
+/// prune off the table (`hold_off_prune`) first, so every prune that deleted anything committed
+/// before this is read, with a horizon at or before this one.
+pub fn retention_horizon(source: &Source) -> EvResult<Option<pgrx::datum::TimestampWithTimeZone>> {
+    spi_util::one(
+        "SELECT (pg_catalog.clock_timestamp() - retention)::timestamptz FROM eventview._sources WHERE source_id = $1",
+        &[source.source_id.into()],
+    )
+}
+
 /// Removes an event table's catalog rows: its field declarations and observations, then the
 /// table itself (no foreign keys cascade: see sql/bootstrap.sql). Its views are dropped first.
 pub fn delete_source(source_id: i32) -> EvResult<()> {
@@ -191,9 +202,6 @@ pub struct ViewRecord {
     pub source: Source,
     pub definition: ViewDefinition,
     pub time_bucket: Option<Interval>,
-    /// Raw events older than this may have been pruned (`now() - retention`), if the source
-    /// has a retention.
-    pub retention_horizon: Option<pgrx::datum::TimestampWithTimeZone>,
     /// The role the view belongs to: refreshes run as this role.
     pub owner: pg_sys::Oid,
     /// Reads see pending changes (`eventview.alter_view(realtime => ...)`).
@@ -234,8 +242,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
                          THEN ARRAY(SELECT json_array_elements_text(v.definition -> 'event_types')) END,
                     json_typeof(v.definition -> 'event_types'),
                     (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
-                    v.on_type_error, v.time_bucket,
-                    (now() - s.retention)::timestamptz, v.owner::oid, v.realtime,
+                    v.on_type_error, v.time_bucket, v.owner::oid, v.realtime,
                     pg_snapshot_xmax(v.applied_snapshot)::text::bigint
              FROM eventview._views v JOIN eventview._sources s USING (source_id)
              WHERE v.view_id = $1",
@@ -255,13 +262,12 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             t.get::<String>(9)?,
             t.get::<String>(10)?,
             t.get::<Interval>(11)?,
-            t.get::<pgrx::datum::TimestampWithTimeZone>(12)?,
-            t.get::<pg_sys::Oid>(13)?,
-            t.get::<bool>(14)?,
-            t.get::<i64>(15)?,
+            t.get::<pg_sys::Oid>(12)?,
+            t.get::<bool>(13)?,
+            t.get::<i64>(14)?,
         ))
     })?;
-    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, horizon, owner, realtime, applied_xmax) =
+    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, owner, realtime, applied_xmax) =
         row;
     let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
     let fields = fields_of_source(source_id.ok_or_else(missing)?)?;
@@ -289,7 +295,6 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         },
         definition,
         time_bucket: bucket,
-        retention_horizon: horizon,
         owner: owner.ok_or_else(missing)?,
         realtime: realtime.unwrap_or(false),
         positions_from_elsewhere: position_from_elsewhere(applied_xmax),

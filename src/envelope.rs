@@ -79,37 +79,45 @@ thread_local! {
     static CAPTURES_CHECKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Event tables created before 0.2.0 have a delete capture that any session could switch off
-/// with `eventview.pruning`. An extension script may not replace functions the extension does
-/// not own (capture functions are run-time objects), so the first API call of each backend
-/// after the update replaces the old ones (as the extension owner; one catalog query when
-/// there is nothing to do).
+/// Capture functions older than this build's, replaced: event tables created before 0.2.0 have
+/// a delete capture that any session could switch off with `eventview.pruning`; truncate
+/// captures older than this build run under REPEATABLE READ and SERIALIZABLE, where they cannot
+/// see every row TRUNCATE removes (no SQL object changed: the version stayed 0.9.0). An extension script may not replace
+/// functions the extension does not own (capture functions are run-time objects), so the first
+/// API call of each backend after the update replaces the old ones (as the extension owner; one
+/// catalog query when there is nothing to do).
 pub fn upgrade_captures() -> EvResult<()> {
     if CAPTURES_CHECKED.get() {
         return Ok(());
     }
-    let stale: Vec<i32> = Spi::connect(|client| {
-        let mut out = Vec::new();
-        for row in client.select(
-            "SELECT s.source_id FROM eventview._sources s
-             JOIN pg_catalog.pg_proc p
-               ON p.oid = pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_delete()', s.source_id))
-             WHERE pg_catalog.strpos(p.prosrc, $1) = 0",
-            None,
-            &[envelope_sql::CURRENT_DELETE_CAPTURE_MARK.into()],
-        )? {
-            if let Some(id) = row.get::<i32>(1)? {
-                out.push(id);
+    let stale = |op: &str, mark: &str| -> EvResult<Vec<i32>> {
+        Ok(Spi::connect(|client| {
+            let mut out = Vec::new();
+            for row in client.select(
+                "SELECT s.source_id FROM eventview._sources s
+                 JOIN pg_catalog.pg_proc p
+                   ON p.oid = pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', s.source_id, $1))
+                 WHERE pg_catalog.strpos(p.prosrc, $2) = 0",
+                None,
+                &[op.into(), mark.into()],
+            )? {
+                if let Some(id) = row.get::<i32>(1)? {
+                    out.push(id);
+                }
             }
-        }
-        Ok::<_, pgrx::spi::SpiError>(out)
-    })?;
-    for source_id in stale {
+            Ok::<_, pgrx::spi::SpiError>(out)
+        })?)
+    };
+    for source_id in stale("delete", envelope_sql::CURRENT_DELETE_CAPTURE_MARK)? {
         spi_util::run_all(&[envelope_sql::replace_delete_capture(source_id)])?;
+    }
+    for source_id in stale("truncate", envelope_sql::CURRENT_TRUNCATE_CAPTURE_MARK)? {
+        spi_util::run_all(&[envelope_sql::replace_truncate_capture(source_id)])?;
     }
     CAPTURES_CHECKED.set(true);
     Ok(())
 }
+
 
 /// Before the extension owner reads an event table (the field observer does): the table must
 /// still be a plain table whose envelope columns have their built-in types. Its owner can alter
@@ -144,7 +152,9 @@ pub fn require_intact(relid: pg_sys::Oid) -> EvResult<()> {
 /// these rows (`eventview.pruning`).
 ///
 /// Pruning is not a retraction, so an event stays while some view has not applied an update of
-/// it: that view would retract the old version it aggregated and find no new one to add. Each
+/// it: that view would retract the old version it aggregated and find no new one to add. An
+/// update that gives the row a new event_id (`SET event_id = DEFAULT`) logs the new id as
+/// inserted, in the same transaction as its 'U' record: those ids are kept too. Each
 /// batch first locks rows past retention that have no such update (skipping rows an unfinished
 /// transaction is changing), then, in a statement whose snapshot sees every update that
 /// committed before the lock, deletes those that still have none. A later update of a locked
@@ -157,17 +167,26 @@ pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> E
     let source = catalog::source_by_relid(relid)?
         .ok_or_else(|| EvError::invalid(format!("{} is not an event table", relation::regclass_text(relid).unwrap_or_default())))?;
     // Events with an update some view has not applied (the changelog's xid index bounds the
-    // scan by the oldest view's position).
+    // scan by the oldest view's position): the ids of its 'U' records, and the ids its
+    // transactions logged as inserted, which include the new ids of rows an update moved.
+    // Tested by anti-joins, not NOT IN: a NOT IN over more ids than fit in work_mem is not
+    // hashed and would compare every candidate with every id.
     let updated = format!(
         "consumers AS (
              SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
              FROM eventview._views WHERE source_id = {sid}
          ),
-         updated AS (
-             SELECT c.event_id FROM {log} c
+         updates AS MATERIALIZED (
+             SELECT c.xid, c.event_id FROM {log} c
              WHERE c.xid >= (SELECT min(pg_catalog.pg_snapshot_xmin(s)) FROM consumers)
-               AND c.op = 'U' AND c.event_id IS NOT NULL
+               AND c.op = 'U'
                AND EXISTS (SELECT 1 FROM consumers k WHERE NOT {applied})
+         ),
+         updated AS MATERIALIZED (
+             SELECT event_id FROM updates WHERE event_id IS NOT NULL
+             UNION ALL
+             SELECT pg_catalog.unnest(c.event_ids) FROM {log} c
+             WHERE c.xid IN (SELECT xid FROM updates) AND c.op = 'I'
          )",
         applied = crate::core::batch::applied_by("k.s", "k.own", "k.own_seq"),
         sid = source.source_id,
@@ -176,13 +195,15 @@ pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> E
     let lock = format!(
         "WITH {updated}
          SELECT coalesce(pg_catalog.array_agg(event_id), '{{}}') FROM
-             (SELECT event_id FROM {table}
-              WHERE occurred_at < now() - $1 AND event_id NOT IN (SELECT event_id FROM updated)
+             (SELECT t.event_id FROM {table} t
+              WHERE occurred_at < now() - $1
+                AND NOT EXISTS (SELECT 1 FROM updated u WHERE u.event_id = t.event_id)
               LIMIT $2 FOR UPDATE SKIP LOCKED) old"
     );
     let delete = format!(
         "WITH {updated},
-         gone AS (DELETE FROM {table} WHERE event_id = ANY ($1) AND event_id NOT IN (SELECT event_id FROM updated) RETURNING 1)
+         gone AS (DELETE FROM {table} t WHERE t.event_id = ANY ($1)
+                    AND NOT EXISTS (SELECT 1 FROM updated u WHERE u.event_id = t.event_id) RETURNING 1)
          SELECT count(*) FROM gone"
     );
     privileges::as_role(owner, || {

@@ -48,6 +48,7 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
         );
         return Ok(());
     }
+    crate::relation::require_same_storage_as_snapshot(source.relid)?;
     let read_paths = paths_read_by_views_kept(source_id)?;
     let plans = Plans::PerSize(source.observer_plan_sizes());
     spi_util::run_planned(&observe_sql::observe(source_id, &source.table_sql), &[read_paths.into()], plans)

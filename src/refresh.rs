@@ -93,6 +93,7 @@ pub fn apply(
             return Ok(Applied { consumed: 0, groups_written: 0 });
         }
     }
+    crate::relation::require_same_storage_as_snapshot(view.source.relid)?;
     let statement = sql.apply(mode);
     if mode == Mode::Full {
         let estimate: Option<f32> =
@@ -251,9 +252,14 @@ pub fn rebuild(
     // Everything still retained is recomputed: no window asked for (the horizon may impose one).
     let whole_view = from.is_none() && to.is_none();
     let mut from = from;
+    // No prune of the table from here on; the horizon is taken after every prune that started
+    // before (a horizon from the transaction's start would be older than theirs: the events
+    // they deleted between the two would be missing from buckets recomputed as complete).
+    catalog::hold_off_prune(&view.source)?;
+    let retention_horizon = catalog::retention_horizon(&view.source)?;
     if view.definition.bucketed {
         // Recompute only from raw events still retained: pruned history stays as aggregated.
-        if let Some(horizon) = view.retention_horizon {
+        if let Some(horizon) = retention_horizon {
             if from.is_none_or(|f| f < horizon) {
                 pgrx::notice!(
                     "rebuild of {} starts at the retention horizon {}: older events may have been pruned, their buckets are kept as they are",
@@ -273,7 +279,7 @@ pub fn rebuild(
         .with_hint("Call rebuild(name) without from_time and to_time to recompute the whole view."));
     }
     if !view.definition.bucketed {
-        if let Some(horizon) = view.retention_horizon {
+        if let Some(horizon) = retention_horizon {
             // A view without buckets can only be recomputed whole, from the events still there.
             pgrx::ereport!(
                 WARNING,

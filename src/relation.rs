@@ -96,3 +96,32 @@ pub fn extension_relid(name: &str) -> pg_sys::Oid {
         pg_sys::get_relname_relid(name.as_ptr(), namespace)
     }
 }
+
+/// Before a view applies changes from an event table under REPEATABLE READ or SERIALIZABLE:
+/// the table must not have been truncated (or rewritten by ALTER TABLE) since the transaction's
+/// snapshot. Neither is MVCC-safe: the table would read as empty, the changes before it as
+/// applied with nothing to add, and the TRUNCATE's own records, applied later, would take back
+/// rows the views never had. (The relcache has the table's current file; `pg_class` read with
+/// the snapshot has the file of its time.) Under READ COMMITTED each statement has a new
+/// snapshot, taken once the table is locked.
+pub fn require_same_storage_as_snapshot(relid: pg_sys::Oid) -> EvResult<()> {
+    if !spi_util::uses_transaction_snapshot() {
+        return Ok(());
+    }
+    let replaced = spi_util::one::<bool>(
+        "SELECT pg_catalog.pg_relation_filenode($1::pg_catalog.regclass)
+                IS DISTINCT FROM (SELECT relfilenode FROM pg_catalog.pg_class WHERE oid = $1)",
+        &[relid.into()],
+    )?;
+    if replaced == Some(true) {
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            format!(
+                "event table {} was truncated or rewritten after this transaction's snapshot was taken",
+                regclass_text(relid)?
+            ),
+        )
+        .with_hint("Retry in a new transaction."));
+    }
+    Ok(())
+}

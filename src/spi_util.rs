@@ -53,3 +53,10 @@ fn first<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid], plans: Plan
         }
     })?)
 }
+
+/// Whether this transaction reads with one snapshot for all its statements (REPEATABLE READ,
+/// SERIALIZABLE), taken at its first statement.
+pub fn uses_transaction_snapshot() -> bool {
+    // SAFETY: reads a backend global that Postgres sets at transaction start.
+    unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 }
+}

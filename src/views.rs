@@ -46,6 +46,16 @@ fn check_time_bucket(bucket: Interval) -> EvResult<()> {
 }
 
 pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
+    if spi_util::uses_transaction_snapshot() {
+        // The view reads the existing events with the transaction's snapshot, taken before
+        // anything here could keep prune off the table: a prune committed since may have
+        // deleted changes the view needs (applied by the others, committed after the snapshot).
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("create_view needs a READ COMMITTED transaction, not {}", isolation_level()?),
+        )
+        .with_hint("It reads the events already in the table from a snapshot taken after it holds off pruning. Run it in a READ COMMITTED transaction."));
+    }
     let source = catalog::source_by_name(args.source)?;
     privileges::require_select(source.relid)?;
     catalog::lock_source(&source, catalog::SourceLock::AddsRows)?;
@@ -194,4 +204,8 @@ pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str
         install_user_view(&view)?;
     }
     Ok(())
+}
+
+fn isolation_level() -> EvResult<String> {
+    Ok(spi_util::one::<String>("SELECT pg_catalog.current_setting('transaction_isolation')", &[])?.unwrap_or_default())
 }

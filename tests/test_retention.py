@@ -4,7 +4,8 @@ fails without its fix.
 
 - Pruning raw events by retention is not a retraction: a view that has not applied an update of
   an event keeps the version it aggregated (prune leaves the event until every view has applied
-  the update).
+  the update). Also when the update gave the row a new event_id (`SET event_id = DEFAULT`,
+  logged as the old id updated and the new one inserted; found in session 11's audit).
 - A view being created is invisible to prune until its creation commits: prune skips the table
   meanwhile instead of deleting changes the new view still needs.
 - A plain DROP TABLE of an event table does not break refresh_all or maintenance for the others.
@@ -40,6 +41,27 @@ def test_prune_keeps_an_event_whose_update_a_view_has_not_applied(db):
         assert _one(a, "SELECT eventview.refresh('v')") == 0
         assert a.execute("SELECT sku, n, qty FROM v ORDER BY sku").fetchall() == [("A", 1, 7), ("B", 1, 1)]
 
+
+
+def test_prune_keeps_an_event_an_update_moved_to_a_new_id_until_views_apply_it(db):
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('ev', retention => '1 day')")
+        a.execute("""INSERT INTO ev (event_type, occurred_at, payload)
+                     VALUES ('sale', now() - interval '20 hours', '{"sku": "A", "qty": 5}')""")
+        a.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"sku": "$.sku"}',
+                       measures => '{"n": "count(*)", "qty": "sum($.qty)"}')""")
+        assert a.execute("SELECT sku, n, qty FROM v").fetchall() == [("A", 1, 5)]
+        # The row takes a new id and moves past retention: the view has applied neither.
+        a.execute("""UPDATE ev SET event_id = DEFAULT, occurred_at = occurred_at - interval '5 hours',
+                                   payload = '{"sku": "A", "qty": 7}'""")
+        assert _one(a, "SELECT eventview.prune('ev')") == 0
+        assert _one(a, "SELECT count(*) FROM ev") == 1
+        # The old id's update record and the new id's insert record.
+        assert _one(a, "SELECT eventview.refresh('v')") == 2
+        assert a.execute("SELECT sku, n, qty FROM v").fetchall() == [("A", 1, 7)]
+        assert _one(a, "SELECT eventview.prune('ev')") == 1
+        assert _one(a, "SELECT eventview.refresh('v')") == 0
+        assert a.execute("SELECT sku, n, qty FROM v").fetchall() == [("A", 1, 7)]
 
 def test_prune_skips_a_table_while_a_view_on_it_is_created(db):
     """Session B creates a view (snapshot taken, not committed); A commits an event; another view

@@ -89,6 +89,32 @@ $capture$"
     )
 }
 
+/// What the truncate capture runs: every row, logged as deleted. TG_RELID rather than the name
+/// at creation time, so a renamed table keeps working. Only under READ COMMITTED: TRUNCATE
+/// removes every row, also those committed after a REPEATABLE READ or SERIALIZABLE
+/// transaction's snapshot, which this SELECT could not see and the views would keep.
+pub fn truncate_body(source_id: i32) -> String {
+    let log = names::changelog(source_id);
+    format!(
+        "    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
+            MESSAGE = pg_catalog.format('TRUNCATE of event table %s needs a READ COMMITTED transaction, not %s',
+                                        TG_RELID::pg_catalog.regclass, pg_catalog.current_setting('transaction_isolation')),
+            HINT = 'Its views retract every row it removes; in this transaction it cannot see the rows committed after its snapshot. Run it in a READ COMMITTED transaction.';
+    END IF;
+    EXECUTE pg_catalog.format('INSERT INTO {log} (op, {OLD_COLUMNS}) SELECT ''D'', {ROW_COLUMNS} FROM %s',
+                   TG_RELID::pg_catalog.regclass);"
+    )
+}
+
+/// The truncate capture function of a source as this version creates it, replacing an older one.
+pub fn replace_truncate_capture(source_id: i32) -> String {
+    capture_function(source_id, "truncate", &truncate_body(source_id)).replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+}
+
+/// Text only the current truncate capture has (an older one must be replaced).
+pub const CURRENT_TRUNCATE_CAPTURE_MARK: &str = "transaction_isolation";
+
 /// What the delete capture runs. eventview.prune() deletes raw events past the table's
 /// retention with `eventview.pruning` on: not a retraction, those rows are not logged. The
 /// setting is an ordinary one, so the exemption is limited to rows past the retention (which
@@ -124,11 +150,7 @@ pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
     HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;"
     );
     let delete_body = delete_body(source_id);
-    // TG_RELID rather than the name at creation time, so a renamed table keeps working.
-    let truncate_body = format!(
-        "    EXECUTE pg_catalog.format('INSERT INTO {log} (op, {OLD_COLUMNS}) SELECT ''D'', {ROW_COLUMNS} FROM %s',
-                   TG_RELID::pg_catalog.regclass);"
-    );
+    let truncate_body = truncate_body(source_id);
     let trigger = |name: &str, when: &str, op: &str| {
         format!(
             "CREATE TRIGGER {name} {when} ON {table} {} FOR EACH STATEMENT EXECUTE FUNCTION {}()",

@@ -1,0 +1,138 @@
+"""REPEATABLE READ and SERIALIZABLE transactions read with the snapshot of their first statement,
+and TRUNCATE is not MVCC-safe: each test reproduces a defect found in session 11's audit and fails
+without its fix.
+
+- TRUNCATE of an event table under REPEATABLE READ logged only the rows its snapshot saw, and
+  removed the others too: the views kept counting them. It is refused there (0A000).
+- A refresh under REPEATABLE READ whose snapshot predates a committed TRUNCATE read the table
+  as empty, consumed the pending inserts without adding them, and later took the TRUNCATE's
+  deletes back from rows it never had (negative counts). It fails with 40001: retry.
+- create_view under REPEATABLE READ read the existing events with a snapshot taken before it
+  kept prune off the table: a prune in between could delete changes it needed. It is refused.
+- rebuild's retention horizon came from the transaction's start: a prune that started later
+  had deleted events between the two horizons, and the rebuild recomputed their buckets
+  without them. The horizon now comes from the clock, with prune held off.
+- Event tables created by an older build get the new truncate capture at the first API call.
+"""
+
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+
+def _one(conn, sql, params=None):
+    return conn.execute(sql, params).fetchone()[0]
+
+
+def _setup(conn, retention=None):
+    conn.execute("SELECT eventview.create_event_table('ev', retention => %s::interval)", (retention,))
+    conn.execute("""INSERT INTO ev (event_type, payload) VALUES ('sale', '{"sku": "A"}')""")
+    conn.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"sku": "$.sku"}',
+                   measures => '{"n": "count(*)"}')""")
+
+
+def test_truncate_is_refused_under_repeatable_read(db):
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as b:
+        _setup(a)
+        a.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        assert _one(a, "SELECT count(*) FROM ev") == 1
+        b.execute("""INSERT INTO ev (event_type, payload) VALUES ('sale', '{"sku": "B"}')""")
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
+            a.execute("TRUNCATE ev")
+        assert "TRUNCATE of event table public.ev needs a READ COMMITTED transaction, not repeatable read" in str(e.value)
+        a.execute("ROLLBACK")
+        assert _one(a, "SELECT eventview.refresh('v')") == 1
+        assert a.execute("SELECT sku, n FROM v ORDER BY sku").fetchall() == [("A", 1), ("B", 1)]
+        # Under READ COMMITTED it empties the views, as before.
+        a.execute("TRUNCATE ev")
+        assert _one(a, "SELECT eventview.refresh('v')") == 2
+        assert a.execute("SELECT count(*) FROM v").fetchone()[0] == 0
+
+
+def test_refresh_under_repeatable_read_after_a_later_truncate_asks_for_a_retry(db):
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as b:
+        _setup(a)
+        b.execute("""INSERT INTO ev (event_type, payload) VALUES ('sale', '{"sku": "B"}')""")
+        a.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        assert _one(a, "SELECT count(*) FROM eventview.quarantine") == 0  # the snapshot
+        b.execute("TRUNCATE ev")
+        with pytest.raises(psycopg.errors.SerializationFailure) as e:
+            a.execute("SELECT eventview.refresh('v')")
+        assert "event table public.ev was truncated or rewritten after this transaction's snapshot was taken" in str(e.value)
+        a.execute("ROLLBACK")
+        # Retried: the insert and the TRUNCATE, both applied.
+        assert _one(a, "SELECT eventview.refresh('v')") == 3
+        assert a.execute("SELECT count(*) FROM v").fetchone()[0] == 0
+        a.execute("""INSERT INTO ev (event_type, payload) VALUES ('sale', '{"sku": "C"}')""")
+        assert _one(a, "SELECT eventview.refresh('v')") == 1
+        assert a.execute("SELECT sku, n FROM v").fetchall() == [("C", 1)]
+
+
+def test_refresh_under_repeatable_read_works_without_a_truncate(db):
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as b:
+        _setup(a)
+        a.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        assert _one(a, "SELECT count(*) FROM ev") == 1
+        b.execute("""INSERT INTO ev (event_type, payload) VALUES ('sale', '{"sku": "B"}')""")
+        # Not visible to this snapshot: left for a later refresh.
+        assert _one(a, "SELECT eventview.refresh('v')") == 0
+        a.execute("COMMIT")
+        assert _one(a, "SELECT eventview.refresh('v')") == 1
+        assert a.execute("SELECT sku, n FROM v ORDER BY sku").fetchall() == [("A", 1), ("B", 1)]
+
+
+def test_create_view_is_refused_under_repeatable_read(db):
+    with psycopg.connect(db, autocommit=True) as a:
+        _setup(a)
+        for level in ("REPEATABLE READ", "SERIALIZABLE"):
+            a.execute(f"BEGIN ISOLATION LEVEL {level}")
+            with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
+                a.execute("SELECT eventview.create_view('w', 'ev')")
+            assert f"create_view needs a READ COMMITTED transaction, not {level.lower()}" in str(e.value)
+            a.execute("ROLLBACK")
+        assert _one(a, "SELECT to_regclass('w')") is None
+        assert _one(a, "SELECT count(*) FROM eventview.views") == 1
+
+
+def test_rebuild_starts_at_a_horizon_no_older_than_any_prune_before_it(db):
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as b:
+        a.execute("SELECT eventview.create_event_table('ev', retention => '1 hour')")
+        a.execute("""SELECT eventview.create_view('v', 'ev', measures => '{"n": "count(*)"}',
+                       time_bucket => '1 second')""")
+        a.execute("BEGIN")
+        started = _one(a, "SELECT now()")
+        b.execute("SELECT pg_sleep(2)")
+        # Past the retention seen from now, not from a's start: b's prune deletes it.
+        b.execute("INSERT INTO ev (event_type, occurred_at, payload) VALUES ('sale', %s, '{}')",
+                  (started - timedelta(hours=1) + timedelta(seconds=1),))
+        assert _one(b, "SELECT eventview.refresh('v')") == 1
+        assert _one(b, "SELECT eventview.prune('ev')") == 1
+        assert _one(b, "SELECT count(*) FROM ev") == 0
+        # a's rebuild must leave that bucket as aggregated.
+        a.execute("SELECT eventview.rebuild('v')")
+        a.execute("COMMIT")
+        assert _one(a, "SELECT coalesce(sum(n), 0) FROM v") == 1
+
+
+def test_an_older_truncate_capture_is_replaced_at_the_first_call(db):
+    with psycopg.connect(db, autocommit=True) as a:
+        _setup(a)
+        sid = _one(a, "SELECT source_id FROM eventview._sources WHERE relid = 'ev'::regclass")
+        # The body of the builds before session 11.
+        a.execute(f"""CREATE OR REPLACE FUNCTION eventview._capture_{sid}_truncate() RETURNS trigger
+                      LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $capture$
+                      BEGIN
+                          EXECUTE pg_catalog.format('INSERT INTO eventview._changes_{sid} (op, event_id, old_event_type, old_event_version, old_producer, old_occurred_at, old_payload) SELECT ''D'', event_id, event_type, event_version, producer, occurred_at, payload FROM %s',
+                                                    TG_RELID::pg_catalog.regclass);
+                          RETURN NULL;
+                      END
+                      $capture$""")
+    with psycopg.connect(db, autocommit=True) as a:
+        assert "transaction_isolation" not in _one(a, f"SELECT prosrc FROM pg_proc WHERE proname = '_capture_{sid}_truncate'")
+        a.execute("SELECT eventview.refresh('v')")
+        assert "transaction_isolation" in _one(a, f"SELECT prosrc FROM pg_proc WHERE proname = '_capture_{sid}_truncate'")
+        a.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            a.execute("TRUNCATE ev")
+        a.execute("ROLLBACK")
