@@ -144,11 +144,15 @@ pub fn insert_source(relid: pg_sys::Oid, retention: Option<Interval>, delta_rete
 }
 
 /// How an API call locks an event table's catalog row (there are no foreign keys to it, see
-/// sql/bootstrap.sql): `AddsRows` for what adds rows that belong to the table (a view, a field
-/// declaration), `Drops` for drop_event_table, so that neither commits rows for a table the other
-/// is dropping.
+/// sql/bootstrap.sql): `AddsRows` for what adds a view, `Redeclares` for a field declaration,
+/// `Drops` for drop_event_table, so that none commits rows for a table another is dropping. A
+/// declaration also waits for views being created (and they for it): it checks and updates the
+/// views that read the field, which must include one whose creation has not committed yet
+/// (created with the old declaration, it would read the old path until rebuilt, or no longer
+/// load at all after a type change).
 pub enum SourceLock {
     AddsRows,
+    Redeclares,
     Drops,
 }
 
@@ -156,7 +160,7 @@ pub enum SourceLock {
 pub fn lock_source(source: &Source, lock: SourceLock) -> EvResult<()> {
     let sql = match lock {
         SourceLock::AddsRows => "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR KEY SHARE",
-        SourceLock::Drops => "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR UPDATE",
+        SourceLock::Redeclares | SourceLock::Drops => "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR UPDATE",
     };
     match spi_util::one::<i32>(sql, &[source.source_id.into()])? {
         Some(_) => Ok(()),

@@ -17,7 +17,7 @@ pub struct FieldDeclaration<'a> {
 pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
     let source = catalog::source_by_name(d.source)?;
     crate::privileges::require_table_owner(source.relid, "declare fields of")?;
-    catalog::lock_source(&source, catalog::SourceLock::AddsRows)?;
+    catalog::lock_source(&source, catalog::SourceLock::Redeclares)?;
     if !is_valid_field_name(d.field) {
         return Err(EvError::invalid(format!("invalid field name \"{}\"", d.field))
             .with_hint("A logical field name matches [a-z_][a-z0-9_]* and has at most 63 bytes."));

@@ -15,6 +15,7 @@ without its fix.
 - Event tables created by an older build get the new truncate capture at the first API call.
 """
 
+import threading
 from datetime import timedelta
 
 import psycopg
@@ -136,3 +137,34 @@ def test_an_older_truncate_capture_is_replaced_at_the_first_call(db):
         with pytest.raises(psycopg.errors.FeatureNotSupported):
             a.execute("TRUNCATE ev")
         a.execute("ROLLBACK")
+
+
+def test_define_field_waits_for_a_view_being_created_that_reads_the_field(db):
+    """A declaration checks the views that read the field (a type change is refused while any
+    does) and points their reads at the new path: a view whose creation had not committed was
+    missed, and after a type change it could no longer be loaded at all."""
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as b:
+        a.execute("SELECT eventview.create_event_table('ev')")
+        a.execute("SELECT eventview.define_field('ev', 'qty', '$.qty', type => 'numeric')")
+        a.execute("BEGIN")
+        a.execute("""SELECT eventview.create_view('v', 'ev', measures => '{"q": "sum(qty)"}')""")
+        outcome = {}
+
+        def redeclare():
+            try:
+                b.execute("SELECT eventview.define_field('ev', 'qty', '$.qty', type => 'text')")
+                outcome["done"] = True
+            except psycopg.Error as e:
+                outcome["error"] = e
+
+        t = threading.Thread(target=redeclare)
+        t.start()
+        t.join(1.0)
+        assert t.is_alive() and not outcome, "define_field must wait for the view being created"
+        a.execute("COMMIT")
+        t.join(10)
+        assert isinstance(outcome.get("error"), psycopg.errors.InvalidParameterValue)
+        assert 'cannot change the type of field "qty" while views read it: public.v' in str(outcome["error"])
+        a.execute("""INSERT INTO ev (event_type, payload) VALUES ('t', '{"qty": 2}')""")
+        assert _one(a, "SELECT eventview.refresh('v')") == 1
+        assert _one(a, "SELECT q FROM v") == 2

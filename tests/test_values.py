@@ -68,3 +68,17 @@ def test_count_distinct_of_a_timestamptz_field_counts_instants(db):
         a.execute("SELECT eventview.refresh('v'), eventview.refresh('w')")
         assert a.execute("SELECT n, instants FROM v ORDER BY at").fetchall() == [(5, 1), (1, 1)]
         assert a.execute("SELECT instants FROM w").fetchall() == [(2,)]
+
+
+def test_a_filter_value_that_spells_generated_sql_is_compared_as_written(db):
+    """Session 11's audit: the statement's JSON types are taken once by rewriting
+    `jsonb_typeof(j1)` into a column name, and the rewrite also reached inside the filter's
+    literal, so the filter compared `$.a` with "t1" instead of the text the user gave."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('ev')")
+        a.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"a": "$.a"}',
+                       measures => '{"n": "count(*)"}', filter => '{"$.a": "jsonb_typeof(j1)"}')""")
+        a.execute("""INSERT INTO ev (event_type, payload) VALUES
+                       ('t', '{"a": "t1"}'), ('t', '{"a": "jsonb_typeof(j1)"}'), ('t', '{"a": "x"}')""")
+        assert _one(a, "SELECT eventview.refresh('v')") == 3
+        assert a.execute("SELECT a, n FROM v").fetchall() == [("jsonb_typeof(j1)", 1)]

@@ -77,8 +77,76 @@ pub fn malformed_name(name: &str) -> bool {
     }
 }
 
+/// `sql` with every `from` that lies outside its quoted parts replaced by `to`: outside string
+/// literals (as `literal` writes them: quotes and, in `E''` strings, backslashes doubled),
+/// quoted identifiers and `--` comments. For rewriting generated SQL, whose literals and
+/// identifiers hold user text that must stay as it is.
+pub fn replace_outside_quotes(sql: &str, from: &str, to: &str) -> String {
+    if from.is_empty() {
+        return sql.to_string();
+    }
+    let bytes = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &sql[i..];
+        let skip = match bytes[i] {
+            b'\'' => {
+                // To the closing quote: '' is a quote inside, and so is \' after a backslash
+                // (E'' strings; plain ones written by `literal` hold no backslash).
+                let mut j = i + 1;
+                while j < bytes.len() {
+                    match bytes[j] {
+                        b'\\' => j += 2,
+                        b'\'' if bytes.get(j + 1) == Some(&b'\'') => j += 2,
+                        b'\'' => break,
+                        _ => j += 1,
+                    }
+                }
+                (j + 1).min(bytes.len()) - i
+            }
+            b'"' => {
+                let mut j = i + 1;
+                while j < bytes.len() {
+                    match bytes[j] {
+                        b'"' if bytes.get(j + 1) == Some(&b'"') => j += 2,
+                        b'"' => break,
+                        _ => j += 1,
+                    }
+                }
+                (j + 1).min(bytes.len()) - i
+            }
+            b'-' if rest.starts_with("--") => rest.find('\n').unwrap_or(rest.len()),
+            _ if rest.starts_with(from) => {
+                out.push_str(to);
+                i += from.len();
+                continue;
+            }
+            _ => rest.chars().next().map_or(1, char::len_utf8),
+        };
+        out.push_str(&sql[i..i + skip]);
+        i += skip;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn replaces_only_outside_literals_identifiers_and_comments() {
+        let sql = format!(
+            "f(x) AND {} = f(x) AND \"f(x)\" = {} -- f(x)'s\nOR f(x)",
+            literal("it's f(x)"),
+            literal("a\\' f(x)")
+        );
+        assert_eq!(
+            replace_outside_quotes(&sql, "f(x)", "t"),
+            "t AND 'it''s f(x)' = t AND \"f(x)\" = E'a\\\\'' f(x)' -- f(x)'s\nOR t"
+        );
+        assert_eq!(replace_outside_quotes("é f(x) 'ü'", "f(x)", "t"), "é t 'ü'");
+        assert_eq!(replace_outside_quotes("'open f(x)", "f(x)", "t"), "'open f(x)");
+    }
     use super::*;
 
     #[test]

@@ -724,10 +724,12 @@ delta_rows AS (
         let (mut c_cols, mut c_where) = (c_cols.join(",\n           "), c_where);
         let mut types = Vec::new();
         for i in 1..=refs.len() {
+            // Not inside literals: filter values and type error messages hold user text.
             let typeof_j = format!("jsonb_typeof(j{i})");
-            if c_cols.contains(&typeof_j) || c_where.contains(&typeof_j) {
-                c_cols = c_cols.replace(&typeof_j, &format!("t{i}"));
-                c_where = c_where.replace(&typeof_j, &format!("t{i}"));
+            let cols = quote::replace_outside_quotes(&c_cols, &typeof_j, &format!("t{i}"));
+            let cond = quote::replace_outside_quotes(&c_where, &typeof_j, &format!("t{i}"));
+            if cols != c_cols || cond != c_where {
+                (c_cols, c_where) = (cols, cond);
                 types.push(format!("{typeof_j} AS t{i}"));
             }
         }
