@@ -320,7 +320,12 @@ BEGIN
     PERFORM pg_catalog.set_config('eventview.following_ddl', 'on', true);
     FOR r IN
         SELECT DISTINCT v.source_id, o.rolname AS reader,
-               pg_catalog.has_table_privilege(v.owner::oid, s.relid::oid, 'SELECT') AS may_read,
+               pg_catalog.has_table_privilege(v.owner::oid, s.relid::oid, 'SELECT')
+               -- Not where the table's row-level security applies to the owner: the changelog
+               -- holds rows its policies hide (privileges::require_no_row_security).
+               AND NOT (c.relrowsecurity AND NOT o.rolbypassrls
+                        AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role(v.owner::oid, c.relowner, 'USAGE')))
+                   AS may_read,
                EXISTS (SELECT 1 FROM pg_catalog.pg_class l, pg_catalog.aclexplode(l.relacl) a
                        WHERE l.oid OPERATOR(pg_catalog.=) log.oid
                          AND a.grantee OPERATOR(pg_catalog.=) v.owner::oid

@@ -168,6 +168,9 @@ COMMENT ON FUNCTION eventview.prune(text) IS
 -- schedule * 2^(n-1), at most max(schedule, 1 hour); a view that keeps failing (a producer
 -- sending what its type policy 'fail' refuses, a dropped dependency) costs little and its
 -- error stays in last_error. Any successful refresh, manual ones included, ends the backoff.
+-- Nothing one view's owner can set stops the others: the owner may write schedule and failures
+-- (see the grants in bootstrap.sql), so due-ness compares intervals (no timestamp arithmetic to
+-- overflow on a schedule of 300,000 years), and the retry time and failure count saturate.
 CREATE FUNCTION eventview.run_maintenance() RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -176,7 +179,7 @@ BEGIN
     FOR v IN
         SELECT view_id, relid, schedule, failures FROM eventview._views
         WHERE schedule IS NOT NULL
-          AND (last_refresh_at IS NULL OR last_refresh_at + schedule <= clock_timestamp())
+          AND (last_refresh_at IS NULL OR clock_timestamp() - last_refresh_at >= schedule)
           AND (retry_at IS NULL OR retry_at <= clock_timestamp())
         ORDER BY coalesce(last_refresh_at, '-infinity'), view_id
     LOOP
@@ -190,10 +193,13 @@ BEGIN
         EXCEPTION WHEN others THEN
             UPDATE eventview._views
             SET last_error = SQLERRM,
-                failures = v.failures + 1,
-                retry_at = clock_timestamp()
-                           + least(v.schedule * power(2, least(v.failures, 20)),
-                                   greatest(v.schedule, interval '1 hour'))
+                failures = least(greatest(v.failures, 0), 1000000000) + 1,
+                retry_at = CASE WHEN v.schedule >= interval '100 years' THEN 'infinity'::timestamptz
+                                ELSE clock_timestamp()
+                                     + CASE WHEN v.schedule >= interval '1 hour' THEN v.schedule
+                                            ELSE least(v.schedule * power(2, least(greatest(v.failures, 0), 20)),
+                                                       interval '1 hour') END
+                           END
             WHERE view_id = v.view_id;
         END;
     END LOOP;

@@ -204,14 +204,15 @@ pub fn require_select(relid: pg_sys::Oid) -> EvResult<()> {
 
 /// A view's owner may still read the event table the view reads: checked before a refresh, so
 /// that losing SELECT on it gives an error naming the table (not its changelog, which the
-/// refresh statement happens to check first).
+/// refresh statement happens to check first). Also that no row-level security applies to it
+/// there (`require_no_row_security`).
 pub fn require_owner_reads(view_relid: pg_sys::Oid, owner: pg_sys::Oid, source_relid: pg_sys::Oid) -> EvResult<()> {
     let allowed = spi_util::one::<bool>(
         "SELECT pg_catalog.has_table_privilege($1, $2, 'SELECT')",
         &[owner.into(), source_relid.into()],
     )?;
     if allowed == Some(true) {
-        return Ok(());
+        return require_no_row_security(owner, source_relid);
     }
     Err(denied(
         format!(
@@ -221,6 +222,34 @@ pub fn require_owner_reads(view_relid: pg_sys::Oid, owner: pg_sys::Oid, source_r
             role_name(owner)?
         ),
         "Ask the table's owner to GRANT SELECT on it to the view's owner again, or drop the view.",
+    ))
+}
+
+/// No row-level security policy of the event table applies to `role`: a view aggregates every
+/// row, and reads the changelog, which holds the old contents of updated and deleted rows
+/// whatever the policies say, so a role the policies restrict would read through its view what
+/// they hide from it (and its refreshes would add rows as filtered but take them back
+/// unfiltered). Policies apply as PostgreSQL decides (`check_enable_rls`): when the table has
+/// row-level security enabled, to everyone but superusers, roles with BYPASSRLS and (unless it
+/// is forced) the table's owner and its members.
+pub fn require_no_row_security(role: pg_sys::Oid, source_relid: pg_sys::Oid) -> EvResult<()> {
+    let applies = spi_util::one::<bool>(
+        "SELECT c.relrowsecurity
+                AND NOT (SELECT r.rolsuper OR r.rolbypassrls FROM pg_catalog.pg_roles r WHERE r.oid = $1)
+                AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role($1, c.relowner, 'USAGE'))
+         FROM pg_catalog.pg_class c WHERE c.oid = $2",
+        &[role.into(), source_relid.into()],
+    )?;
+    if applies != Some(true) {
+        return Ok(());
+    }
+    Err(denied(
+        format!(
+            "event table {} has row-level security that applies to role {}: an incremental view aggregates every row",
+            crate::relation::regclass_text(source_relid)?,
+            role_name(role)?
+        ),
+        "Create the view as a role the policies do not apply to (the table's owner, or a role with BYPASSRLS), or disable row-level security on the table.",
     ))
 }
 

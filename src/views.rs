@@ -58,6 +58,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     }
     let source = catalog::source_by_name(args.source)?;
     privileges::require_select(source.relid)?;
+    privileges::require_no_row_security(privileges::caller(), source.relid)?;
     catalog::lock_source(&source, catalog::SourceLock::AddsRows)?;
     // Before the snapshot the view starts from: prune must not delete what it will still need.
     catalog::hold_off_prune(&source)?;

@@ -361,3 +361,66 @@ def test_a_renamed_view_keeps_its_quarantine(cluster, roles):
     assert admin.one("SELECT count(*) FROM eventview.quarantine") == 0
     for who in (admin, alice, bob):
         who.conn.close()
+
+
+def test_row_level_security_keeps_restricted_roles_from_views_and_the_changelog(cluster, roles):
+    """Session 11's audit: a role the event table's policies restrict created a view, and read
+    through it and through the changelog (old versions of updated rows) what they hide."""
+    alice, bob = As(cluster, roles, "alice"), As(cluster, roles, "bob")
+    alice.q("SELECT eventview.create_event_table('ev')")
+    source_id = alice.one("SELECT source_id FROM eventview._sources WHERE relid = 'ev'::regclass")
+    alice.q(f"GRANT SELECT ON ev TO {role('bob')}")
+    alice.q("INSERT INTO ev (event_type, payload) VALUES ('t', '{\"tenant\": \"alice\", \"secret\": \"x\"}')")
+    bob.q("""SELECT eventview.create_view('bv', 'ev', measures => '{"n": "count(*)"}')""")
+    assert bob.one("SELECT n FROM bv") == 1
+    assert bob.one(f"SELECT count(*) FROM eventview._changes_{source_id}") == 1
+    alice.q("ALTER TABLE ev ENABLE ROW LEVEL SECURITY")
+    alice.q("CREATE POLICY own ON ev FOR SELECT USING (payload ->> 'tenant' = current_user)")
+    alice.q("UPDATE ev SET payload = payload || '{\"secret\": \"y\"}'")
+    # The ALTER TABLE took bob's right to read the changelog; his view refuses to refresh.
+    bob.denied(f"SELECT old_payload FROM eventview._changes_{source_id}")
+    msg = bob.denied("SELECT eventview.refresh('bv')")
+    assert msg == (f"event table public.ev has row-level security that applies to role {role('bob')}: "
+                   "an incremental view aggregates every row")
+    msg = bob.denied("SELECT eventview.create_view('bv2', 'ev')")
+    assert msg.startswith("event table public.ev has row-level security that applies to role")
+    # The table's owner is not subject to its policies (unless forced), and still may.
+    alice.q("""SELECT eventview.create_view('av', 'ev', measures => '{"n": "count(*)"}')""")
+    assert alice.one("SELECT eventview.refresh('av')") == 0
+    assert alice.one("SELECT n FROM av") == 1
+    alice.q("ALTER TABLE ev FORCE ROW LEVEL SECURITY")
+    alice.denied("SELECT eventview.refresh('av')")
+    alice.q("ALTER TABLE ev NO FORCE ROW LEVEL SECURITY")
+    alice.q("ALTER TABLE ev DISABLE ROW LEVEL SECURITY")
+    assert bob.one("SELECT eventview.refresh('bv')") == 1
+    assert bob.one(f"SELECT count(*) FROM eventview._changes_{source_id}") >= 1
+
+
+def test_one_owners_schedule_or_failure_count_does_not_stop_the_others(cluster, roles):
+    """Session 11's audit: view owners may write their views' schedule and failure count; a
+    schedule of 300,000 years overflowed run_maintenance's due time, and a failure count at the
+    largest integer its error handler, failing every run for every view."""
+    admin = As(cluster, roles, "postgres")
+    alice, bob = As(cluster, roles, "alice"), As(cluster, roles, "bob")
+    alice.q("SELECT eventview.create_event_table('ev')")
+    alice.q(f"GRANT SELECT ON ev TO {role('bob')}")
+    alice.q("""SELECT eventview.create_view('av', 'ev', measures => '{"n": "count(*)"}')""")
+    bob.q("""SELECT eventview.create_view('bv', 'ev', measures => '{"s": "sum($.v)"}', on_type_error => 'fail')""")
+    bob.q("SELECT eventview.schedule('bv', '300000 years')")
+    bob.q("UPDATE eventview._views SET failures = 2147483647 WHERE relid = 'bv'::regclass")
+    alice.q("SELECT eventview.schedule('av', '1 second')")
+    alice.q("INSERT INTO ev (event_type, payload) VALUES ('t', '{\"v\": \"not a number\"}')")
+    # bv is due (never refreshed) and fails; av refreshes all the same.
+    admin.q("SELECT eventview.run_maintenance()")
+    assert alice.one("SELECT n FROM av") == 1
+    failures, retry_at, error = admin.q(
+        "SELECT failures, retry_at::text, last_error FROM eventview._views WHERE relid = 'bv'::regclass")[0]
+    assert (failures, retry_at) == (1000000001, "infinity")
+    assert "type error in view public.bv" in error
+    # Refreshed once, bv is not due for 300,000 years: maintenance goes on for the others.
+    bob.q("UPDATE eventview._views SET retry_at = NULL WHERE relid = 'bv'::regclass")
+    admin.q("UPDATE eventview._views SET last_refresh_at = now() WHERE relid = 'bv'::regclass")
+    alice.q("INSERT INTO ev (event_type, payload) VALUES ('t', '{\"v\": 1}')")
+    admin.q("SELECT pg_sleep(1.1)")
+    admin.q("SELECT eventview.run_maintenance()")
+    assert alice.one("SELECT n FROM av") == 2

@@ -39,6 +39,7 @@ RELEASE_COMMITS = {
     "0.6.0": "ec29b98d10b71a992c8fb96d4f4168b440c04a00",
     "0.7.0": "a9a6ff599f7f0730c94ebc409481d16dee189b55",
     "0.8.0": "5cab1e4516f59e0cb66cce0780abb46ff682035d",
+    "0.9.0": "d00f437b65bbccfe13eb74173e98ea5487b59b6c",
 }
 
 
