@@ -82,8 +82,8 @@ thread_local! {
 /// Capture functions older than this build's, replaced: event tables created before 0.2.0 have
 /// a delete capture that any session could switch off with `eventview.pruning`; truncate
 /// captures older than this build run under REPEATABLE READ and SERIALIZABLE, where they cannot
-/// see every row TRUNCATE removes (no SQL object changed: the version stayed 0.9.0). An extension script may not replace
-/// functions the extension does not own (capture functions are run-time objects), so the first
+/// see every row TRUNCATE removes (replaced since 0.10.0's library). An extension script may
+/// not replace functions the extension does not own (capture functions are run-time objects), so the first
 /// API call of each backend after the update replaces the old ones (as the extension owner; one
 /// catalog query when there is nothing to do).
 pub fn upgrade_captures() -> EvResult<()> {
