@@ -119,13 +119,22 @@ pub fn upgrade_captures() -> EvResult<()> {
 }
 
 
-/// Before the extension owner reads an event table (the field observer does): the table must
-/// still be a plain table whose envelope columns have their built-in types. Its owner can alter
-/// it; a column of a type of theirs would run their functions (output, casts) with the
-/// extension owner's rights.
+/// Whether a reader may take the event table now: takes ACCESS SHARE on it, held to the end of
+/// the transaction (no ALTER TABLE between a check and the read), if no other session holds a
+/// conflicting lock (ALTER TABLE, VACUUM FULL, TRUNCATE, LOCK TABLE). The field observer skips a
+/// table it would have to wait for (the next refresh observes it): a table locked for long must
+/// not stall the observation of every other table, nor `run_maintenance`.
+pub fn lock_for_reading_if_free(relid: pg_sys::Oid) -> bool {
+    // SAFETY: a relation lock by oid, released at transaction end like LOCK TABLE's; the oid may
+    // name a dropped relation, which locks nothing that matters and fails the checks after it.
+    unsafe { pg_sys::ConditionalLockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) }
+}
+
+/// Before the extension owner reads an event table (the field observer does, after
+/// `lock_for_reading_if_free`): the table must still be a plain table whose envelope columns
+/// have their built-in types. Its owner can alter it; a column of a type of theirs would run
+/// their functions (output, casts) with the extension owner's rights.
 pub fn require_intact(relid: pg_sys::Oid) -> EvResult<()> {
-    // Held to the end of the transaction: no ALTER TABLE between this check and the read.
-    spi_util::run_all(&[format!("LOCK TABLE {} IN ACCESS SHARE MODE", relation::qualified(relid)?)])?;
     let altered = spi_util::one::<String>(
         "SELECT string_agg(format('%I is %s', e.name, coalesce(pg_catalog.format_type(a.atttypid, a.atttypmod), 'missing')), ', ')
          FROM (VALUES ('event_id', 'int8'::regtype), ('event_type', 'text'), ('event_version', 'int4'),

@@ -19,6 +19,8 @@ pub static PRUNE_MAX_ROWS: GucSetting<i32> = GucSetting::<i32>::new(200_000);
 /// Min/max values a stored view may hold in its append-only logs before a refresh merges them
 /// into its value multisets (see `core::sqlgen`).
 pub static EXTREME_LOG_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(100_000);
+/// How long the worker's maintenance waits for a lock, in milliseconds (0: as long as it takes).
+pub static MAINTENANCE_LOCK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 /// Whether the worker runs maintenance at all.
 pub static WORKER_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -62,6 +64,16 @@ pub fn define(preloading: bool) {
         i32::MAX,
         GucContext::Userset,
         GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"eventview.maintenance_lock_timeout",
+        c"Longest the background worker's run_maintenance() waits for a lock (lock_timeout of its transactions); 0 waits as long as it takes.",
+        c"A view whose event table another session holds locked (ALTER TABLE, VACUUM FULL, LOCK TABLE) fails its scheduled refresh with a lock timeout, recorded in last_error and retried later; the other views go on. Takes effect on reload.",
+        &MAINTENANCE_LOCK_TIMEOUT_MS,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
     );
     GucRegistry::define_bool_guc(
         c"eventview.worker",

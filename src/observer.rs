@@ -11,11 +11,15 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Observes the source's pending changes once. When another session is observing the same
-/// source right now, this one skips (that session, or the next refresh, covers the changes):
+/// source right now, or holds its event table locked against reading, this one skips (that session, or the next refresh, covers the changes):
 /// refreshes of different views never wait on each other here. NO KEY UPDATE: the weakest lock
 /// that keeps a second observer out.
 pub fn observe(source: &catalog::Source) -> EvResult<()> {
     let source_id = source.source_id;
+    // Not waited for: another session holds the table locked (the next refresh observes it).
+    if !crate::envelope::lock_for_reading_if_free(source.relid) {
+        return Ok(());
+    }
     // The observer reads the table as the extension owner: not one its owner has altered (the
     // views still refresh, each as its owner; only observation waits for the table's repair).
     if let Err(e) = crate::envelope::require_intact(source.relid) {

@@ -6,6 +6,7 @@
 //! once); on SIGHUP reload the configuration (naptime and `eventview.worker` take effect at the
 //! next tick); run one tick in its own transaction. A database without the extension is left
 //! alone. Errors inside one view are recorded by run_maintenance and do not stop the others;
+//! waits for locks end after `eventview.maintenance_lock_timeout` (such an error is one too);
 //! anything else ends the worker, which the postmaster restarts after `RESTART_AFTER` (this
 //! also covers a database listed before it exists).
 
@@ -52,6 +53,16 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
                 "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview')",
             );
             if let Ok(Some(true)) = installed {
+                // One event table locked by another session (ALTER TABLE, VACUUM FULL, an open
+                // LOCK TABLE) must not stall every view's maintenance: its views' refreshes fail
+                // with a lock timeout, which run_maintenance records for them and retries later.
+                let timeout_ms = gucs::MAINTENANCE_LOCK_TIMEOUT_MS.get().to_string();
+                if let Err(e) = Spi::run_with_args(
+                    "SELECT pg_catalog.set_config('lock_timeout', $1, true)",
+                    &[timeout_ms.into()],
+                ) {
+                    warning!("pg_eventview worker: setting lock_timeout failed: {e}");
+                }
                 if let Err(e) = Spi::run("SELECT eventview.run_maintenance()") {
                     warning!("pg_eventview worker: run_maintenance failed: {e}");
                 }

@@ -66,7 +66,7 @@ def evw(worker_cluster):
         # DROP EXTENSION keeps run-time objects (changelogs, view storage): remove them too.
         conn.execute("DROP EXTENSION IF EXISTS pg_eventview CASCADE")
         conn.execute("DROP SCHEMA IF EXISTS eventview CASCADE")
-        conn.execute("DROP TABLE IF EXISTS ev, ev2 CASCADE")
+        conn.execute("DROP TABLE IF EXISTS ev, ev2, ev3 CASCADE")
         conn.execute("CREATE EXTENSION pg_eventview")
         yield conn
 
@@ -153,6 +153,46 @@ def test_worker_off_on_reload(worker_cluster, evw):
     wait_for(lambda: one(evw, "SELECT coalesce(sum(events), 0) FROM v") == 1, 10, "the worker to resume after reload")
 
 
+def test_a_locked_event_table_does_not_stall_the_other_views(worker_cluster, evw):
+    evw.execute("SET lock_timeout = '5s'")  # this test's own reads must never hang on the lock
+    evw.execute("SELECT eventview.create_event_table('ev')")
+    evw.execute("SELECT eventview.create_event_table('ev2')")
+    evw.execute("SELECT eventview.create_event_table('ev3')")
+    evw.execute("SELECT eventview.create_view('v', 'ev')")
+    evw.execute("SELECT eventview.create_view('v2', 'ev2')")
+    evw.execute("SELECT eventview.schedule('v', '100 milliseconds')")
+    evw.execute("SELECT eventview.schedule('v2', '100 milliseconds')")
+    evw.execute("INSERT INTO ev (event_type, payload) VALUES ('a', '{\"x\": 1}')")
+    error = "SELECT last_error FROM eventview.views WHERE name = 'v'::regclass"
+    with worker_cluster.connect() as admin, worker_cluster.connect("evw") as holder:
+        admin.execute("ALTER SYSTEM SET eventview.maintenance_lock_timeout = '300ms'")
+        admin.execute("SELECT pg_reload_conf()")
+        try:
+            holder.execute("BEGIN")
+            holder.execute("LOCK TABLE ev IN ACCESS EXCLUSIVE MODE")
+            # v's scheduled refresh gives up waiting, and says why.
+            wait_for(lambda: one(evw, error), 15, "v's refresh to time out on the locked table")
+            assert "lock timeout" in one(evw, error)
+            # Meanwhile the other table's view and field observer carry on.
+            evw.execute("INSERT INTO ev2 (event_type, payload) VALUES ('a', '{\"y\": 1}')")
+            wait_for(lambda: one(evw, "SELECT coalesce(sum(events), 0) FROM v2") == 1, 15, "v2 to refresh")
+            # So does the field observer of a table no view reads (run_maintenance observes it
+            # after the views, every table in turn, ev first).
+            evw.execute("INSERT INTO ev3 (event_type, payload) VALUES ('a', '{\"z\": 1}')")
+            wait_for(lambda: one(evw, "SELECT count(*) FROM eventview.observed_fields WHERE source = 'ev3'::regclass") == 1,
+                     15, "ev3's fields to be observed")
+            holder.execute("ROLLBACK")
+            # Released: v and the observer of ev catch up.
+            wait_for(lambda: one(evw, "SELECT coalesce(sum(events), 0) FROM v") == 1, 20, "v to catch up")
+            wait_for(lambda: one(evw, "SELECT count(*) FROM eventview.observed_fields WHERE source = 'ev'::regclass") == 1,
+                     15, "ev's fields to be observed")
+            assert one(evw, error) is None
+        finally:
+            holder.execute("ROLLBACK")
+            admin.execute("ALTER SYSTEM RESET eventview.maintenance_lock_timeout")
+            admin.execute("SELECT pg_reload_conf()")
+
+
 def test_pg_cron_keeps_views_fresh_without_the_worker():
     c = PreloadedCluster(
         "/tmp/pg_eventview_it_cron", 55452,
@@ -166,10 +206,14 @@ def test_pg_cron_keeps_views_fresh_without_the_worker():
             conn.execute("SELECT eventview.create_event_table('ev')")
             conn.execute("SELECT eventview.create_view('v', 'ev')")
             conn.execute("SELECT eventview.schedule('v', '1 second')")
-            conn.execute("SELECT cron.schedule('eventview', '* * * * *', 'SELECT eventview.run_maintenance()')")
+            # The README's job: a table locked for long must not stall it (as the worker's
+            # eventview.maintenance_lock_timeout).
+            conn.execute("SELECT cron.schedule('eventview', '* * * * *', "
+                         "$$SET LOCAL lock_timeout = '10s'; SELECT eventview.run_maintenance()$$)")
             conn.execute("INSERT INTO ev (event_type, payload) VALUES ('a', '{}'), ('b', '{}')")
             # pg_cron 1.4 runs jobs on minute boundaries: wait for the next one.
             wait_for(lambda: one(conn, "SELECT coalesce(sum(events), 0) FROM v") == 2, 75, "pg_cron to run run_maintenance")
             assert one(conn, "SELECT count(*) FROM cron.job_run_details WHERE status = 'succeeded'") >= 1
+            assert one(conn, "SELECT count(*) FROM cron.job_run_details WHERE status <> 'succeeded'") == 0
     finally:
         c.stop()

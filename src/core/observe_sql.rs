@@ -3,8 +3,8 @@
 //! processed by a refresh, never on the insert path.
 //!
 //! Algorithm: the observer is one more consumer of the source's changelog (its cursor lives in
-//! `eventview._sources.observed_*`, with the batch semantics of `batch`). For the new state of
-//! every inserted or updated event in the batch, the aggregate `eventview._shapes_agg` (Rust,
+//! `eventview._sources.observed_*`, with the batch semantics of `batch`). For every event the
+//! batch inserted (as it is now), the aggregate `eventview._shapes_agg` (Rust,
 //! see `shapes.rs`) lists its distinct (path, JSON type) pairs (arrays as `[*]`; at most
 //! MAX_DEPTH levels and MAX_MEMBERS members of each object or array). Compared with what was
 //! observed before for the same event type and version, and in the order the batch's events
@@ -16,6 +16,12 @@
 //! - a path some view reads, present in every earlier event of that type and version, absent
 //!   from some new one: `missing` (also within the batch that first brings the type and
 //!   version).
+//!
+//! Updates and deletes are not observed: observed fields and drift describe events as their
+//! producers sent them, and a correction is not a new event (`seen` would count an event once
+//! per update, and an update dropping a path would report it `missing` from new events). An
+//! update that gives a row a new event_id (`SET event_id = DEFAULT`) logs that id as inserted,
+//! so that row is observed as a new event.
 
 use super::batch;
 
@@ -41,7 +47,7 @@ pub fn pending_check(source_id: i32) -> String {
 /// Returns (events observed, drift rows recorded).
 pub fn observe(source_id: i32, source_table: &str) -> String {
     let sid = source_id;
-    let touched = batch::touched_rows(source_table);
+    let inserted = batch::inserted_rows(source_table);
     let batch = batch::ctes(source_id, &observed_state(source_id));
     format!(
         "WITH {batch},
@@ -55,7 +61,7 @@ walked AS MATERIALIZED (
            (r.value ->> 5)::bigint AS first, (r.value ->> 6)::bigint AS first_without
     FROM (
         SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes
-        FROM {touched}
+        FROM {inserted}
     ) f
     CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(f.shapes::jsonb) r
 ),
