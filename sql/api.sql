@@ -64,8 +64,6 @@ DECLARE
     v record;
     total bigint := 0;
 BEGIN
-    -- Observed first, as refresh does.
-    PERFORM eventview._observe_all();
     -- The caller's views, each in its own subtransaction: one that fails (its owner may no
     -- longer read the table, its type policy is 'fail') keeps its error in last_error, applies
     -- nothing, and the others go on.
@@ -87,6 +85,11 @@ BEGIN
             RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
         END;
     END LOOP;
+    -- Then the field observers of the caller's tables no view of theirs read (the others were
+    -- observed by their views' refreshes). Last: each refresh takes its view's row before its
+    -- event table, as drop_event_table does; observing every table first held them all while
+    -- waiting for view rows, a deadlock with drop_event_table.
+    PERFORM eventview._observe_all();
     RETURN total;
 END
 $$;

@@ -3,10 +3,13 @@
 -- The check (Rust, core::rfc3339) guarantees the cast cannot fail; plain SQL so that it is
 -- inlined into refreshes (STABLE because the cast is, though the offset is always explicit and
 -- the session TimeZone does not matter). The ingest gate checks occurred_at in its own pass.
+-- Inlined, its body is parsed with the search_path of the query it is inlined into (a realtime
+-- view's reader's): every operator is spelled with its schema, so none of theirs can match.
 CREATE FUNCTION eventview._rfc3339(j jsonb) RETURNS timestamptz
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN pg_catalog.jsonb_typeof(j) = 'string' AND eventview._rfc3339_valid(j #>> '{}')
-                THEN (j #>> '{}')::pg_catalog.timestamptz END
+    SELECT CASE WHEN pg_catalog.jsonb_typeof(j) OPERATOR(pg_catalog.=) 'string'
+                     AND eventview._rfc3339_valid(j OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[])
+                THEN (j OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[])::pg_catalog.timestamptz END
 $$;
 
 -- The ingest gate: validates envelopes, inserts the good ones in one statement, quarantines the
@@ -45,7 +48,9 @@ BEGIN
                 WHEN 3 THEN 'bad "version": ' || left((envelope->'version')::text, 100) || ' is not an integer >= 1'
                 WHEN 4 THEN 'bad "producer": a JSON ' || jsonb_typeof(envelope->'producer') || ', not a string'
                 WHEN 5 THEN 'unparsable "occurred_at": ' || left((envelope->'occurred_at')::text, 100) || ' is not an RFC 3339 timestamp'
-                WHEN 6 THEN 'bad "key": a JSON ' || jsonb_typeof(envelope->'key') || ', not a string'
+                WHEN 6 THEN CASE WHEN jsonb_typeof(envelope->'key') = 'string'
+                                 THEN '"key" has ' || octet_length(envelope->>'key') || ' bytes, more than 2000'
+                                 ELSE 'bad "key": a JSON ' || jsonb_typeof(envelope->'key') || ', not a string' END
                 WHEN 7 THEN 'payload is ' || coalesce('a JSON ' || jsonb_typeof(envelope->'payload'), 'missing') || ', not a JSON object'
                 WHEN 8 THEN 'payload has ' || octet_length((envelope->'payload')::text) || ' bytes, more than eventview.max_payload_bytes (' || $2 || ')'
             END, envelope
@@ -62,10 +67,13 @@ BEGIN
                    coalesce((envelope->>'occurred_at')::timestamptz, now()),
                    envelope->'payload'
             FROM checked WHERE problem IS NULL
-            -- In envelope order, so a key repeated within the batch (or seen before) is a
-            -- duplicate after its first occurrence: DO NOTHING also skips a row that conflicts
-            -- with one this statement inserted.
-            ORDER BY ord
+            -- In key order (bytewise), then envelope order. Two calls inserting the same keys
+            -- wait for each other's uncommitted keys, so they must take keys in one order: in
+            -- envelope order, batches of the same keys in opposite orders deadlocked. Within a
+            -- key, the first occurrence goes in and the later ones are duplicates: DO NOTHING
+            -- also skips a row that conflicts with one this statement inserted. (Event ids of
+            -- keyed envelopes follow key order; envelopes without a key come last, in order.)
+            ORDER BY envelope->>'key' COLLATE "C", ord
             ON CONFLICT (event_key) DO NOTHING
             RETURNING 1
         ),

@@ -16,7 +16,9 @@ BEGIN
         RAISE EXCEPTION 'invalid schedule: % is not a positive interval', every
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL to unschedule.';
     END IF;
-    UPDATE eventview._views SET schedule = every WHERE view_id = v_view_id;
+    -- A new schedule starts afresh: no backoff left from failures under the old one (a retry
+    -- time of 'infinity' from a schedule of 100 years or more would outlive it).
+    UPDATE eventview._views SET schedule = every, failures = 0, retry_at = NULL WHERE view_id = v_view_id;
 END
 $$;
 COMMENT ON FUNCTION eventview.schedule(text, interval) IS

@@ -179,10 +179,14 @@ pub fn hold_off_prune(source: &Source) -> EvResult<()> {
 /// Raw events older than this may have been pruned, if the source has a retention: the
 /// retention back from the clock, not from the transaction's start (`now()`). The caller holds
 /// prune off the table (`hold_off_prune`) first, so every prune that deleted anything committed
-/// before this is read, with a horizon at or before this one.
+/// before this is read, with a horizon at or before this one. Computed in UTC, as prune's cutoff
+/// is (`envelope::prune_events`): in a time zone with daylight saving time, subtracting days
+/// or months across a change gives another instant, and a rebuild in such a session could take
+/// a horizon before prune's and recompute buckets whose events prune had deleted.
 pub fn retention_horizon(source: &Source) -> EvResult<Option<pgrx::datum::TimestampWithTimeZone>> {
     spi_util::one(
-        "SELECT (pg_catalog.clock_timestamp() - retention)::timestamptz FROM eventview._sources WHERE source_id = $1",
+        "SELECT ((pg_catalog.clock_timestamp() AT TIME ZONE 'UTC') - retention) AT TIME ZONE 'UTC'
+         FROM eventview._sources WHERE source_id = $1",
         &[source.source_id.into()],
     )
 }
@@ -233,6 +237,18 @@ pub fn view_by_name(name: &str, lock: bool) -> EvResult<ViewRecord> {
     view_by_relid(relid, lock)?.ok_or_else(|| {
         EvError::invalid(format!("relation \"{name}\" is not an incremental view"))
             .with_hint("Create incremental views with eventview.create_view().")
+    })
+}
+
+/// The view named `name` (read unlocked before, as `unlocked`) with its row locked: the lock
+/// waits for a refresh or change of it in progress. Dropped meanwhile (by the transaction
+/// waited for): SQLSTATE 42P01, as if the name had not resolved (`refresh_all` skips it).
+pub fn lock_view(unlocked: &ViewRecord, name: &str) -> EvResult<ViewRecord> {
+    view_by_relid(unlocked.relid, true)?.ok_or_else(|| {
+        EvError::new(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            format!("view \"{name}\" was dropped by another transaction"),
+        )
     })
 }
 

@@ -216,6 +216,12 @@ pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> E
          SELECT count(*) FROM gone"
     );
     privileges::as_role(owner, || {
+        // The cutoff `now() - retention`, in the lock statement and in the delete capture's
+        // exemption of pruned rows, is computed in UTC whatever the session's time zone, as
+        // rebuild's horizon is (`catalog::retention_horizon`). Set at as_role's nest level,
+        // so it ends with it.
+        // SAFETY: a SAVE-action set inside the nest level as_role pushed and pops.
+        unsafe { crate::gucs::set_in_nest_level(c"TimeZone", c"UTC") };
         let mut done: i64 = 0;
         loop {
             let want = (max_rows - done).min(10_000);

@@ -10,7 +10,7 @@
 //! one transaction: a crash or cancel leaves the view, its snapshot and its counters as they were.
 //!
 //! Transaction boundaries: `refresh` runs inside the caller's transaction; the statements are
-//!   1. lock the view row (SELECT ... FOR UPDATE);
+//!   1. lock the view row (SELECT ... FOR UPDATE), then observe the source's fields (`observer`);
 //!   2. the min/max value logs created if missing (storage restored from an older dump);
 //!   3. whether anything is pending (`core::batch::pending_check`): when nothing is, only the
 //!      logs are merged (if they hold values) and the refresh goes on at 6;
@@ -181,11 +181,14 @@ fn relname(view: &ViewRecord) -> EvResult<String> {
 /// Applies the pending changes of the view named `name`; returns how many change records
 /// (changed event rows) it consumed.
 pub fn refresh(name: &str) -> EvResult<i64> {
-    // Lock order everywhere: the source's observer row, then the view's row.
+    // Lock order everywhere: the view's row, then its event table (the field observer's lock,
+    // then the apply's), as drop_event_table and run_maintenance take them. (Observing first
+    // held the table while waiting for the row: a deadlock with drop_event_table, which holds
+    // the row while waiting for the table.) The observer's own catalog row is taken SKIP LOCKED.
     let unlocked = catalog::view_by_name(name, false)?;
     privileges::require_view_owner(unlocked.relid, unlocked.owner, "refresh")?;
-    observer::observe(&unlocked.source)?;
-    let view = catalog::view_by_relid(unlocked.relid, true)?.ok_or_else(|| EvError::invalid("view vanished"))?;
+    let view = catalog::lock_view(&unlocked, name)?;
+    observer::observe(&view.source)?;
     refresh_locked(&view)
 }
 
@@ -225,15 +228,15 @@ pub fn observe_all() -> EvResult<()> {
 }
 
 pub fn refresh_all() -> EvResult<i64> {
-    // Observed first, as refresh does.
+    // Observed last: each view's row before the tables (see `refresh`).
     let mine = views_of_caller()?;
-    observe_for(&mine)?;
     let mut total = 0;
-    for unlocked in mine {
+    for unlocked in &mine {
         if let Some(view) = catalog::view_by_relid(unlocked.relid, true)? {
             total += refresh_locked(&view)?;
         }
     }
+    observe_for(&mine)?;
     Ok(total)
 }
 
@@ -247,7 +250,7 @@ pub fn rebuild(
     // Rights first, then the lock: a refused caller must not hold the view's row.
     let unlocked = catalog::view_by_name(name, false)?;
     privileges::require_view_owner(unlocked.relid, unlocked.owner, "rebuild")?;
-    let view = catalog::view_by_relid(unlocked.relid, true)?.ok_or_else(|| EvError::invalid("view vanished"))?;
+    let view = catalog::lock_view(&unlocked, name)?;
     let started = Instant::now();
     // Everything still retained is recomputed: no window asked for (the horizon may impose one).
     let whole_view = from.is_none() && to.is_none();

@@ -180,7 +180,7 @@ pub fn drop_view(name: &str) -> EvResult<()> {
 pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str>) -> EvResult<()> {
     let unlocked = catalog::view_by_name(name, false)?;
     privileges::require_view_owner(unlocked.relid, unlocked.owner, "alter")?;
-    let view = catalog::view_by_relid(unlocked.relid, true)?.ok_or_else(|| EvError::invalid("view vanished"))?;
+    let view = catalog::lock_view(&unlocked, name)?;
     if let Some(policy) = on_type_error {
         let policy: TypePolicy = TypePolicy::parse(policy)?;
         spi_util::run(

@@ -40,15 +40,16 @@ RELEASE_COMMITS = {
     "0.7.0": "a9a6ff599f7f0730c94ebc409481d16dee189b55",
     "0.8.0": "5cab1e4516f59e0cb66cce0780abb46ff682035d",
     "0.9.0": "d00f437b65bbccfe13eb74173e98ea5487b59b6c",
+    "0.10.0": "27a78a652a37c31e3e585df3fb1655cbee40c6e2",
 }
 
 
 def released_versions():
-    return sorted(
+    return sorted((
         m.group(1)
         for f in (REPO / "sql").glob("pg_eventview--*.sql")
         if (m := re.fullmatch(r"pg_eventview--([^-]+)\.sql", f.name))
-    )
+    ), key=lambda v: tuple(int(part) for part in v.split(".")))
 
 
 def current_version():

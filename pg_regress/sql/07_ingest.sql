@@ -43,6 +43,14 @@ SELECT reason FROM eventview.quarantine ORDER BY id DESC LIMIT 1;
 -- Ingested events flow into views like any insert.
 SELECT eventview.refresh('gate_counts');
 SELECT * FROM gate_counts ORDER BY type;
+-- A key too long for the unique index on event_key (entries of at most 2704 bytes) is a bad
+-- envelope, not a failed batch: up to 2000 bytes are taken.
+SELECT * FROM eventview.ingest('gate', jsonb_build_array(
+  jsonb_build_object('type', 'long', 'payload', '{}'::jsonb, 'key', repeat('k', 2000)),
+  jsonb_build_object('type', 'long', 'payload', '{}'::jsonb,
+                     'key', (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 100) i))));
+SELECT reason FROM eventview.quarantine ORDER BY id DESC LIMIT 1;
+SELECT count(*) AS long_keys_in FROM gate WHERE event_type = 'long';
 -- Errors.
 SELECT try($$SELECT * FROM eventview.ingest('gate', '{"type": "a"}')$$);
 SELECT try($$SELECT * FROM eventview.ingest('no_such', '[]')$$);

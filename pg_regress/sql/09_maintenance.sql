@@ -91,7 +91,12 @@ SELECT * FROM backoff_state();
 -- Not due yet: run_maintenance leaves it alone.
 SELECT eventview.run_maintenance();
 SELECT * FROM backoff_state();
--- A successful refresh ends the backoff.
+-- A new schedule ends the backoff (a retry time of 'infinity', from a schedule of 100 years or more,
+-- would outlive any other).
+UPDATE eventview._views SET retry_at = 'infinity', failures = 3 WHERE relid = 'ops_strict'::regclass;
+SELECT eventview.schedule('ops_strict', '10 minutes');
+SELECT failures, retry_at FROM eventview._views WHERE relid = 'ops_strict'::regclass;
+-- So does a successful refresh.
 SELECT eventview.alter_view('ops_strict', on_type_error => 'skip');
 SELECT eventview.refresh('ops_strict');
 SELECT * FROM backoff_state();

@@ -20,6 +20,10 @@ pub enum Problem {
     Oversized = 8,
 }
 
+/// Longest idempotency key, in bytes: `event_key` has a unique btree index, whose entries hold
+/// at most 2704 bytes (a longer key would fail the whole gate's INSERT, not just its envelope).
+pub const MAX_KEY_BYTES: usize = 2000;
+
 /// An envelope member as stored: its JSON type and bytes (see `Token::Value`).
 type Member<'a> = Option<(Kind, &'a [u8])>;
 
@@ -89,7 +93,8 @@ pub fn check(envelope: &[u8], max_payload_bytes: u64) -> Option<Problem> {
             return Some(Problem::BadOccurredAt);
         }
     }
-    if !absent_or_null(key) && !is_string(key) {
+    // A key that is not a string, or longer than MAX_KEY_BYTES (the gate's SQL tells which).
+    if !absent_or_null(key) && !matches!(key, Some((STRING, bytes)) if bytes.len() <= MAX_KEY_BYTES) {
         return Some(Problem::BadKey);
     }
     let Some((OBJECT, payload)) = payload else {

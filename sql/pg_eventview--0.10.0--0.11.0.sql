@@ -1,0 +1,145 @@
+-- pg_eventview 0.10.0 -> 0.11.0
+\echo Use "ALTER EXTENSION pg_eventview UPDATE TO '0.11.0'" to load this file. \quit
+
+-- _rfc3339: every operator spelled with its schema. Inlined into a realtime view's read, its
+-- body was parsed with the reader's search_path, where an operator of someone else's could match.
+-- Same body as in sql/ingest.sql.
+CREATE OR REPLACE FUNCTION eventview._rfc3339(j jsonb) RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN pg_catalog.jsonb_typeof(j) OPERATOR(pg_catalog.=) 'string'
+                     AND eventview._rfc3339_valid(j OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[])
+                THEN (j OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[])::pg_catalog.timestamptz END
+$$;
+
+-- ingest: keys inserted in one (bytewise) order, so concurrent batches of the same keys no longer
+-- deadlock; a key too long for the unique index is quarantined with its own reason.
+-- Same body as in sql/ingest.sql.
+CREATE OR REPLACE FUNCTION eventview.ingest(source text, events jsonb)
+RETURNS TABLE(inserted bigint, duplicates bigint, quarantined bigint)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_table text := eventview._event_table_sql(source);
+    -- pg_settings.setting is in bytes whatever unit the user wrote ('64kB').
+    v_limit bigint := (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'eventview.max_payload_bytes');
+BEGIN
+    IF source IS NULL OR events IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be NULL', CASE WHEN source IS NULL THEN 'source' ELSE 'events' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF jsonb_typeof(events) <> 'array' THEN
+        RAISE EXCEPTION 'invalid events: expected a JSON array of envelopes, found %', jsonb_typeof(events)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass [{"type": ..., "payload": {...}}, ...].';
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        WITH checked AS (
+            SELECT e AS envelope, ord, eventview._envelope_problem(e, $2) AS problem
+            FROM jsonb_array_elements($1) WITH ORDINALITY AS t(e, ord)
+        ),
+        rejected AS (
+            INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
+            SELECT %2$L::regclass, NULL, NULL, CASE problem
+                WHEN 1 THEN 'envelope is a JSON ' || jsonb_typeof(envelope) || ', not an object'
+                WHEN 2 THEN 'envelope has no "type" (a non-empty string)'
+                WHEN 3 THEN 'bad "version": ' || left((envelope->'version')::text, 100) || ' is not an integer >= 1'
+                WHEN 4 THEN 'bad "producer": a JSON ' || jsonb_typeof(envelope->'producer') || ', not a string'
+                WHEN 5 THEN 'unparsable "occurred_at": ' || left((envelope->'occurred_at')::text, 100) || ' is not an RFC 3339 timestamp'
+                WHEN 6 THEN CASE WHEN jsonb_typeof(envelope->'key') = 'string'
+                                 THEN '"key" has ' || octet_length(envelope->>'key') || ' bytes, more than 2000'
+                                 ELSE 'bad "key": a JSON ' || jsonb_typeof(envelope->'key') || ', not a string' END
+                WHEN 7 THEN 'payload is ' || coalesce('a JSON ' || jsonb_typeof(envelope->'payload'), 'missing') || ', not a JSON object'
+                WHEN 8 THEN 'payload has ' || octet_length((envelope->'payload')::text) || ' bytes, more than eventview.max_payload_bytes (' || $2 || ')'
+            END, envelope
+            FROM checked WHERE problem IS NOT NULL
+            ORDER BY ord
+        ),
+        added AS (
+            -- JSON null in version, producer, occurred_at or key means the default (->> gives
+            -- NULL); occurred_at was checked to be RFC 3339, so its cast cannot fail.
+            INSERT INTO %1$s (event_key, event_type, event_version, producer, occurred_at, payload)
+            SELECT envelope->>'key', envelope->>'type',
+                   coalesce((envelope->>'version')::numeric::integer, 1),
+                   coalesce(envelope->>'producer', current_user),
+                   coalesce((envelope->>'occurred_at')::timestamptz, now()),
+                   envelope->'payload'
+            FROM checked WHERE problem IS NULL
+            -- In key order (bytewise), then envelope order. Two calls inserting the same keys
+            -- wait for each other's uncommitted keys, so they must take keys in one order: in
+            -- envelope order, batches of the same keys in opposite orders deadlocked. Within a
+            -- key, the first occurrence goes in and the later ones are duplicates: DO NOTHING
+            -- also skips a row that conflicts with one this statement inserted. (Event ids of
+            -- keyed envelopes follow key order; envelopes without a key come last, in order.)
+            ORDER BY envelope->>'key' COLLATE "C", ord
+            ON CONFLICT (event_key) DO NOTHING
+            RETURNING 1
+        ),
+        -- (Counted from the input: a producer may file rejects but not read them back.)
+        refused AS (SELECT count(*) AS n FROM checked WHERE problem IS NOT NULL)
+        SELECT (SELECT count(*) FROM added),
+               jsonb_array_length($1) - (SELECT n FROM refused) - (SELECT count(*) FROM added),
+               (SELECT n FROM refused)
+    $sql$, v_table, v_table) USING events, v_limit;
+END
+$$;
+
+-- schedule: a new schedule clears the backoff of failures under the old one.
+-- Same body as in sql/maintenance.sql.
+CREATE OR REPLACE FUNCTION eventview.schedule(name text, every interval) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_view_id integer := eventview._view_id(name);
+BEGIN
+    IF NOT pg_catalog.pg_has_role((SELECT owner::oid FROM eventview._views WHERE view_id = v_view_id), 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to schedule view %: it belongs to role %',
+            name, (SELECT owner FROM eventview._views WHERE view_id = v_view_id)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only members of the view''s owner role (and superusers) may do this.';
+    END IF;
+    IF every IS NOT NULL AND every <= interval '0' THEN
+        RAISE EXCEPTION 'invalid schedule: % is not a positive interval', every
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL to unschedule.';
+    END IF;
+    -- A new schedule starts afresh: no backoff left from failures under the old one (a retry
+    -- time of 'infinity' from a schedule of 100 years or more would outlive it).
+    UPDATE eventview._views SET schedule = every, failures = 0, retry_at = NULL WHERE view_id = v_view_id;
+END
+$$;
+
+-- refresh_all: field observers after the views (each view's row before its event table, as
+-- drop_event_table takes them: observing first could deadlock with it).
+-- Same body as in sql/api.sql.
+CREATE OR REPLACE FUNCTION eventview.refresh_all() RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v record;
+    total bigint := 0;
+BEGIN
+    -- The caller's views, each in its own subtransaction: one that fails (its owner may no
+    -- longer read the table, its type policy is 'fail') keeps its error in last_error, applies
+    -- nothing, and the others go on.
+    FOR v IN
+        SELECT w.view_id, format('%I.%I', n.nspname, c.relname) AS name
+        FROM eventview._views w
+        JOIN pg_class c ON c.oid = w.relid::oid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE pg_has_role(w.owner::oid, 'MEMBER')
+        ORDER BY w.view_id
+    LOOP
+        BEGIN
+            total := total + eventview._refresh(v.name);
+        EXCEPTION WHEN undefined_table THEN
+            -- Dropped or renamed since the list was read: not a failure of the view.
+            NULL;
+        WHEN others THEN
+            UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
+        END;
+    END LOOP;
+    -- Then the field observers of the caller's tables no view of theirs read (the others were
+    -- observed by their views' refreshes). Last: each refresh takes its view's row before its
+    -- event table, as drop_event_table does; observing every table first held them all while
+    -- waiting for view rows, a deadlock with drop_event_table.
+    PERFORM eventview._observe_all();
+    RETURN total;
+END
+$$;

@@ -1,0 +1,131 @@
+"""Lock order between concurrent calls: each test builds, step by step, the interleaving that
+deadlocked before (found by session 12's audit) and fails without its fix (40P01 in one of the
+calls). Sessions are told apart by application_name; a step waits until the session before it
+is blocked on a lock, so nothing depends on timing.
+
+- Two `ingest` calls with the same keys in different orders: each inserted its keys in envelope
+  order and waited for the other's uncommitted key. Keys now go in one (bytewise) order.
+- `refresh` observed its event table before taking its view's row, and `refresh_all` observed
+  every event table first (holding them) and then waited for a view's
+  row, while `drop_event_table(cascade)` held that view's row and waited for its table. Views
+  are now refreshed (row, then table) before the remaining tables are observed.
+"""
+
+import threading
+import time
+
+import psycopg
+
+
+def _connect(db, name):
+    return psycopg.connect(db, autocommit=True, application_name=name)
+
+
+def _wait_until_blocked(conn, name, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        waiting = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
+            (name,),
+        ).fetchone()[0]
+        if waiting:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{name} never blocked on a lock")
+
+
+class _Call(threading.Thread):
+    """Runs one statement in its own session; keeps its first row or its error."""
+
+    def __init__(self, db, name, sql, params=None):
+        super().__init__(daemon=True)
+        self.db, self.name, self.sql, self.params = db, name, sql, params
+        self.row, self.error = None, None
+
+    def run(self):
+        try:
+            with _connect(self.db, self.name) as conn:
+                self.row = conn.execute(self.sql, self.params).fetchone()
+        except Exception as e:  # reported by the test
+            self.error = e
+
+    def result(self, timeout=60):
+        self.join(timeout)
+        assert not self.is_alive(), f"{self.name} did not finish"
+        assert self.error is None, f"{self.name} failed: {self.error!r}"
+        return self.row
+
+
+def _envelopes(*keys):
+    return psycopg.types.json.Jsonb([{"type": "t", "key": k, "payload": {}} for k in keys])
+
+
+def test_ingests_of_the_same_keys_in_different_orders_do_not_deadlock(db):
+    with _connect(db, "holder") as holder, _connect(db, "watch") as watch:
+        holder.execute("SELECT eventview.create_event_table('ev')")
+        # The holder's uncommitted 'm' makes the first ingest wait after (old order) its 'z'.
+        holder.execute("BEGIN")
+        holder.execute("INSERT INTO ev (event_type, event_key, payload) VALUES ('t', 'm', '{}')")
+        first = _Call(db, "first", "SELECT * FROM eventview.ingest('ev', %s)", (_envelopes("z", "m", "a"),))
+        first.start()
+        _wait_until_blocked(watch, "first")
+        # The second takes 'a' and waits for 'z' (old order) or waits for 'a' (key order).
+        second = _Call(db, "second", "SELECT * FROM eventview.ingest('ev', %s)", (_envelopes("a", "z"),))
+        second.start()
+        _wait_until_blocked(watch, "second")
+        # Released: in the old order the first now needs the second's 'a' while the second
+        # waits for its 'z'.
+        holder.execute("ROLLBACK")
+        assert first.result() == (3, 0, 0)
+        assert second.result() == (0, 2, 0)
+        assert watch.execute("SELECT string_agg(event_key, ',' ORDER BY event_key) FROM ev").fetchone()[0] == "a,m,z"
+
+
+def test_refresh_all_and_drop_event_table_cascade_do_not_deadlock(db):
+    with _connect(db, "holder") as holder, _connect(db, "watch") as watch:
+        holder.execute("SELECT eventview.create_event_table('ev0')")
+        holder.execute("SELECT eventview.create_event_table('ev')")
+        holder.execute("SELECT eventview.create_view('v0', 'ev0')")
+        holder.execute("SELECT eventview.create_view('v', 'ev')")
+        holder.execute("INSERT INTO ev0 (event_type, payload) VALUES ('t', '{}')")
+        holder.execute("INSERT INTO ev (event_type, payload) VALUES ('t', '{}')")
+        # ev's field observer has nothing left to do: it only locks the table (with pending
+        # changes it would also lock ev's catalog row, which drop_event_table waits for first).
+        holder.execute("SELECT eventview.refresh('v')")
+        # The holder refreshes v0 in an open transaction: refresh_all waits for v0's row.
+        holder.execute("BEGIN")
+        holder.execute("SELECT eventview.refresh('v0')")
+        everything = _Call(db, "refresh_all", "SELECT eventview.refresh_all()")
+        everything.start()
+        _wait_until_blocked(watch, "refresh_all")
+        # drop_event_table takes v's row, then needs ev itself (dropping its capture triggers):
+        # before, refresh_all held ev (observed up front) and was to wait for v's row next.
+        drop = _Call(db, "drop", "SELECT eventview.drop_event_table('ev', cascade => true)")
+        drop.start()
+        time.sleep(0.5)  # (it may finish at once, or block on the table: both are fine)
+        holder.execute("COMMIT")
+        drop.result()
+        # v0 was refreshed by the holder; v went with its table.
+        assert everything.result() == (0,)
+        assert watch.execute("SELECT to_regclass('ev'), to_regclass('v')").fetchone() == (None, None)
+        assert watch.execute("SELECT events FROM v0").fetchone() == (1,)
+
+
+def test_refresh_waits_for_its_view_before_holding_the_event_table(db):
+    with _connect(db, "dropper") as dropper, _connect(db, "watch") as watch:
+        dropper.execute("SELECT eventview.create_event_table('ev')")
+        dropper.execute("SELECT eventview.create_view('v', 'ev')")
+        dropper.execute("INSERT INTO ev (event_type, payload) VALUES ('t', '{}')")
+        dropper.execute("SELECT eventview.refresh('v')")
+        # The dropper holds v's row (alter_view locks it), then drops the table in the same
+        # transaction. Before, the refresh observed ev (holding it) while waiting for the row.
+        dropper.execute("BEGIN")
+        dropper.execute("SELECT eventview.alter_view('v', on_type_error => 'skip')")
+        refresh = _Call(db, "refresh", "SELECT eventview.refresh('v')")
+        refresh.start()
+        _wait_until_blocked(watch, "refresh")
+        dropper.execute("SELECT eventview.drop_event_table('ev', cascade => true)")
+        dropper.execute("COMMIT")
+        refresh.join(60)
+        assert isinstance(refresh.error, psycopg.errors.UndefinedTable), repr(refresh.error)
+        assert 'view "v" was dropped by another transaction' in str(refresh.error)
