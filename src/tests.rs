@@ -523,6 +523,32 @@ mod tests {
         assert_eq!(scalar_i64("SELECT n FROM ut_obs_n"), 13_332);
     }
 
+    /// A realtime read inlines `eventview._rfc3339` (a timestamptz field) into the reader's
+    /// query, parsed with the reader's search_path: an operator someone created in `public`
+    /// that matches `jsonb #>> unknown` exactly must not be the one that runs.
+    #[pg_test]
+    fn a_realtime_read_runs_no_operator_from_the_readers_search_path() {
+        Spi::run(
+            "CREATE FUNCTION public.ut_hijack(jsonb, jsonb) RETURNS text LANGUAGE plpgsql AS
+                 $$BEGIN RAISE EXCEPTION 'hijacked'; END$$;
+             CREATE OPERATOR public.#>> (LEFTARG = jsonb, RIGHTARG = jsonb, FUNCTION = public.ut_hijack);
+             CREATE FUNCTION public.ut_hijack_eq(text, text) RETURNS boolean LANGUAGE plpgsql AS
+                 $$BEGIN RAISE EXCEPTION 'hijacked ='; END$$;
+             CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.ut_hijack_eq)",
+        )
+        .unwrap();
+        Spi::run("SELECT eventview.create_event_table('ut_rt_at')").unwrap();
+        Spi::run("SELECT eventview.define_field('ut_rt_at', 'at', '$.at', type => 'timestamptz')").unwrap();
+        Spi::run("SELECT eventview.create_view('ut_rt_last', 'ut_rt_at', measures => '{\"last\": \"max(at)\"}', realtime => true)")
+            .unwrap();
+        Spi::run("INSERT INTO ut_rt_at (event_type, payload) VALUES ('e', '{\"at\": \"2026-01-01T00:00:00Z\"}')").unwrap();
+        Spi::run("SET LOCAL search_path = public, pg_catalog").unwrap();
+        assert_eq!(
+            Spi::get_one::<String>("SELECT last::text FROM ut_rt_last").unwrap().as_deref(),
+            Some("2026-01-01 00:00:00+00")
+        );
+    }
+
     /// The retention horizon of a rebuild is the same instant in every session time zone (it is
     /// computed in UTC, as prune's cutoff is). Six months back from any date crosses a daylight
     /// saving change in Berlin or in Chatham (their summers are on opposite halves of the year),
