@@ -247,6 +247,14 @@ pub fn rebuild(
     from: Option<TimestampWithTimeZone>,
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<i64> {
+    if let (Some(f), Some(t)) = (from, to) {
+        if f >= t {
+            return Err(EvError::invalid(format!(
+                "invalid rebuild window: from_time {f} is not before to_time {t}"
+            ))
+            .with_hint("The window is [from_time, to_time): from_time inclusive, to_time exclusive. Pass NULL for an open end."));
+        }
+    }
     // Rights first, then the lock: a refused caller must not hold the view's row.
     let unlocked = catalog::view_by_name(name, false)?;
     privileges::require_view_owner(unlocked.relid, unlocked.owner, "rebuild")?;

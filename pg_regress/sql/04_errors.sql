@@ -76,6 +76,9 @@ SELECT try($$SELECT eventview.create_event_table('taken')$$);
 -- A view without time_bucket takes no rebuild window.
 SELECT eventview.create_view('no_bucket', 'err_events');
 SELECT try($$SELECT eventview.rebuild('no_bucket', now() - interval '1 day', now())$$);
+-- An empty or reversed window recomputes nothing: refused.
+SELECT try($$SELECT eventview.rebuild('no_bucket', '2026-11-08 00:00+00', '2026-11-01 00:00+00')$$);
+SELECT try($$SELECT eventview.rebuild('no_bucket', '2026-11-08 00:00+00', '2026-11-08 00:00+00')$$);
 
 -- How a user sees one of these errors, with its hint.
 \set VERBOSITY default
