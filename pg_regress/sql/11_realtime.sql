@@ -81,6 +81,19 @@ SELECT eventview.define_field('live.events', 'item', '$.item.sku', version => 2)
 INSERT INTO live.events (event_type, event_version, payload) VALUES ('cart', 2, '{"item": {"sku": "Z"}}');
 SELECT * FROM live.by_item WHERE item = 'Z';
 
+-- A pending group's keys read as stored: a refresh keeps the stored spelling of equal keys
+-- (numeric 1 and 1.0), and so does the realtime read.
+SELECT eventview.create_event_table('live.amounts');
+SELECT eventview.define_field('live.amounts', 'amt', '$.amt', type => 'numeric');
+SELECT eventview.create_view('live.by_amt', 'live.amounts', group_by => '{"amt": "amt"}', realtime => true);
+INSERT INTO live.amounts (event_type, payload) VALUES ('e', '{"amt": 1}');
+SELECT eventview.refresh('live.by_amt');
+INSERT INTO live.amounts (event_type, payload) VALUES ('e', '{"amt": 1.0}');
+SELECT amt::text, events FROM live.by_amt;
+SELECT eventview.refresh('live.by_amt');
+SELECT amt::text, events FROM live.by_amt;
+SELECT eventview.drop_event_table('live.amounts', cascade => true);
+
 -- Dropping works as for any view.
 SELECT eventview.drop_view('live.by_item');
 SELECT eventview.drop_event_table('live.events', cascade => true);

@@ -352,7 +352,9 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         // set); and the groups of the pending changes, merged with what is stored.
         let mut stored_cols = keys.clone();
         stored_cols.push("__count".into());
-        let mut merged = keys.clone();
+        // A pending group's keys as stored, as a refresh keeps them (its upsert never rewrites
+        // keys): equal keys may be spelled differently (numeric 1 and 1.0).
+        let mut merged: Vec<String> = keys.iter().map(|k| format!("coalesce(s.{k}, d0.{k}) AS {k}")).collect();
         merged.push("coalesce(s.__count, 0) + d0.__count AS __count".into());
         for (i, m) in def.measures.iter().enumerate() {
             let n = i + 1;
