@@ -85,8 +85,8 @@ BEGIN
             RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
         END;
     END LOOP;
-    -- Then the field observers of the caller's tables no view of theirs read (the others were
-    -- observed by their views' refreshes). Last: each refresh takes its view's row before its
+    -- Then the field observers of the caller's tables (those its views read were observed by
+    -- their refreshes and have nothing left). Last: each refresh takes its view's row before its
     -- event table, as drop_event_table does; observing every table first held them all while
     -- waiting for view rows, a deadlock with drop_event_table.
     PERFORM eventview._observe_all();

@@ -193,16 +193,22 @@ BEGIN
                 WHERE c.oid = v.relid;
             END IF;
         EXCEPTION WHEN others THEN
-            UPDATE eventview._views
-            SET last_error = SQLERRM,
-                failures = least(greatest(v.failures, 0), 1000000000) + 1,
-                retry_at = CASE WHEN v.schedule >= interval '100 years' THEN 'infinity'::timestamptz
-                                ELSE clock_timestamp()
-                                     + CASE WHEN v.schedule >= interval '1 hour' THEN v.schedule
-                                            ELSE least(v.schedule * power(2, least(greatest(v.failures, 0), 20)),
-                                                       interval '1 hour') END
-                           END
-            WHERE view_id = v.view_id;
+            -- (The failed refresh let go of the view's row: a manual refresh may hold it now.
+            -- Under a lock_timeout, a wait for it that times out skips the record, not the run.)
+            BEGIN
+                UPDATE eventview._views
+                SET last_error = SQLERRM,
+                    failures = least(greatest(v.failures, 0), 1000000000) + 1,
+                    retry_at = CASE WHEN v.schedule >= interval '100 years' THEN 'infinity'::timestamptz
+                                    ELSE clock_timestamp()
+                                         + CASE WHEN v.schedule >= interval '1 hour' THEN v.schedule
+                                                ELSE least(v.schedule * power(2, least(greatest(v.failures, 0), 20)),
+                                                           interval '1 hour') END
+                               END
+                WHERE view_id = v.view_id;
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE WARNING 'pg_eventview: refresh of view % failed and could not be recorded: %', v.relid, SQLERRM;
+            END;
         END;
     END LOOP;
     -- View owners' changelog rights follow their rights on the tables, also where a change of
@@ -219,7 +225,12 @@ BEGIN
     EXCEPTION WHEN others THEN
         RAISE WARNING 'pg_eventview: observing fields failed: %', SQLERRM;
     END;
-    PERFORM eventview.prune();
+    -- A failed prune (a lock wait past lock_timeout, say) must not take back the refreshes.
+    BEGIN
+        PERFORM eventview.prune();
+    EXCEPTION WHEN others THEN
+        RAISE WARNING 'pg_eventview: pruning failed: %', SQLERRM;
+    END;
 END
 $$;
 COMMENT ON FUNCTION eventview.run_maintenance() IS

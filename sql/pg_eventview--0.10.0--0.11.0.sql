@@ -135,11 +135,75 @@ BEGIN
             RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
         END;
     END LOOP;
-    -- Then the field observers of the caller's tables no view of theirs read (the others were
-    -- observed by their views' refreshes). Last: each refresh takes its view's row before its
+    -- Then the field observers of the caller's tables (those its views read were observed by
+    -- their refreshes and have nothing left). Last: each refresh takes its view's row before its
     -- event table, as drop_event_table does; observing every table first held them all while
     -- waiting for view rows, a deadlock with drop_event_table.
     PERFORM eventview._observe_all();
     RETURN total;
+END
+$$;
+
+-- run_maintenance: a failed prune, or a failure record that times out waiting for the view's
+-- row, no longer takes back the run's refreshes.
+-- Same body as in sql/maintenance.sql.
+CREATE OR REPLACE FUNCTION eventview.run_maintenance() RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN
+        SELECT view_id, relid, schedule, failures FROM eventview._views
+        WHERE schedule IS NOT NULL
+          AND (last_refresh_at IS NULL OR clock_timestamp() - last_refresh_at >= schedule)
+          AND (retry_at IS NULL OR retry_at <= clock_timestamp())
+        ORDER BY coalesce(last_refresh_at, '-infinity'), view_id
+    LOOP
+        BEGIN
+            PERFORM 1 FROM eventview._views WHERE view_id = v.view_id FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                PERFORM eventview._refresh(format('%I.%I', n.nspname, c.relname))
+                FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE c.oid = v.relid;
+            END IF;
+        EXCEPTION WHEN others THEN
+            -- (The failed refresh let go of the view's row: a manual refresh may hold it now.
+            -- Under a lock_timeout, a wait for it that times out skips the record, not the run.)
+            BEGIN
+                UPDATE eventview._views
+                SET last_error = SQLERRM,
+                    failures = least(greatest(v.failures, 0), 1000000000) + 1,
+                    retry_at = CASE WHEN v.schedule >= interval '100 years' THEN 'infinity'::timestamptz
+                                    ELSE clock_timestamp()
+                                         + CASE WHEN v.schedule >= interval '1 hour' THEN v.schedule
+                                                ELSE least(v.schedule * power(2, least(greatest(v.failures, 0), 20)),
+                                                           interval '1 hour') END
+                               END
+                WHERE view_id = v.view_id;
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE WARNING 'pg_eventview: refresh of view % failed and could not be recorded: %', v.relid, SQLERRM;
+            END;
+        END;
+    END LOOP;
+    -- View owners' changelog rights follow their rights on the tables, also where a change of
+    -- role membership changed those (no event trigger sees that).
+    BEGIN
+        PERFORM eventview._sync_changelog_readers();
+    EXCEPTION WHEN others THEN
+        RAISE WARNING 'pg_eventview: syncing changelog rights failed: %', SQLERRM;
+    END;
+    -- Every table's field observer moves on, also where no view was due (or exists): it is a
+    -- consumer of the changelog, and prune waits for every consumer.
+    BEGIN
+        PERFORM eventview._observe_all();
+    EXCEPTION WHEN others THEN
+        RAISE WARNING 'pg_eventview: observing fields failed: %', SQLERRM;
+    END;
+    -- A failed prune (a lock wait past lock_timeout, say) must not take back the refreshes.
+    BEGIN
+        PERFORM eventview.prune();
+    EXCEPTION WHEN others THEN
+        RAISE WARNING 'pg_eventview: pruning failed: %', SQLERRM;
+    END;
 END
 $$;

@@ -70,7 +70,7 @@ const DEFINITIONS: &str = "SELECT coalesce((SELECT pg_catalog.json_agg(pg_catalo
 
 thread_local! {
     /// Per source: the definitions its paths were made from (`DEFINITIONS`), and the paths.
-    /// Every refresh with work observes its source first; loading and parsing each view of the
+    /// Every refresh with work observes its source; loading and parsing each view of the
     /// source for the paths cost a refresh of a few events about 0.1 ms per view.
     static READ_PATHS: RefCell<HashMap<i32, (String, Vec<String>)>> = RefCell::new(HashMap::new());
     /// How many times the paths were made (for tests).

@@ -550,28 +550,31 @@ mod tests {
     }
 
     /// The retention horizon of a rebuild is the same instant in every session time zone (it is
-    /// computed in UTC, as prune's cutoff is). Six months back from any date crosses a daylight
-    /// saving change in Berlin or in Chatham (their summers are on opposite halves of the year),
-    /// so computed in the session's zone it differed by an hour in at least one of them.
+    /// computed in UTC, as prune's cutoff is). Computed in the session's zone, it moved by the
+    /// daylight saving shift whenever the date and the date a retention back had different
+    /// offsets: from any date, 3, 6 or 9 months back reaches Berlin's other season (its summer
+    /// is 7 months long, its winter 5), so at least one of these differed by an hour.
     #[pg_test]
     fn retention_horizon_is_the_same_in_every_time_zone() {
-        Spi::run("SELECT eventview.create_event_table('ut_tz', retention => '6 months')").unwrap();
-        let source = crate::catalog::source_by_name("ut_tz").unwrap();
-        let horizon_in = |zone: &str| {
-            Spi::run(&format!("SET LOCAL TimeZone = '{zone}'")).unwrap();
-            crate::catalog::retention_horizon(&source).unwrap().unwrap()
-        };
-        let utc = horizon_in("UTC");
-        for zone in ["Europe/Berlin", "Pacific/Chatham", "America/Santiago"] {
-            let other = horizon_in(zone);
-            // (The clock moves on between the two calls: microseconds, not an hour.)
-            let apart = Spi::get_one_with_args::<f64>(
-                "SELECT abs(extract(epoch FROM $1::timestamptz - $2::timestamptz))::float8",
-                &[other.into(), utc.into()],
-            )
-            .unwrap()
-            .unwrap();
-            assert!(apart < 60.0, "the horizon in {zone} is {apart} s from the one in UTC");
+        for months in [3, 6, 9] {
+            Spi::run(&format!("SELECT eventview.create_event_table('ut_tz{months}', retention => '{months} months')")).unwrap();
+            let source = crate::catalog::source_by_name(&format!("ut_tz{months}")).unwrap();
+            let horizon_in = |zone: &str| {
+                Spi::run(&format!("SET LOCAL TimeZone = '{zone}'")).unwrap();
+                crate::catalog::retention_horizon(&source).unwrap().unwrap()
+            };
+            let utc = horizon_in("UTC");
+            for zone in ["Europe/Berlin", "Pacific/Chatham", "America/Santiago"] {
+                let other = horizon_in(zone);
+                // (The clock moves on between the two calls: microseconds, not an hour.)
+                let apart = Spi::get_one_with_args::<f64>(
+                    "SELECT abs(extract(epoch FROM $1::timestamptz - $2::timestamptz))::float8",
+                    &[other.into(), utc.into()],
+                )
+                .unwrap()
+                .unwrap();
+                assert!(apart < 60.0, "{months} months back: the horizon in {zone} is {apart} s from the one in UTC");
+            }
         }
     }
 
