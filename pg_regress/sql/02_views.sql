@@ -94,6 +94,13 @@ WHERE attrelid = 'by_type_version'::regclass AND attnum > 0 ORDER BY attnum;
 SELECT eventview.create_view('web_skus', 'store.events',
   group_by => '{"sku": "$.sku"}', filter => '{"producer": "web", "$.qty": [1, 2]}');
 SELECT * FROM web_skus ORDER BY sku;
+-- A filter value null matches JSON null, not a missing path (jsonb equality).
+SELECT eventview.create_event_table('coupons');
+INSERT INTO coupons (event_type, payload) VALUES
+  ('order', '{"coupon": null}'), ('order', '{}'), ('order', '{"coupon": "X"}');
+SELECT eventview.create_view('without_coupon', 'coupons', filter => '{"$.coupon": null}');
+SELECT * FROM without_coupon;
+SELECT eventview.drop_event_table('coupons', cascade => true);
 
 -- JSONPaths beyond member/index steps: first match in document order.
 SELECT eventview.create_view('first_tag', 'store.events',
