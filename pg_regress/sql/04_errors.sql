@@ -52,6 +52,10 @@ SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"ab":
 SELECT try($$SELECT eventview.define_field('err_events', 'nul', '$[''a\u0000b'']')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"$.a": []}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"nope": 1}')$$);
+-- Filter values are valid json that jsonb cannot hold: 22023 naming the filter.
+SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"$.a": ["ok", "a\u0000b"]}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"$.a": 1e200000}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"$.a": 1e-20000}')$$);
 SELECT try($$SELECT eventview.create_event_table('e2', retention => '-1 day')$$);
 SELECT try($$SELECT eventview.create_event_table('a.b.c')$$);
 -- Names that are no identifier at all: 42602, as a cast to regclass says.

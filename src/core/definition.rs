@@ -390,6 +390,60 @@ fn pairs_of(argument: &str, text: &str) -> Result<Vec<(String, Value)>, Definiti
     }
 }
 
+/// Why a JSON value (valid `json`) cannot become `jsonb`, which a filter value is compared as:
+/// PostgreSQL text cannot hold U+0000, and a jsonb number is a `numeric`. Refused here, naming
+/// the filter, instead of failing later in a generated statement with another SQLSTATE.
+fn jsonb_problem(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) if s.contains('\0') => Some("a string contains \\u0000, which jsonb cannot hold".into()),
+        Value::Number(n) => numeric_problem(&n.to_string()).map(|why| {
+            let text = n.to_string();
+            let shown = if text.len() > 40 { format!("{}...", &text[..40]) } else { text };
+            format!("the number {shown} is out of the range of a jsonb number ({why})")
+        }),
+        Value::Array(items) => items.iter().find_map(jsonb_problem),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            if k.contains('\0') {
+                Some("an object key contains \\u0000, which jsonb cannot hold".into())
+            } else {
+                jsonb_problem(v)
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// What PostgreSQL's numeric input refuses in a JSON number (`-?digits[.digits][e[+-]digits]`):
+/// an exponent of 2^30 or more either way, more than 16383 digits after the decimal point, or a
+/// nonzero value with more than 131072 digits before it.
+fn numeric_problem(text: &str) -> Option<&'static str> {
+    const MAX_EXPONENT: i64 = 1_073_741_823; // INT_MAX / 2
+    const MAX_SCALE: i64 = 16_383;
+    const MAX_LEADING_EXPONENT: i64 = 131_071; // a weight of 32767 base-10000 digits
+    let unsigned = text.trim_start_matches('-');
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(at) => (&unsigned[..at], &unsigned[at + 1..]),
+        None => (unsigned, "0"),
+    };
+    let exponent = match exponent.trim_start_matches('+').parse::<i64>() {
+        Ok(e) if e.abs() < MAX_EXPONENT => e,
+        _ => return Some("exponent out of range"),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if frac.len() as i64 - exponent > MAX_SCALE {
+        return Some("more than 16383 digits after the decimal point");
+    }
+    let leading = match (int.find(|c| c != '0'), frac.find(|c| c != '0')) {
+        (Some(i), _) => (int.len() - 1 - i) as i64,
+        (None, Some(j)) => -(j as i64) - 1,
+        (None, None) => return None, // zero, whatever its exponent
+    };
+    if leading + exponent > MAX_LEADING_EXPONENT {
+        return Some("more than 131072 digits before the decimal point");
+    }
+    None
+}
+
 fn check_column_name(argument: &str, name: &str) -> Result<(), DefinitionError> {
     if name.is_empty() {
         return refuse(format!("invalid {argument}: a column name must not be empty"));
@@ -537,6 +591,11 @@ pub fn parse_definition(input: &DefinitionInput) -> Result<ViewDefinition, Defin
                 Value::Array(items) => items,
                 single => vec![single],
             };
+            for v in &values {
+                if let Some(problem) = jsonb_problem(v) {
+                    return refuse(format!("invalid filter \"{reference}\": {problem}"));
+                }
+            }
             filter.push(FilterTerm { field, values });
         }
     }
@@ -661,5 +720,36 @@ mod tests {
         assert_eq!(d.filter[1].values.len(), 2);
         i.filter = Some(r#"{"$.a": []}"#);
         assert!(parse_definition(&i).is_err());
+    }
+
+    #[test]
+    fn filter_values_jsonb_cannot_hold_are_refused() {
+        let mut i = input("{}", "{}");
+        for bad in [
+            r#"{"$.a": "x\u0000"}"#,
+            r#"{"$.a": [1, {"k\u0000": 1}]}"#,
+            r#"{"$.a": 1e131072}"#,
+            r#"{"$.a": 0.1e131073}"#,
+            r#"{"$.a": -1e-16384}"#,
+            r#"{"$.a": 0.001e-16381}"#,
+            r#"{"$.a": 0e1073741823}"#,
+            r#"{"$.a": 1e99999999999999999999}"#,
+        ] {
+            i.filter = Some(bad);
+            let err = parse_definition(&i).unwrap_err().message;
+            assert!(err.starts_with("invalid filter \"$.a\": "), "{bad}: {err}");
+        }
+        // The edges PostgreSQL still accepts (checked against numeric input).
+        for good in [
+            r#"{"$.a": 1e131071}"#,
+            r#"{"$.a": 15e131070}"#,
+            r#"{"$.a": -1e-16383}"#,
+            r#"{"$.a": 0.000e-16380}"#,
+            r#"{"$.a": 0e200000}"#,
+            r#"{"$.a": [0.5, "\u00fc", {"k": null}]}"#,
+        ] {
+            i.filter = Some(good);
+            assert!(parse_definition(&i).is_ok(), "{good}");
+        }
     }
 }
