@@ -79,7 +79,7 @@ thread_local! {
     static CAPTURES_CHECKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Capture functions older than this build's, replaced: event tables created before 0.2.0 have
+/// Capture functions older than this build's, replaced or fixed: event tables created before 0.2.0 have
 /// a delete capture that any session could switch off with `eventview.pruning`; truncate
 /// captures older than this build run under REPEATABLE READ and SERIALIZABLE, where they cannot
 /// see every row TRUNCATE removes (replaced since 0.10.0's library). An extension script may
@@ -114,6 +114,27 @@ pub fn upgrade_captures() -> EvResult<()> {
     for source_id in stale("truncate", envelope_sql::CURRENT_TRUNCATE_CAPTURE_MARK)? {
         spi_util::run_all(&[envelope_sql::replace_truncate_capture(source_id)])?;
     }
+    // Capture functions PUBLIC may execute (every one an earlier library made, and those
+    // restored from a dump of a database it made): see envelope_sql::revoke_capture.
+    let executable = Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(
+            "SELECT s.source_id, op FROM eventview._sources s
+             CROSS JOIN pg_catalog.unnest($1::text[]) AS op
+             JOIN pg_catalog.pg_proc p
+               ON p.oid = pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', s.source_id, op))
+             WHERE EXISTS (SELECT FROM pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                           WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')",
+            None,
+            &[envelope_sql::CAPTURE_OPS.to_vec().into()],
+        )? {
+            if let (Some(id), Some(op)) = (row.get::<i32>(1)?, row.get::<String>(2)?) {
+                out.push(envelope_sql::revoke_capture(id, &op));
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?;
+    spi_util::run_all(&executable)?;
     CAPTURES_CHECKED.set(true);
     Ok(())
 }

@@ -335,6 +335,66 @@ def test_a_table_given_to_another_role_takes_its_capture_along(cluster, roles):
         who.conn.close()
 
 
+def test_no_other_table_borrows_a_capture_function(cluster, roles):
+    """A capture function writes its event table's changelog with the table owner's rights, from
+    the transition table of whatever trigger fires it. Attached to another table, it would log
+    that table's rows as changes of the event table: PUBLIC may not execute it (EXECUTE is
+    checked when a trigger is created), producers need no EXECUTE, and a function an earlier
+    library left executable is fixed by the next API call."""
+    admin = As(cluster, roles, "postgres")
+    alice, bob, pat = (As(cluster, roles, r) for r in ("alice", "bob", "pat"))
+    alice.q("SELECT eventview.create_event_table('guarded')")
+    source_id = alice.one("SELECT source_id FROM eventview._sources WHERE relid = 'guarded'::regclass")
+    alice.q(f"GRANT INSERT ON guarded TO {role('pat')}")
+    alice.q("""SELECT eventview.create_view('guarded_view', 'guarded', measures => '{"n": "count(*)"}')""")
+    pat.q("INSERT INTO guarded (event_type, payload) VALUES ('e', '{}')")
+    assert alice.one("SELECT eventview.refresh('guarded_view')") == 1
+
+    functions = [f"eventview._capture_{source_id}_{op}()" for op in ("insert", "update", "delete", "truncate")]
+    executable = lambda who: [admin.one(f"SELECT has_function_privilege('{role(who)}', '{f}', 'EXECUTE')")
+                              for f in functions]
+    assert executable("bob") == [False] * 4 and executable("pat") == [False] * 4
+    assert executable("alice") == [True] * 4
+    bob.q("""CREATE TABLE fake (event_id bigint, event_type text, event_version int, producer text,
+                                occurred_at timestamptz, payload jsonb)""")
+    attach = {
+        "insert": "AFTER INSERT ON fake REFERENCING NEW TABLE AS new_rows",
+        "update": "AFTER UPDATE ON fake REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows",
+        "delete": "AFTER DELETE ON fake REFERENCING OLD TABLE AS old_rows",
+        "truncate": "BEFORE TRUNCATE ON fake",
+    }
+    for (op, when), function in zip(attach.items(), functions):
+        msg = bob.denied(f"CREATE TRIGGER borrowed_{op} {when} FOR EACH STATEMENT EXECUTE FUNCTION {function}")
+        assert msg == f"permission denied for function eventview._capture_{source_id}_{op}", msg
+
+    # As an earlier library left them: executable by PUBLIC, and then borrowed.
+    for f in functions:
+        admin.q(f"GRANT EXECUTE ON FUNCTION {f} TO PUBLIC")
+    bob.q(f"CREATE TRIGGER borrowed AFTER INSERT ON fake REFERENCING NEW TABLE AS new_rows "
+          f"FOR EACH STATEMENT EXECUTE FUNCTION {functions[0]}")
+    # The README's query finds such a trigger, and only it.
+    borrowed = admin.q("""SELECT t.tgrelid::regclass::text, t.tgname FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+                          JOIN eventview._sources s ON p.proname ~ ('^_capture_' || s.source_id || '_')
+                          WHERE p.pronamespace = 'eventview'::regnamespace AND t.tgrelid <> s.relid""")
+    assert borrowed == [("fake", "borrowed")], borrowed
+    bob.q("DROP TRIGGER borrowed ON fake")
+    # The first API call of a new session takes EXECUTE back.
+    fresh = As(cluster, roles, "alice")
+    assert fresh.one("SELECT eventview.refresh('guarded_view')") == 0
+    fresh.conn.close()
+    assert executable("bob") == [False] * 4 and executable("alice") == [True] * 4
+    bob.denied(f"CREATE TRIGGER borrowed AFTER INSERT ON fake REFERENCING NEW TABLE AS new_rows "
+               f"FOR EACH STATEMENT EXECUTE FUNCTION {functions[0]}")
+
+    # Producers go on without EXECUTE; only the event table's own changes reach the view.
+    pat.q("INSERT INTO guarded (event_type, payload) VALUES ('e', '{}')")
+    bob.q("INSERT INTO fake VALUES (1, 'e', 1, 'x', now(), '{}')")
+    assert alice.one("SELECT eventview.refresh('guarded_view')") == 1
+    assert alice.q("SELECT n FROM guarded_view") == [(2,)]
+    for who in (admin, alice, bob, pat):
+        who.conn.close()
+
+
 def test_a_renamed_view_keeps_its_quarantine(cluster, roles):
     """Quarantine rows name their view; renaming the view or its schema (or moving it) renames
     them, so the view's owner still sees them and rebuild and drop_view still find them."""

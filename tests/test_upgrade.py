@@ -289,6 +289,11 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
 
         assert c.execute("SELECT eventview.refresh('shop.by_sku')").fetchone()[0] > 0
         assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
+        # That first API call took EXECUTE on the old capture functions from PUBLIC (no other
+        # table's trigger may borrow them).
+        assert c.execute("""SELECT count(*) FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+                            WHERE p.pronamespace = 'eventview'::regnamespace AND p.proname ~ '^_capture_'
+                              AND a.grantee = 0""").fetchone()[0] == 0
         # That first API call replaced the old delete capture: eventview.pruning no longer
         # switches capture off for rows within retention.
         c.execute("SET eventview.pruning = on")

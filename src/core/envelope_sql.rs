@@ -175,17 +175,32 @@ pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
     ]
 }
 
-/// Gives the capture functions to the table's owner (`owner` quoted).
+pub const CAPTURE_OPS: [&str; 4] = ["insert", "update", "delete", "truncate"];
+
+/// Gives the capture functions to the table's owner (`owner` quoted), and takes EXECUTE on
+/// them from PUBLIC.
 pub fn capture_owner(source_id: i32, owner: &str) -> Vec<String> {
-    ["insert", "update", "delete", "truncate"]
+    CAPTURE_OPS
         .iter()
-        .map(|op| format!("ALTER FUNCTION {}() OWNER TO {owner}", names::capture_function(source_id, op)))
+        .flat_map(|op| {
+            [format!("ALTER FUNCTION {}() OWNER TO {owner}", names::capture_function(source_id, op)), revoke_capture(source_id, op)]
+        })
         .collect()
+}
+
+/// Takes EXECUTE on a capture function from PUBLIC. A capture function writes the changelog of
+/// its source with its owner's rights, from whatever transition table the firing trigger
+/// hands it: attached by a trigger on another table, it would log that table's rows as changes
+/// of the event table (views counting or retracting events that never were). PostgreSQL checks
+/// EXECUTE on a trigger function when a trigger is created, not when it fires, so producers
+/// need none.
+pub fn revoke_capture(source_id: i32, op: &str) -> String {
+    format!("REVOKE EXECUTE ON FUNCTION {}() FROM PUBLIC", names::capture_function(source_id, op))
 }
 
 /// Drops the capture functions (with their triggers) and the changelog.
 pub fn drop_capture(source_id: i32) -> Vec<String> {
-    let mut out: Vec<String> = ["insert", "update", "delete", "truncate"]
+    let mut out: Vec<String> = CAPTURE_OPS
         .iter()
         .map(|op| format!("DROP FUNCTION IF EXISTS {}() CASCADE", names::capture_function(source_id, op)))
         .collect();
