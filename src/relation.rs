@@ -104,10 +104,18 @@ pub fn extension_relid(name: &str) -> pg_sys::Oid {
 /// rows the views never had. (The relcache has the table's current file; `pg_class` read with
 /// the snapshot has the file of its time.) Under READ COMMITTED each statement has a new
 /// snapshot, taken once the table is locked.
+///
+/// Takes ACCESS SHARE on the table first (held to the end of the transaction, as the read that
+/// follows would): a TRUNCATE not yet committed at this check would otherwise pass it, commit
+/// while the reading statement waits for its lock, and leave that statement the new, empty file
+/// under the old snapshot. Once the lock is granted, the relcache holds what the TRUNCATE left.
 pub fn require_same_storage_as_snapshot(relid: pg_sys::Oid) -> EvResult<()> {
     if !spi_util::uses_transaction_snapshot() {
         return Ok(());
     }
+    // SAFETY: a relation lock by oid, as a reading statement takes it, released at transaction
+    // end; waiting for it takes in the invalidations of whatever held a conflicting lock.
+    unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
     let replaced = spi_util::one::<bool>(
         "SELECT pg_catalog.pg_relation_filenode($1::pg_catalog.regclass)
                 IS DISTINCT FROM (SELECT relfilenode FROM pg_catalog.pg_class WHERE oid = $1)",

@@ -168,3 +168,46 @@ def test_define_field_waits_for_a_view_being_created_that_reads_the_field(db):
         a.execute("""INSERT INTO ev (event_type, payload) VALUES ('t', '{"qty": 2}')""")
         assert _one(a, "SELECT eventview.refresh('v')") == 1
         assert _one(a, "SELECT q FROM v") == 2
+
+
+@pytest.mark.parametrize("rebuild", ["SELECT eventview.rebuild('v')",
+                                     "SELECT eventview.rebuild('v', now() - interval '1 day', NULL)"])
+def test_rebuild_under_repeatable_read_asks_for_a_retry_when_a_truncate_commits_while_it_waits(db, rebuild):
+    """A TRUNCATE still in progress when a REPEATABLE READ rebuild checked the table's file
+    passed the check; the rebuild then waited for its lock on the table, read the new, empty
+    file under its old snapshot and stored that snapshot as its position, and the next refresh
+    took the TRUNCATE's records from groups never counted (counts below zero)."""
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as c:
+        c.execute("SELECT eventview.create_event_table('ev')")
+        c.execute("""INSERT INTO ev (event_type, payload) VALUES ('sale', '{"sku": "A"}')""")
+        c.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"sku": "$.sku"}',
+                     measures => '{"n": "count(*)"}', time_bucket => '1 hour')""")
+        c.execute("BEGIN")
+        c.execute("TRUNCATE ev")
+        a.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        assert _one(a, "SELECT count(*) FROM eventview.quarantine") == 0  # the snapshot
+        outcome = {}
+
+        def run():
+            try:
+                outcome["result"] = _one(a, rebuild)
+            except psycopg.Error as e:
+                outcome["error"] = e
+
+        t = threading.Thread(target=run)
+        t.start()
+        t.join(1.0)
+        assert t.is_alive(), "the rebuild must wait for the TRUNCATE"
+        c.execute("COMMIT")
+        t.join(10)
+        assert isinstance(outcome.get("error"), psycopg.errors.SerializationFailure), outcome
+        assert "event table public.ev was truncated or rewritten after this transaction's snapshot was taken" \
+            in str(outcome["error"])
+        a.execute("ROLLBACK")
+        # Retried, and refreshed: the view is what the table holds, nothing.
+        _one(a, rebuild)
+        _one(a, "SELECT eventview.refresh('v')")
+        assert a.execute("SELECT sku, n FROM v").fetchall() == []
+        c.execute("""INSERT INTO ev (event_type, payload) VALUES ('sale', '{"sku": "B"}')""")
+        assert _one(a, "SELECT eventview.refresh('v')") == 1
+        assert a.execute("SELECT sku, n FROM v").fetchall() == [("B", 1)]

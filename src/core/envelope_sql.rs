@@ -219,6 +219,10 @@ mod tests {
         assert!(ddl.contains("AFTER INSERT ON \"shop\".\"events\" REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT"));
         assert!(ddl.contains("BEFORE TRUNCATE ON \"shop\".\"events\"  FOR EACH STATEMENT"));
         assert!(ddl.contains("SECURITY DEFINER\nSET search_path = pg_catalog, pg_temp"));
+        let rights = capture_owner(7, "\"o\"").join("\n");
+        for op in CAPTURE_OPS {
+            assert!(rights.contains(&format!("REVOKE EXECUTE ON FUNCTION eventview._capture_7_{op}() FROM PUBLIC")));
+        }
         let log = create_changelog(7).join("\n");
         assert!(log.contains("ALTER TABLE eventview._changes_7 ALTER COLUMN event_ids SET STORAGE EXTERNAL"));
         // Nothing in a SECURITY DEFINER body may be resolved through search_path.
