@@ -166,6 +166,11 @@ COMMENT ON FUNCTION eventview.prune(text) IS
 -- failing view records its error in last_error and the others go on; then prunes. A view that
 -- another session is refreshing right now is skipped, never waited for.
 --
+-- A view whose event table another session holds locked against reading (an open ALTER TABLE,
+-- VACUUM FULL, LOCK TABLE, or one of them waiting for its lock) is skipped without waiting and
+-- tried again at the next run, with a note in last_error: not a failure, so no backoff keeps it
+-- stale after the lock is gone, and no wait up to lock_timeout holds up the other views.
+--
 -- Backoff: after n scheduled refreshes failed in a row, the next try waits
 -- schedule * 2^(n-1), at most max(schedule, 1 hour); a view that keeps failing (a producer
 -- sending what its type policy 'fail' refuses, a dropped dependency) costs little and its
@@ -177,6 +182,7 @@ CREATE FUNCTION eventview.run_maintenance() RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v record;
+    v_skipped boolean;
 BEGIN
     FOR v IN
         SELECT view_id, relid, schedule, failures FROM eventview._views
@@ -188,9 +194,15 @@ BEGIN
         BEGIN
             PERFORM 1 FROM eventview._views WHERE view_id = v.view_id FOR UPDATE SKIP LOCKED;
             IF FOUND THEN
-                PERFORM eventview._refresh(format('%I.%I', n.nspname, c.relname))
+                SELECT eventview._refresh_unless_locked(format('%I.%I', n.nspname, c.relname)) IS NULL INTO v_skipped
                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                 WHERE c.oid = v.relid;
+                IF v_skipped THEN
+                    UPDATE eventview._views w
+                    SET last_error = format('refresh skipped: event table %s is locked by another session; tried again at the next run',
+                                            (SELECT s.relid::regclass FROM eventview._sources s WHERE s.source_id = w.source_id))
+                    WHERE w.view_id = v.view_id;
+                END IF;
             END IF;
         EXCEPTION WHEN others THEN
             -- (The failed refresh let go of the view's row: a manual refresh may hold it now.

@@ -113,6 +113,13 @@ fn refresh_view(name: &str) -> Result<i64, ErrorReport> {
     at_boundary(|| refresh::refresh(name))
 }
 
+/// `run_maintenance`'s refresh of a scheduled view: NULL, skipped, while its event table is
+/// locked by another session (see `refresh::refresh_unless_locked`).
+#[pg_extern(name = "_refresh_unless_locked", volatile, parallel_unsafe)]
+fn refresh_view_unless_locked(name: &str) -> Result<Option<i64>, ErrorReport> {
+    at_boundary(|| refresh::refresh_unless_locked(name))
+}
+
 /// `refresh_all` up to 0.6.0, which stopped at the first view that failed (0.7.0 refreshes each
 /// view in a subtransaction, in SQL: sql/api.sql). Not in the current SQL (`sql = false`): the
 /// symbol stays because earlier releases' install scripts declare the function, and a database

@@ -90,51 +90,37 @@ pub fn upgrade_captures() -> EvResult<()> {
     if CAPTURES_CHECKED.get() {
         return Ok(());
     }
-    let stale = |op: &str, mark: &str| -> EvResult<Vec<i32>> {
-        Ok(Spi::connect(|client| {
-            let mut out = Vec::new();
-            for row in client.select(
-                "SELECT s.source_id FROM eventview._sources s
-                 JOIN pg_catalog.pg_proc p
-                   ON p.oid = pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', s.source_id, $1))
-                 WHERE pg_catalog.strpos(p.prosrc, $2) = 0",
-                None,
-                &[op.into(), mark.into()],
-            )? {
-                if let Some(id) = row.get::<i32>(1)? {
-                    out.push(id);
-                }
-            }
-            Ok::<_, pgrx::spi::SpiError>(out)
-        })?)
-    };
-    for source_id in stale("delete", envelope_sql::CURRENT_DELETE_CAPTURE_MARK)? {
-        spi_util::run_all(&[envelope_sql::replace_delete_capture(source_id)])?;
-    }
-    for source_id in stale("truncate", envelope_sql::CURRENT_TRUNCATE_CAPTURE_MARK)? {
-        spi_util::run_all(&[envelope_sql::replace_truncate_capture(source_id)])?;
-    }
-    // Capture functions PUBLIC may execute (every one an earlier library made, and those
-    // restored from a dump of a database it made): see envelope_sql::revoke_capture.
-    let executable = Spi::connect(|client| {
+    // One scan for both repairs: functions an older library made differently (without the
+    // current one's mark), and functions PUBLIC may execute (every one an earlier library made,
+    // and those restored from a dump of a database it made: see envelope_sql::revoke_capture).
+    // A replaced function keeps its privileges, so it is revoked after it is replaced.
+    let marks: Vec<&str> = envelope_sql::CAPTURE_OPS.iter().map(|op| envelope_sql::current_capture_mark(op)).collect();
+    let repairs = Spi::connect(|client| {
         let mut out = Vec::new();
         for row in client.select(
-            "SELECT s.source_id, op FROM eventview._sources s
-             CROSS JOIN pg_catalog.unnest($1::text[]) AS op
+            "SELECT s.source_id, op.name,
+                    op.mark <> '' AND pg_catalog.strpos(p.prosrc, op.mark) = 0,
+                    EXISTS (SELECT FROM pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                            WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')
+             FROM eventview._sources s
+             CROSS JOIN ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS op(name, mark)
              JOIN pg_catalog.pg_proc p
-               ON p.oid = pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', s.source_id, op))
-             WHERE EXISTS (SELECT FROM pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
-                           WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')",
+               ON p.oid = pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', s.source_id, op.name))
+             ORDER BY s.source_id, op.name",
             None,
-            &[envelope_sql::CAPTURE_OPS.to_vec().into()],
+            &[envelope_sql::CAPTURE_OPS.to_vec().into(), marks.into()],
         )? {
-            if let (Some(id), Some(op)) = (row.get::<i32>(1)?, row.get::<String>(2)?) {
+            let (Some(id), Some(op)) = (row.get::<i32>(1)?, row.get::<String>(2)?) else { continue };
+            if row.get::<bool>(3)? == Some(true) {
+                out.extend(envelope_sql::replace_capture(id, &op));
+            }
+            if row.get::<bool>(4)? == Some(true) {
                 out.push(envelope_sql::revoke_capture(id, &op));
             }
         }
         Ok::<_, pgrx::spi::SpiError>(out)
     })?;
-    spi_util::run_all(&executable)?;
+    spi_util::run_all(&repairs)?;
     CAPTURES_CHECKED.set(true);
     Ok(())
 }

@@ -181,15 +181,34 @@ fn relname(view: &ViewRecord) -> EvResult<String> {
 /// Applies the pending changes of the view named `name`; returns how many change records
 /// (changed event rows) it consumed.
 pub fn refresh(name: &str) -> EvResult<i64> {
+    let view = lock_for_refresh(name)?;
+    observer::observe(&view.source)?;
+    refresh_locked(&view)
+}
+
+/// `refresh` as `run_maintenance` runs it: `None`, having done nothing, when another session
+/// holds the view's event table locked against reading (an open ALTER TABLE, VACUUM FULL or
+/// LOCK TABLE, or one waiting for its lock). Waiting would cost the worker's one loop up to its
+/// lock_timeout per such view and run, and failing would back the view off for up to an hour
+/// after the lock is gone; skipped, it is tried again at the next run, at no cost.
+pub fn refresh_unless_locked(name: &str) -> EvResult<Option<i64>> {
+    let view = lock_for_refresh(name)?;
+    if !crate::envelope::lock_for_reading_if_free(view.source.relid) {
+        return Ok(None);
+    }
+    observer::observe(&view.source)?;
+    refresh_locked(&view).map(Some)
+}
+
+/// The view named `name`, its row locked for a refresh by the caller (who must own it).
+fn lock_for_refresh(name: &str) -> EvResult<ViewRecord> {
     // Lock order everywhere: the view's row, then its event table (the field observer's lock,
     // then the apply's), as drop_event_table and run_maintenance take them. (Observing first
     // held the table while waiting for the row: a deadlock with drop_event_table, which holds
     // the row while waiting for the table.) The observer's own catalog row is taken SKIP LOCKED.
     let unlocked = catalog::view_by_name(name, false)?;
     privileges::require_view_owner(unlocked.relid, unlocked.owner, "refresh")?;
-    let view = catalog::lock_view(&unlocked, name)?;
-    observer::observe(&view.source)?;
-    refresh_locked(&view)
+    catalog::lock_view(&unlocked, name)
 }
 
 fn refresh_locked(view: &ViewRecord) -> EvResult<i64> {

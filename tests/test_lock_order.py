@@ -37,7 +37,7 @@ def _wait_until_blocked(conn, name, timeout=20):
 
 
 class _Call(threading.Thread):
-    """Runs one statement in its own session; keeps its first row or its error."""
+    """Runs one statement in its own session; keeps its first row (if it returns rows) or its error."""
 
     def __init__(self, db, name, sql, params=None):
         super().__init__(daemon=True)
@@ -47,7 +47,8 @@ class _Call(threading.Thread):
     def run(self):
         try:
             with _connect(self.db, self.name) as conn:
-                self.row = conn.execute(self.sql, self.params).fetchone()
+                cur = conn.execute(self.sql, self.params)
+                self.row = cur.fetchone() if cur.description else None
         except Exception as e:  # reported by the test
             self.error = e
 
@@ -151,3 +152,48 @@ def test_run_maintenance_keeps_its_refreshes_when_pruning_times_out(db):
         holder.execute("ROLLBACK")
         # The refresh of v2 in the same run stays.
         assert maint.execute("SELECT coalesce(sum(events), 0) FROM v2").fetchone() == (1,)
+
+
+def test_run_maintenance_skips_a_view_whose_event_table_is_locked_without_waiting(db):
+    """A scheduled view whose event table another session holds, or waits to hold, exclusively
+    is skipped at once (no wait up to the lock_timeout, which here is none: without the skip,
+    run_maintenance would hang until statement_timeout), noted in last_error without counting as
+    a failure, and refreshed at the first run that finds the table free."""
+    state = "SELECT last_error, failures, retry_at FROM eventview._views WHERE relid = 'v'::regclass"
+    with _connect(db, "holder") as holder, _connect(db, "reader") as reader, _connect(db, "maint") as maint:
+        holder.execute("SELECT eventview.create_event_table('ev')")
+        holder.execute("SELECT eventview.create_event_table('ev2')")
+        holder.execute("SELECT eventview.create_view('v', 'ev')")
+        holder.execute("SELECT eventview.create_view('v2', 'ev2')")
+        holder.execute("SELECT eventview.schedule('v', '1 millisecond')")
+        holder.execute("SELECT eventview.schedule('v2', '1 millisecond')")
+        holder.execute("INSERT INTO ev (event_type, payload) VALUES ('t', '{}')")
+        holder.execute("INSERT INTO ev2 (event_type, payload) VALUES ('t', '{}')")
+        maint.execute("SET lock_timeout = 0")
+        maint.execute("SET statement_timeout = '20s'")
+        skipped = ("refresh skipped: event table public.ev is locked by another session; tried again at the next run", 0, None)
+
+        # Held: ALTER TABLE's lock, as LOCK TABLE takes it.
+        holder.execute("BEGIN")
+        holder.execute("LOCK TABLE ev IN ACCESS EXCLUSIVE MODE")
+        maint.execute("SELECT eventview.run_maintenance()")
+        assert maint.execute(state).fetchone() == skipped
+        assert maint.execute("SELECT coalesce(sum(events), 0) FROM v2").fetchone() == (1,)
+        holder.execute("ROLLBACK")
+
+        # Waited for: a reader holds the table and a VACUUM FULL queues behind it. A refresh
+        # would queue behind the VACUUM FULL in turn.
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM ev")
+        alter = _Call(db, "alter", "VACUUM FULL ev")
+        alter.start()
+        _wait_until_blocked(maint, "alter")
+        maint.execute("SELECT eventview.run_maintenance()")
+        assert maint.execute(state).fetchone() == skipped
+        reader.execute("ROLLBACK")
+        alter.result()
+
+        # Free: the next run refreshes it and clears the note.
+        maint.execute("SELECT eventview.run_maintenance()")
+        assert maint.execute(state).fetchone() == (None, 0, None)
+        assert maint.execute("SELECT coalesce(sum(events), 0) FROM v").fetchone() == (1,)

@@ -41,6 +41,7 @@ RELEASE_COMMITS = {
     "0.8.0": "5cab1e4516f59e0cb66cce0780abb46ff682035d",
     "0.9.0": "d00f437b65bbccfe13eb74173e98ea5487b59b6c",
     "0.10.0": "27a78a652a37c31e3e585df3fb1655cbee40c6e2",
+    "0.11.0": "db0d8b9f726797163f61fa23cee285f962a727b8",
 }
 
 

@@ -63,14 +63,6 @@ const OLD_COLUMNS: &str =
     "event_id, old_event_type, old_event_version, old_producer, old_occurred_at, old_payload";
 const ROW_COLUMNS: &str = "event_id, event_type, event_version, producer, occurred_at, payload";
 
-/// The delete capture function of a source as this version creates it, replacing an older one.
-pub fn replace_delete_capture(source_id: i32) -> String {
-    capture_function(source_id, "delete", &delete_body(source_id)).replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
-}
-
-/// Text only the current delete capture has (an older one must be replaced).
-pub const CURRENT_DELETE_CAPTURE_MARK: &str = "old_rows.occurred_at";
-
 fn capture_function(source_id: i32, op: &str, body: &str) -> String {
     let func = names::capture_function(source_id, op);
     // SECURITY DEFINER: producers need no privilege on the changelog. search_path is pinned
@@ -107,13 +99,28 @@ pub fn truncate_body(source_id: i32) -> String {
     )
 }
 
-/// The truncate capture function of a source as this version creates it, replacing an older one.
-pub fn replace_truncate_capture(source_id: i32) -> String {
-    capture_function(source_id, "truncate", &truncate_body(source_id)).replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+/// Text only the current capture function of `op` has, where an older library made one that
+/// must be replaced ("" where every library made the current one): the delete capture before
+/// 0.2.0 could be switched off by any session; the truncate capture before 0.10.0's library ran
+/// under REPEATABLE READ.
+pub fn current_capture_mark(op: &str) -> &'static str {
+    match op {
+        "delete" => "old_rows.occurred_at",
+        "truncate" => "transaction_isolation",
+        _ => "",
+    }
 }
 
-/// Text only the current truncate capture has (an older one must be replaced).
-pub const CURRENT_TRUNCATE_CAPTURE_MARK: &str = "transaction_isolation";
+/// The capture function of `op` as this version creates it, replacing an older one (`None`
+/// for an op whose function never changed: see `current_capture_mark`).
+pub fn replace_capture(source_id: i32, op: &str) -> Option<String> {
+    let body = match op {
+        "delete" => delete_body(source_id),
+        "truncate" => truncate_body(source_id),
+        _ => return None,
+    };
+    Some(capture_function(source_id, op, &body).replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
+}
 
 /// What the delete capture runs. eventview.prune() deletes raw events past the table's
 /// retention with `eventview.pruning` on: not a retraction, those rows are not logged. The
@@ -225,6 +232,16 @@ mod tests {
         }
         let log = create_changelog(7).join("\n");
         assert!(log.contains("ALTER TABLE eventview._changes_7 ALTER COLUMN event_ids SET STORAGE EXTERNAL"));
+        // Each function an older library made differently is replaced by the current one, which
+        // carries its mark.
+        for op in CAPTURE_OPS {
+            let mark = current_capture_mark(op);
+            match replace_capture(7, op) {
+                Some(f) => assert!(!mark.is_empty() && f.starts_with("CREATE OR REPLACE FUNCTION") && f.contains(mark)),
+                None => assert!(mark.is_empty()),
+            }
+        }
+        assert!(ddl.contains(current_capture_mark("delete")) && ddl.contains(current_capture_mark("truncate")));
         // Nothing in a SECURITY DEFINER body may be resolved through search_path.
         assert!(!ddl.contains(" array_agg(") && !ddl.contains("HAVING count("));
     }
