@@ -45,7 +45,7 @@ BEGIN
             SELECT %2$L::regclass, NULL, NULL, CASE problem
                 WHEN 1 THEN 'envelope is a JSON ' || jsonb_typeof(envelope) || ', not an object'
                 WHEN 2 THEN 'envelope has no "type" (a non-empty string)'
-                WHEN 3 THEN 'bad "version": ' || left((envelope->'version')::text, 100) || ' is not an integer >= 1'
+                WHEN 3 THEN 'bad "version": ' || left((envelope->'version')::text, 100) || ' is not an integer from 1 to 2147483647'
                 WHEN 4 THEN 'bad "producer": a JSON ' || jsonb_typeof(envelope->'producer') || ', not a string'
                 WHEN 5 THEN 'unparsable "occurred_at": ' || left((envelope->'occurred_at')::text, 100) || ' is not an RFC 3339 timestamp'
                 WHEN 6 THEN CASE WHEN jsonb_typeof(envelope->'key') = 'string'

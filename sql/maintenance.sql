@@ -167,9 +167,10 @@ COMMENT ON FUNCTION eventview.prune(text) IS
 -- another session is refreshing right now is skipped, never waited for.
 --
 -- A view whose event table another session holds locked against reading (an open ALTER TABLE,
--- VACUUM FULL, LOCK TABLE, or one of them waiting for its lock) is skipped without waiting and
--- tried again at the next run, with a note in last_error: not a failure, so no backoff keeps it
--- stale after the lock is gone, and no wait up to lock_timeout holds up the other views.
+-- VACUUM FULL, LOCK TABLE, REINDEX, or one of them waiting for its lock) is skipped without
+-- waiting and tried again at the next run: not a failure, so no backoff keeps it stale after the
+-- lock is gone, and its refresh does not wait up to lock_timeout while the other views wait
+-- their turn. A view not in backoff says so in last_error (one in backoff keeps its error).
 --
 -- Backoff: after n scheduled refreshes failed in a row, the next try waits
 -- schedule * 2^(n-1), at most max(schedule, 1 hour); a view that keeps failing (a producer
@@ -199,9 +200,9 @@ BEGIN
                 WHERE c.oid = v.relid;
                 IF v_skipped THEN
                     UPDATE eventview._views w
-                    SET last_error = format('refresh skipped: event table %s is locked by another session; tried again at the next run',
+                    SET last_error = format('scheduled refresh skipped: event table %s was locked by another session',
                                             (SELECT s.relid::regclass FROM eventview._sources s WHERE s.source_id = w.source_id))
-                    WHERE w.view_id = v.view_id;
+                    WHERE w.view_id = v.view_id AND w.failures = 0;
                 END IF;
             END IF;
         EXCEPTION WHEN others THEN

@@ -2,8 +2,9 @@
 \echo Use "ALTER EXTENSION pg_eventview UPDATE TO '0.12.0'" to load this file. \quit
 
 -- run_maintenance's refresh of a view: skipped, without waiting, while another session holds
--- the view's event table locked against reading (tried again at the next run, with a note in
--- last_error), instead of waiting up to lock_timeout and backing off as after a failure.
+-- the view's event table (or one of its indexes) locked against reading (tried again at the next
+-- run, with a note in last_error), instead of waiting up to lock_timeout and backing off as
+-- after a failure.
 -- As cargo pgrx schema declares it.
 CREATE  FUNCTION eventview."_refresh_unless_locked"(
 	"name" TEXT /* & str */
@@ -35,9 +36,9 @@ BEGIN
                 WHERE c.oid = v.relid;
                 IF v_skipped THEN
                     UPDATE eventview._views w
-                    SET last_error = format('refresh skipped: event table %s is locked by another session; tried again at the next run',
+                    SET last_error = format('scheduled refresh skipped: event table %s was locked by another session',
                                             (SELECT s.relid::regclass FROM eventview._sources s WHERE s.source_id = w.source_id))
-                    WHERE w.view_id = v.view_id;
+                    WHERE w.view_id = v.view_id AND w.failures = 0;
                 END IF;
             END IF;
         EXCEPTION WHEN others THEN
@@ -79,5 +80,76 @@ BEGIN
     EXCEPTION WHEN others THEN
         RAISE WARNING 'pg_eventview: pruning failed: %', SQLERRM;
     END;
+END
+$$;
+
+-- ingest: a version beyond integer range is reported as such ("is not an integer from 1 to
+-- 2147483647"; it said "is not an integer >= 1").
+-- Same body as in sql/ingest.sql.
+CREATE OR REPLACE FUNCTION eventview.ingest(source text, events jsonb)
+RETURNS TABLE(inserted bigint, duplicates bigint, quarantined bigint)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_table text := eventview._event_table_sql(source);
+    -- pg_settings.setting is in bytes whatever unit the user wrote ('64kB').
+    v_limit bigint := (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'eventview.max_payload_bytes');
+BEGIN
+    IF source IS NULL OR events IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be NULL', CASE WHEN source IS NULL THEN 'source' ELSE 'events' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF jsonb_typeof(events) <> 'array' THEN
+        RAISE EXCEPTION 'invalid events: expected a JSON array of envelopes, found %', jsonb_typeof(events)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass [{"type": ..., "payload": {...}}, ...].';
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        WITH checked AS (
+            SELECT e AS envelope, ord, eventview._envelope_problem(e, $2) AS problem
+            FROM jsonb_array_elements($1) WITH ORDINALITY AS t(e, ord)
+        ),
+        rejected AS (
+            INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
+            SELECT %2$L::regclass, NULL, NULL, CASE problem
+                WHEN 1 THEN 'envelope is a JSON ' || jsonb_typeof(envelope) || ', not an object'
+                WHEN 2 THEN 'envelope has no "type" (a non-empty string)'
+                WHEN 3 THEN 'bad "version": ' || left((envelope->'version')::text, 100) || ' is not an integer from 1 to 2147483647'
+                WHEN 4 THEN 'bad "producer": a JSON ' || jsonb_typeof(envelope->'producer') || ', not a string'
+                WHEN 5 THEN 'unparsable "occurred_at": ' || left((envelope->'occurred_at')::text, 100) || ' is not an RFC 3339 timestamp'
+                WHEN 6 THEN CASE WHEN jsonb_typeof(envelope->'key') = 'string'
+                                 THEN '"key" has ' || octet_length(envelope->>'key') || ' bytes, more than 2000'
+                                 ELSE 'bad "key": a JSON ' || jsonb_typeof(envelope->'key') || ', not a string' END
+                WHEN 7 THEN 'payload is ' || coalesce('a JSON ' || jsonb_typeof(envelope->'payload'), 'missing') || ', not a JSON object'
+                WHEN 8 THEN 'payload has ' || octet_length((envelope->'payload')::text) || ' bytes, more than eventview.max_payload_bytes (' || $2 || ')'
+            END, envelope
+            FROM checked WHERE problem IS NOT NULL
+            ORDER BY ord
+        ),
+        added AS (
+            -- JSON null in version, producer, occurred_at or key means the default (->> gives
+            -- NULL); occurred_at was checked to be RFC 3339, so its cast cannot fail.
+            INSERT INTO %1$s (event_key, event_type, event_version, producer, occurred_at, payload)
+            SELECT envelope->>'key', envelope->>'type',
+                   coalesce((envelope->>'version')::numeric::integer, 1),
+                   coalesce(envelope->>'producer', current_user),
+                   coalesce((envelope->>'occurred_at')::timestamptz, now()),
+                   envelope->'payload'
+            FROM checked WHERE problem IS NULL
+            -- In key order (bytewise), then envelope order. Two calls inserting the same keys
+            -- wait for each other's uncommitted keys, so they must take keys in one order: in
+            -- envelope order, batches of the same keys in opposite orders deadlocked. Within a
+            -- key, the first occurrence goes in and the later ones are duplicates: DO NOTHING
+            -- also skips a row that conflicts with one this statement inserted. (Event ids of
+            -- keyed envelopes follow key order; envelopes without a key come last, in order.)
+            ORDER BY envelope->>'key' COLLATE "C", ord
+            ON CONFLICT (event_key) DO NOTHING
+            RETURNING 1
+        ),
+        -- (Counted from the input: a producer may file rejects but not read them back.)
+        refused AS (SELECT count(*) AS n FROM checked WHERE problem IS NOT NULL)
+        SELECT (SELECT count(*) FROM added),
+               jsonb_array_length($1) - (SELECT n FROM refused) - (SELECT count(*) FROM added),
+               (SELECT n FROM refused)
+    $sql$, v_table, v_table) USING events, v_limit;
 END
 $$;

@@ -120,21 +120,64 @@ pub fn upgrade_captures() -> EvResult<()> {
         }
         Ok::<_, pgrx::spi::SpiError>(out)
     })?;
+    // Checked for good only by a scan that found nothing to repair: repairs made here are
+    // undone if the caller's transaction rolls back, and the next call finds them again.
+    if repairs.is_empty() {
+        CAPTURES_CHECKED.set(true);
+    }
     spi_util::run_all(&repairs)?;
-    CAPTURES_CHECKED.set(true);
     Ok(())
 }
 
 
-/// Whether a reader may take the event table now: takes ACCESS SHARE on it, held to the end of
-/// the transaction (no ALTER TABLE between a check and the read), if no other session holds a
-/// conflicting lock (ALTER TABLE, VACUUM FULL, TRUNCATE, LOCK TABLE). The field observer skips a
-/// table it would have to wait for (the next refresh observes it): a table locked for long must
-/// not stall the observation of every other table, nor `run_maintenance`.
-pub fn lock_for_reading_if_free(relid: pg_sys::Oid) -> bool {
-    // SAFETY: a relation lock by oid, released at transaction end like LOCK TABLE's; the oid may
+/// Whether a reader may take the event table now: takes ACCESS SHARE on it, on its indexes and
+/// on its TOAST table and index, held to the end of the transaction (no ALTER TABLE between a
+/// check and the read), if no other session holds or waits for a conflicting lock (ALTER TABLE,
+/// VACUUM FULL, TRUNCATE, LOCK TABLE; REINDEX, which holds only SHARE on the table but each
+/// index it rebuilds exclusively, and a read plans with every index). The field observer skips a
+/// table it would have to wait for (the next refresh observes it), and so does
+/// `run_maintenance`'s refresh: a table locked for long must not stall the observation of every
+/// other table, nor the views of the others.
+pub fn lock_for_reading_if_free(relid: pg_sys::Oid) -> EvResult<bool> {
+    if !lock_if_free(relid) {
+        return Ok(false);
+    }
+    let parts = spi_util::one::<Vec<pg_sys::Oid>>(
+        "SELECT coalesce(pg_catalog.array_agg(r ORDER BY r), '{}') FROM (
+             SELECT i.indexrelid AS r FROM pg_catalog.pg_index i WHERE i.indrelid = $1
+             UNION ALL
+             SELECT t.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_class t ON t.oid = c.reltoastrelid WHERE c.oid = $1
+             UNION ALL
+             SELECT i.indexrelid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_index i ON i.indrelid = c.reltoastrelid
+             WHERE c.oid = $1) parts",
+        &[relid.into()],
+    )?
+    .unwrap_or_default();
+    Ok(parts.into_iter().all(lock_if_free))
+}
+
+/// ACCESS SHARE on a relation if it can be had without waiting. One this transaction already
+/// holds (in that mode or a stronger one) counts as had: a waiting request would be granted at
+/// once, ahead of any session queued behind this transaction's own lock.
+fn lock_if_free(relid: pg_sys::Oid) -> bool {
+    let mode = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    // SAFETY: relation locks by oid, released at transaction end like LOCK TABLE's; the oid may
     // name a dropped relation, which locks nothing that matters and fails the checks after it.
-    unsafe { pg_sys::ConditionalLockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) }
+    unsafe { locked_by_me(relid, mode) || pg_sys::ConditionalLockRelationOid(relid, mode) }
+}
+
+/// Whether this transaction holds a lock on the relation in `mode` or a stronger one (false for
+/// a relation that does not exist).
+unsafe fn locked_by_me(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> bool {
+    // SAFETY (caller: in a transaction): a relcache reference, taken without a lock and given
+    // back at once; NULL for an oid no relation has.
+    let rel = unsafe { pg_sys::RelationIdGetRelation(relid) };
+    if rel.is_null() {
+        return false;
+    }
+    let held = unsafe { pg_sys::CheckRelationLockedByMe(rel, mode, true) };
+    unsafe { pg_sys::RelationClose(rel) };
+    held
 }
 
 /// Before the extension owner reads an event table (the field observer does, after

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 pub fn observe(source: &catalog::Source) -> EvResult<()> {
     let source_id = source.source_id;
     // Not waited for: another session holds the table locked (the next refresh observes it).
-    if !crate::envelope::lock_for_reading_if_free(source.relid) {
+    if !crate::envelope::lock_for_reading_if_free(source.relid)? {
         return Ok(());
     }
     // The observer reads the table as the extension owner: not one its owner has altered (the

@@ -187,13 +187,14 @@ pub fn refresh(name: &str) -> EvResult<i64> {
 }
 
 /// `refresh` as `run_maintenance` runs it: `None`, having done nothing, when another session
-/// holds the view's event table locked against reading (an open ALTER TABLE, VACUUM FULL or
-/// LOCK TABLE, or one waiting for its lock). Waiting would cost the worker's one loop up to its
-/// lock_timeout per such view and run, and failing would back the view off for up to an hour
-/// after the lock is gone; skipped, it is tried again at the next run, at no cost.
+/// holds the view's event table locked against reading (an open ALTER TABLE, VACUUM FULL, LOCK
+/// TABLE or REINDEX, or one waiting for its lock: see `envelope::lock_for_reading_if_free`).
+/// Waiting would cost the worker's one loop up to its lock_timeout per such view and run, and
+/// failing would back the view off for up to an hour after the lock is gone; skipped, it is
+/// tried again at the next run, at no cost.
 pub fn refresh_unless_locked(name: &str) -> EvResult<Option<i64>> {
     let view = lock_for_refresh(name)?;
-    if !crate::envelope::lock_for_reading_if_free(view.source.relid) {
+    if !crate::envelope::lock_for_reading_if_free(view.source.relid)? {
         return Ok(None);
     }
     observer::observe(&view.source)?;

@@ -53,9 +53,10 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
                 "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview')",
             );
             if let Ok(Some(true)) = installed {
-                // One event table locked by another session (ALTER TABLE, VACUUM FULL, an open
-                // LOCK TABLE) must not stall every view's maintenance: its views' refreshes fail
-                // with a lock timeout, which run_maintenance records for them and retries later.
+                // One relation locked by another session must not stall every view's
+                // maintenance. run_maintenance skips the views of a locked event table without
+                // waiting; a wait for anything else (a view's storage, a prune) ends here, and
+                // run_maintenance records it and goes on.
                 let timeout_ms = gucs::MAINTENANCE_LOCK_TIMEOUT_MS.get().to_string();
                 if let Err(e) = Spi::run_with_args(
                     "SELECT pg_catalog.set_config('lock_timeout', $1, true)",

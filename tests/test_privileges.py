@@ -378,8 +378,13 @@ def test_no_other_table_borrows_a_capture_function(cluster, roles):
                           WHERE p.pronamespace = 'eventview'::regnamespace AND t.tgrelid <> s.relid""")
     assert borrowed == [("fake", "borrowed")], borrowed
     bob.q("DROP TRIGGER borrowed ON fake")
-    # The first API call of a new session takes EXECUTE back.
+    # The first API call of a new session takes EXECUTE back; rolled back with its transaction,
+    # the session's next call does.
     fresh = As(cluster, roles, "alice")
+    fresh.q("BEGIN")
+    assert fresh.one("SELECT eventview.refresh('guarded_view')") == 0
+    fresh.q("ROLLBACK")
+    assert executable("bob") == [True] * 4
     assert fresh.one("SELECT eventview.refresh('guarded_view')") == 0
     fresh.conn.close()
     assert executable("bob") == [False] * 4 and executable("alice") == [True] * 4

@@ -17,6 +17,7 @@ SELECT * FROM eventview.ingest('gate', '[
   {"type": "b", "payload": {}, "occurred_at": "2026-11-30T10:00:00+02:00", "version": 2, "producer": "ios"},
   {"type": "b", "payload": {}, "version": 1.5},
   {"type": "b", "payload": {}, "version": 0},
+  {"type": "b", "payload": {}, "version": 2147483648},
   {"type": "b", "payload": {}, "key": 5},
   {"type": "b", "payload": {}, "producer": ["x"]},
   {"type": "c", "payload": {}, "version": null, "producer": null, "occurred_at": null, "key": null},
