@@ -106,6 +106,10 @@ CREATE TABLE eventview._observed (
     first_seen    timestamptz NOT NULL,
     last_seen     timestamptz NOT NULL,
     seen          bigint NOT NULL,
+    -- The number of the last event with the path and type among the events of its type and
+    -- version ever observed (_observed_versions.events): which type a path had last, also
+    -- between observations in one transaction, which share last_seen (NULL: observed before 0.12.0).
+    last_event    bigint,
     PRIMARY KEY (source_id, event_type, event_version, path, json_type)
 );
 CREATE TABLE eventview._observed_versions (

@@ -153,3 +153,8 @@ BEGIN
     $sql$, v_table, v_table) USING events, v_limit;
 END
 $$;
+
+-- Observed fields: the number of the last event with each path and type, so that drift's
+-- old_type is the type a path had last also between observations in one transaction (which
+-- share last_seen). Rows observed before stay NULL and count as older than any numbered one.
+ALTER TABLE eventview._observed ADD COLUMN last_event bigint;

@@ -192,7 +192,7 @@ fn payload_shapes(
             let root = unsafe { crate::stored_jsonb::jsonb_root(doc.datum()) };
             counter.add_shaped(t, *v, || crate::core::jsonb_bytes::JsonbBytes::new(root));
         }
-        Ok(TableIterator::new(counter.rows().into_iter().map(|(t, v, p, k, n, _, _)| (t, v, p, k.to_string(), n))))
+        Ok(TableIterator::new(counter.rows().into_iter().map(|r| (r.event_type, r.event_version, r.path, r.kind.to_string(), r.events))))
     })
 }
 
@@ -232,7 +232,8 @@ fn shapes_step(
 }
 
 /// Final function of `eventview._shapes_agg`: the walk's counts as a JSON array of
-/// [event type, event version, path, JSON type, events, first, first without] (see
+/// [event type, event version, path, JSON type, events, first, first without, last, before,
+/// before without] (see
 /// `ShapeCounter::rows`), plus per type and version a row with path and JSON type '' counting
 /// the events walked (NULL when no event was walked).
 #[pg_extern(name = "_shapes_final", immutable, parallel_safe)]
@@ -242,7 +243,11 @@ fn shapes_final(mut state: pgrx::Internal) -> Option<String> {
     let counter = unsafe { state.get_mut::<crate::shapes::ShapeCounter>() }?;
     let rows = std::mem::take(counter).rows();
     let json: Vec<serde_json::Value> =
-        rows.into_iter().map(|(t, v, p, k, n, first, without)| serde_json::json!([t, v, p, k, n, first, without])).collect();
+        rows.into_iter().map(|r| {
+        serde_json::json!([
+            r.event_type, r.event_version, r.path, r.kind, r.events, r.first, r.first_without, r.last, r.before, r.before_without
+        ])
+    }).collect();
     Some(serde_json::Value::Array(json).to_string())
 }
 

@@ -220,8 +220,27 @@ impl Sink for Fingerprint<'_> {
     }
 }
 
-/// One row of `ShapeCounter::rows`.
-pub type ShapeRow = (String, i32, String, &'static str, i64, i64, i64);
+/// One row of `ShapeCounter::rows` (fields in sort order).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ShapeRow {
+    pub event_type: String,
+    pub event_version: i32,
+    /// '' for the row counting the events of the type and version walked.
+    pub path: String,
+    pub kind: &'static str,
+    /// Events with the path and JSON type (or walked, for path '').
+    pub events: i64,
+    /// Events are numbered from 1 per type and version, in the order walked: the first and the
+    /// last with the path and JSON type, and the first without the path (0: none).
+    pub first: i64,
+    pub first_without: i64,
+    pub last: i64,
+    /// The JSON type of the path in the last event before `first` that had the path ('' if
+    /// none did): the old type of a type change.
+    pub before: &'static str,
+    /// The same before `first_without` (the old type of the path gone missing; '' if none).
+    pub before_without: &'static str,
+}
 
 /// Shapes (distinct fingerprints) kept per counter; events of further shapes are walked and
 /// counted one by one.
@@ -260,6 +279,14 @@ pub struct ShapeCounter {
     /// Order within the walk, which drift follows (see `rows`). Per (group, path), by kind: the
     /// ordinal among the group's events (from 1) of the first event that had it, 0 for none.
     firsts: FastMap<(u32, u32), [i64; KINDS.len()]>,
+    /// The same, of the last event that had it.
+    lasts: FastMap<(u32, u32), [i64; KINDS.len()]>,
+    /// Per (group, path): the JSON types (a bit per kind) it had in the latest event walked that
+    /// had it; by kind, those of the event before the first with that kind (`ShapeRow::before`);
+    /// those of the last event of its prefix (`ShapeRow::before_without`).
+    latest_kinds: FastMap<(u32, u32), u16>,
+    befores: FastMap<(u32, u32), [u16; KINDS.len()]>,
+    prefix_kinds: FastMap<(u32, u32), u16>,
     /// Per (group, path): how many of the group's first events all had the path; the first
     /// event without it is the next one.
     prefix: FastMap<(u32, u32), i64>,
@@ -331,18 +358,26 @@ impl ShapeCounter {
     /// `records` (sorted by path, then kind) are those of the group's events `start` to
     /// `start + events - 1`.
     fn apply_records(&mut self, group: u32, records: &[(u32, Kind)], start: i64, events: i64) {
-        let mut last_path = None;
-        for &(path, kind) in records {
-            let first = &mut self.firsts.entry((group, path)).or_insert([0; KINDS.len()])[kind as usize];
-            if *first == 0 {
-                *first = start;
-            }
-            if last_path != Some(path) {
-                let prefix = self.prefix.entry((group, path)).or_insert(0);
-                if *prefix == start - 1 {
-                    *prefix = start + events - 1;
+        let end = start + events - 1;
+        for same_path in records.chunk_by(|a, b| a.0 == b.0) {
+            let path = same_path[0].0;
+            let key = (group, path);
+            let kinds = same_path.iter().fold(0u16, |mask, &(_, kind)| mask | (1 << kind));
+            let latest = self.latest_kinds.insert(key, kinds).unwrap_or(0);
+            let firsts = self.firsts.entry(key).or_insert([0; KINDS.len()]);
+            let lasts = self.lasts.entry(key).or_insert([0; KINDS.len()]);
+            for &(_, kind) in same_path {
+                if firsts[kind as usize] == 0 {
+                    firsts[kind as usize] = start;
+                    self.befores.entry(key).or_insert([0; KINDS.len()])[kind as usize] = latest;
                 }
-                last_path = Some(path);
+                // Runs of a group come in the order of their events: the latest is the last.
+                lasts[kind as usize] = end;
+            }
+            let prefix = self.prefix.entry(key).or_insert(0);
+            if *prefix == start - 1 {
+                *prefix = end;
+                self.prefix_kinds.insert(key, kinds);
             }
         }
     }
@@ -389,12 +424,13 @@ impl ShapeCounter {
         id
     }
 
-    /// The counts: (event type, version, path, JSON type, events, first, first without), and
-    /// per event type and version one row with path and JSON type '' counting the events walked
-    /// (first and first without 0). Within a type and version, events are numbered from 1 in
-    /// the order walked: `first` is the number of the first event with that path and JSON type,
-    /// `first without` that of the first event without the path (0: every event had it); drift
-    /// follows that order, so it does not depend on how changes were split into refreshes.
+    /// The counts: (event type, version, path, JSON type, events, first, first without, last),
+    /// and per event type and version one row with path and JSON type '' counting the events
+    /// walked (first, first without and last 0). Within a type and version, events are numbered
+    /// from 1 in the order walked: `first` is the number of the first event with that path and
+    /// JSON type, `last` that of the last, `first without` that of the first event without the
+    /// path (0: every event had it); drift follows that order, so it does not depend on how
+    /// changes were split into refreshes.
     pub fn rows(mut self) -> Vec<ShapeRow> {
         for group in 0..self.groups.len() {
             if let Some(run) = self.runs[group].take() {
@@ -408,7 +444,18 @@ impl ShapeCounter {
         }
         let mut out = Vec::new();
         for ((t, v), &n) in self.groups.iter().zip(&self.events) {
-            out.push((t.clone(), *v, String::new(), "", n, 0, 0));
+            out.push(ShapeRow {
+                event_type: t.clone(),
+                event_version: *v,
+                path: String::new(),
+                kind: "",
+                events: n,
+                first: 0,
+                first_without: 0,
+                last: 0,
+                before: "",
+                before_without: "",
+            });
         }
         for ((group, path), per_kind) in &self.counts {
             let (t, v) = &self.groups[*group as usize];
@@ -416,14 +463,38 @@ impl ShapeCounter {
             let prefix = self.prefix.get(&(*group, *path)).copied().unwrap_or(0);
             let first_without = if prefix < events { prefix + 1 } else { 0 };
             let firsts = self.firsts.get(&(*group, *path)).copied().unwrap_or([0; KINDS.len()]);
+            let lasts = self.lasts.get(&(*group, *path)).copied().unwrap_or([0; KINDS.len()]);
+            let befores = self.befores.get(&(*group, *path)).copied().unwrap_or([0; KINDS.len()]);
+            let before_without = if first_without > 1 { self.prefix_kinds.get(&(*group, *path)).copied().unwrap_or(0) } else { 0 };
             for (kind, &n) in per_kind.iter().enumerate() {
                 if n > 0 {
-                    out.push((t.clone(), *v, self.paths[*path as usize].clone(), KINDS[kind], n, firsts[kind], first_without));
+                    out.push(ShapeRow {
+                        event_type: t.clone(),
+                        event_version: *v,
+                        path: self.paths[*path as usize].clone(),
+                        kind: KINDS[kind],
+                        events: n,
+                        first: firsts[kind],
+                        first_without,
+                        last: lasts[kind],
+                        before: kind_named(befores[kind]),
+                        before_without: kind_named(before_without),
+                    });
                 }
             }
         }
         out.sort();
         out
+    }
+}
+
+/// One JSON type of a set (a bit per kind), '' for none. An event with a path of two types
+/// (array elements of both) names the first in KINDS order.
+fn kind_named(kinds: u16) -> &'static str {
+    if kinds == 0 {
+        ""
+    } else {
+        KINDS[kinds.trailing_zeros() as usize]
     }
 }
 
@@ -540,9 +611,9 @@ mod tests {
     fn walked(doc: &Value) -> Seen {
         let mut counter = ShapeCounter::default();
         counter.add("t", 1, &mut ValueTokens::new(doc));
-        counter.rows().into_iter().filter(|row| !row.2.is_empty()).map(|(_, _, path, kind, n, _, _)| {
-            assert_eq!(n, 1);
-            (path, kind)
+        counter.rows().into_iter().filter(|row| !row.path.is_empty()).map(|row| {
+            assert_eq!(row.events, 1);
+            (row.path, row.kind)
         }).collect()
     }
 
@@ -563,7 +634,7 @@ mod tests {
         counter.add("a", 2, &mut ValueTokens::new(&c));
         let rows = counter.rows();
         let get = |v: i32, p: &str, k: &str| {
-            rows.iter().find(|(_, version, path, kind, ..)| *version == v && path == p && *kind == k).map(|r| r.4)
+            rows.iter().find(|r| r.event_version == v && r.path == p && r.kind == k).map(|r| r.events)
         };
         assert_eq!(get(1, "$.x", "object"), Some(1));
         assert_eq!(get(1, "$.x", "number"), Some(1));
@@ -580,7 +651,7 @@ mod tests {
     }
 
     /// Events are numbered in the order walked, per type and version: for each path and JSON
-    /// type the first event with it, for each path the first event without it; the same
+    /// type the first and the last event with it, for each path the first event without it; the same
     /// whether events are counted one by one or through shapes (runs of one shape included).
     #[test]
     fn first_events_follow_the_order_walked() {
@@ -603,23 +674,23 @@ mod tests {
             }
             let rows = counter.rows();
             let get = |t: &str, p: &str, k: &str| {
-                rows.iter().find(|r| r.0 == t && r.2 == p && r.3 == k).map(|r| (r.4, r.5, r.6))
+                rows.iter().find(|r| r.event_type == t && r.path == p && r.kind == k).map(|r| (r.events, r.first, r.first_without, r.last))
             };
-            // (events, first event with it, first event without the path)
-            assert_eq!(get("t", "$.x", "number"), Some((5, 1, 6)), "shaped {shaped}");
-            assert_eq!(get("t", "$.x", "string"), Some((1, 4, 6)), "shaped {shaped}");
-            assert_eq!(get("t", "$.y", "number"), Some((1, 4, 1)), "shaped {shaped}");
-            assert_eq!(get("t", "$.y", "boolean"), Some((1, 6, 1)), "shaped {shaped}");
-            assert_eq!(get("u", "$.x", "number"), Some((5, 1, 2)), "shaped {shaped}");
-            assert_eq!(get("u", "$.x", "string"), Some((1, 4, 2)), "shaped {shaped}");
-            assert_eq!(get("u", "$.y", "boolean"), Some((1, 2, 1)), "shaped {shaped}");
+            // (events, first event with it, first event without the path, last event with it)
+            assert_eq!(get("t", "$.x", "number"), Some((5, 1, 6, 7)), "shaped {shaped}");
+            assert_eq!(get("t", "$.x", "string"), Some((1, 4, 6, 4)), "shaped {shaped}");
+            assert_eq!(get("t", "$.y", "number"), Some((1, 4, 1, 4)), "shaped {shaped}");
+            assert_eq!(get("t", "$.y", "boolean"), Some((1, 6, 1, 6)), "shaped {shaped}");
+            assert_eq!(get("u", "$.x", "number"), Some((5, 1, 2, 7)), "shaped {shaped}");
+            assert_eq!(get("u", "$.x", "string"), Some((1, 4, 2, 4)), "shaped {shaped}");
+            assert_eq!(get("u", "$.y", "boolean"), Some((1, 2, 1, 2)), "shaped {shaped}");
         }
         // Every event has the path: no first event without it.
         let mut counter = ShapeCounter::default();
         for doc in &docs[..3] {
             counter.add_shaped("t", 1, || ValueTokens::new(doc));
         }
-        assert_eq!(counter.rows().iter().find(|r| r.2 == "$.x").map(|r| (r.4, r.5, r.6)), Some((3, 1, 0)));
+        assert_eq!(counter.rows().iter().find(|r| r.path == "$.x").map(|r| (r.events, r.first, r.first_without, r.last)), Some((3, 1, 0, 3)));
     }
 
     #[test]
@@ -740,6 +811,32 @@ mod tests {
             let doc = format!("{{\"root\": {}}}", random_json(&mut rng, 0));
             let parsed: Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("case {case}: {doc}: {e}"));
             assert_eq!(walked(&parsed), expected(&parsed), "case {case}: {doc}");
+        }
+    }
+
+    /// The old type of a type change is the type of the last event before it with the path,
+    /// and that of a path gone missing the type of the last event before it (not the type that
+    /// first appeared last): the same one by one and through shapes.
+    #[test]
+    fn old_types_are_those_of_the_event_before() {
+        let docs: Vec<Value> = [r#"{"x": 1}"#, r#"{"x": "s"}"#, r#"{"x": 1}"#, r#"{"x": 1}"#, r#"{"x": true}"#, r#"{}"#, r#"{"x": 1}"#]
+            .iter()
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        for shaped in [false, true] {
+            let mut counter = ShapeCounter::default();
+            for doc in &docs {
+                if shaped {
+                    counter.add_shaped("t", 1, || ValueTokens::new(doc));
+                } else {
+                    counter.add("t", 1, &mut ValueTokens::new(doc));
+                }
+            }
+            let rows = counter.rows();
+            let get = |k: &str| rows.iter().find(|r| r.path == "$.x" && r.kind == k).map(|r| (r.first, r.before, r.before_without));
+            assert_eq!(get("number"), Some((1, "", "boolean")), "shaped {shaped}");
+            assert_eq!(get("string"), Some((2, "number", "boolean")), "shaped {shaped}");
+            assert_eq!(get("boolean"), Some((5, "number", "boolean")), "shaped {shaped}");
         }
     }
 

@@ -36,6 +36,25 @@ SELECT 'deep', (repeat('{"a":', 5000) || '1' || repeat('}', 5000))::jsonb;
 SELECT eventview.refresh('shape_qty');
 SELECT event_type, count(*) AS paths, max(length(path)) AS longest FROM eventview.observed_fields
 WHERE source = 'shapes'::regclass AND event_type IN ('wide', 'deep') GROUP BY 1 ORDER BY 1;
+-- old_type is the type the path had last, also when that was decided in an earlier refresh of
+-- the same transaction (which observes at the same now()), or earlier in a batch with two types.
+SELECT eventview.create_event_table('retyped');
+SELECT eventview.create_view('retyped_n', 'retyped');
+BEGIN;
+INSERT INTO retyped (event_type, payload) VALUES ('a', '{"x": 1}');
+SELECT eventview.refresh('retyped_n');
+INSERT INTO retyped (event_type, payload) VALUES ('a', '{"x": "s"}');
+SELECT eventview.refresh('retyped_n');
+INSERT INTO retyped (event_type, payload) VALUES ('a', '{"x": true}');
+SELECT eventview.refresh('retyped_n');
+COMMIT;
+INSERT INTO retyped (event_type, payload) VALUES ('b', '{"y": 1}'), ('b', '{"y": "s"}');
+SELECT eventview.refresh('retyped_n');
+INSERT INTO retyped (event_type, payload) VALUES ('b', '{"y": [1]}');
+SELECT eventview.refresh('retyped_n');
+SELECT event_type, path, change, old_type, new_type FROM eventview.drift
+WHERE source = 'retyped'::regclass ORDER BY id;
+SELECT eventview.drop_event_table('retyped', cascade => true);
 -- Dropping the event table forgets its observations and drift.
 SELECT eventview.drop_event_table('shapes', cascade => true);
 SELECT count(*) AS dangling FROM eventview.drift WHERE source::oid NOT IN (SELECT oid FROM pg_class);

@@ -11,11 +11,12 @@
 //! were walked (by event id), so that drift does not depend on how changes were split into
 //! refreshes:
 //! - a path never seen before: `added`, with the JSON type it first had;
-//! - a path with a JSON type never seen before for it: `type_changed` (old type: the type that
-//!   first appeared before it in the batch, else the one seen last);
+//! - a path with a JSON type never seen before for it: `type_changed` (old type: its type in
+//!   the last event before that had it, in the batch, else the one seen last);
 //! - a path some view reads, present in every earlier event of that type and version, absent
 //!   from some new one: `missing` (also within the batch that first brings the type and
-//!   version).
+//!   version). Members past MAX_MEMBERS of an object are not walked: with payloads that wide,
+//!   a path past the cut counts as absent (see the README).
 //!
 //! Updates and deletes are not observed: observed fields and drift describe events as their
 //! producers sent them, and a correction is not a new event (`seen` would count an event once
@@ -53,12 +54,13 @@ pub fn observe(source_id: i32, source_table: &str) -> String {
         "WITH {batch},
 -- The walk is an aggregate over the rows, read once: one call per event, walking its payload
 -- in place, and at the end the counts as JSON (besides the paths, per type and version, how
--- many events it walked: path ''), with, in the order walked, the first event with each path
--- and type and the first event without each path.
+-- many events it walked: path ''), with, in the order walked, the first and the last event
+-- with each path and type and the first event without each path.
 walked AS MATERIALIZED (
     SELECT r.value ->> 0 AS event_type, (r.value ->> 1)::integer AS event_version,
            r.value ->> 2 AS path, r.value ->> 3 AS json_type, (r.value ->> 4)::bigint AS events,
-           (r.value ->> 5)::bigint AS first, (r.value ->> 6)::bigint AS first_without
+           (r.value ->> 5)::bigint AS first, (r.value ->> 6)::bigint AS first_without,
+           (r.value ->> 7)::bigint AS last, nullif(r.value ->> 8, '') AS before, nullif(r.value ->> 9, '') AS before_without
     FROM (
         SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes
         FROM {inserted}
@@ -70,45 +72,49 @@ vers AS (
 ),
 obs AS (
     SELECT event_type, event_version, path, json_type, sum(events)::bigint AS n,
-           min(first) AS first, max(first_without) AS first_without
+           min(first) AS first, max(first_without) AS first_without, max(last) AS last,
+           max(before) AS before, max(before_without) AS before_without
     FROM walked WHERE path <> ''
     GROUP BY 1, 2, 3, 4
-),
--- Each path's types in the order they first appeared, with the one before.
-ordered AS (
-    SELECT o.*, lag(o.json_type) OVER (PARTITION BY o.event_type, o.event_version, o.path
-                                       ORDER BY o.first, o.json_type) AS before
-    FROM obs o
 ),
 prev_vers AS (
     SELECT v.event_type, v.event_version, coalesce(o.events, 0) AS events
     FROM vers v LEFT JOIN eventview._observed_versions o
       ON o.source_id = {sid} AND o.event_type = v.event_type AND o.event_version = v.event_version
 ),
+-- The type each path had last: by the number of its last event among those of its type and
+-- version ever observed (rows observed before 0.12.0 have none; last_seen is the same for every
+-- observation in one transaction).
 prev_paths AS (
     SELECT o.event_type, o.event_version, o.path, sum(o.seen) AS seen,
-           (array_agg(o.json_type ORDER BY o.last_seen DESC, o.seen DESC, o.json_type))[1] AS last_type
+           (array_agg(o.json_type ORDER BY o.last_event DESC NULLS LAST, o.last_seen DESC, o.seen DESC, o.json_type))[1] AS last_type
     FROM eventview._observed o JOIN vers v USING (event_type, event_version)
     WHERE o.source_id = {sid}
     GROUP BY 1, 2, 3
 ),
+-- (`before`: the path's type in the batch's last event before this type's first that had it.)
 added AS (
     SELECT o.event_type, o.event_version, o.path, o.json_type
-    FROM ordered o LEFT JOIN prev_paths p USING (event_type, event_version, path)
+    FROM obs o LEFT JOIN prev_paths p USING (event_type, event_version, path)
     WHERE p.path IS NULL AND o.before IS NULL
 ),
 -- A type new for its path: after the one before it in this batch, or the last one seen before.
 changed AS (
     SELECT o.event_type, o.event_version, o.path, coalesce(o.before, p.last_type) AS old_type, o.json_type AS new_type
-    FROM ordered o LEFT JOIN prev_paths p USING (event_type, event_version, path)
+    FROM obs o LEFT JOIN prev_paths p USING (event_type, event_version, path)
     WHERE (p.path IS NOT NULL OR o.before IS NOT NULL)
       AND NOT EXISTS (
         SELECT 1 FROM eventview._observed x
         WHERE x.source_id = {sid} AND x.event_type = o.event_type AND x.event_version = o.event_version
           AND x.path = o.path AND x.json_type = o.json_type)
 ),
+-- (The old type: the path's type in the last event before the first without it, in this batch
+-- if one had it, else the last seen before.)
 missing AS (
-    SELECT p.event_type, p.event_version, p.path, p.last_type AS old_type
+    SELECT p.event_type, p.event_version, p.path,
+           coalesce((SELECT max(o.before_without) FROM obs o
+                     WHERE o.event_type = p.event_type AND o.event_version = p.event_version AND o.path = p.path),
+                    p.last_type) AS old_type
     FROM prev_paths p
     JOIN prev_vers pv USING (event_type, event_version)
     JOIN vers nv USING (event_type, event_version)
@@ -118,13 +124,10 @@ missing AS (
                       AND o.path = p.path), 0) < nv.n
     UNION ALL
     -- A type and version first seen in this batch: a path its first events all had, absent
-    -- from a later one (the type: the last to appear before that event).
-    SELECT * FROM (
-        SELECT DISTINCT ON (o.event_type, o.event_version, o.path) o.event_type, o.event_version, o.path, o.json_type
-        FROM obs o JOIN prev_vers pv USING (event_type, event_version)
-        WHERE pv.events = 0 AND o.path = ANY ($1::text[]) AND o.first_without > 1 AND o.first < o.first_without
-        ORDER BY o.event_type, o.event_version, o.path, o.first DESC, o.json_type
-    ) fresh
+    -- from a later one.
+    SELECT DISTINCT o.event_type, o.event_version, o.path, o.before_without
+    FROM obs o JOIN prev_vers pv USING (event_type, event_version)
+    WHERE pv.events = 0 AND o.path = ANY ($1::text[]) AND o.first_without > 1
 ),
 drifted AS (
     INSERT INTO eventview.drift (source, event_type, event_version, path, change, old_type, new_type)
@@ -140,10 +143,11 @@ drifted AS (
     RETURNING 1
 ),
 seen_paths AS (
-    INSERT INTO eventview._observed AS t (source_id, event_type, event_version, path, json_type, first_seen, last_seen, seen)
-    SELECT {sid}, event_type, event_version, path, json_type, now(), now(), n FROM obs
+    INSERT INTO eventview._observed AS t (source_id, event_type, event_version, path, json_type, first_seen, last_seen, seen, last_event)
+    SELECT {sid}, o.event_type, o.event_version, o.path, o.json_type, now(), now(), o.n, pv.events + o.last
+    FROM obs o JOIN prev_vers pv USING (event_type, event_version)
     ON CONFLICT (source_id, event_type, event_version, path, json_type)
-    DO UPDATE SET last_seen = EXCLUDED.last_seen, seen = t.seen + EXCLUDED.seen
+    DO UPDATE SET last_seen = EXCLUDED.last_seen, seen = t.seen + EXCLUDED.seen, last_event = EXCLUDED.last_event
     RETURNING 1
 ),
 seen_versions AS (
