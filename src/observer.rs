@@ -53,9 +53,16 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
         return Ok(());
     }
     crate::relation::require_same_storage_as_snapshot(source.relid)?;
-    let read_paths = paths_read_by_views_kept(source_id)?;
+    let read = paths_read_by_views_kept(source_id)?;
+    let paths: Vec<String> = read.iter().map(|r| r.path.clone()).collect();
+    let types: Vec<Option<String>> = read.iter().map(|r| r.event_type.clone()).collect();
+    let versions: Vec<Option<i32>> = read.iter().map(|r| r.event_version).collect();
     let plans = Plans::PerSize(source.observer_plan_sizes());
-    spi_util::run_planned(&observe_sql::observe(source_id, &source.table_sql), &[read_paths.into()], plans)
+    spi_util::run_planned(
+        &observe_sql::observe(source_id, &source.table_sql),
+        &[paths.into(), types.into(), versions.into()],
+        plans,
+    )
 }
 
 /// What the paths of a source's views are made from, as text: each view's definition (with
@@ -72,13 +79,13 @@ thread_local! {
     /// Per source: the definitions its paths were made from (`DEFINITIONS`), and the paths.
     /// Every refresh with work observes its source; loading and parsing each view of the
     /// source for the paths cost a refresh of a few events about 0.1 ms per view.
-    static READ_PATHS: RefCell<HashMap<i32, (String, Vec<String>)>> = RefCell::new(HashMap::new());
+    static READ_PATHS: RefCell<HashMap<i32, (String, Vec<ReadPath>)>> = RefCell::new(HashMap::new());
     /// How many times the paths were made (for tests).
     static PATHS_MADE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// `paths_read_by_views`, kept per backend while the definitions they come from are unchanged.
-fn paths_read_by_views_kept(source_id: i32) -> EvResult<Vec<String>> {
+fn paths_read_by_views_kept(source_id: i32) -> EvResult<Vec<ReadPath>> {
     let definitions = spi_util::one::<String>(DEFINITIONS, &[source_id.into()])?.unwrap_or_default();
     let kept = READ_PATHS.with(|kept| {
         kept.borrow().get(&source_id).filter(|(d, _)| *d == definitions).map(|(_, paths)| paths.clone())
@@ -98,21 +105,49 @@ pub fn paths_made() -> u64 {
     PATHS_MADE.with(|n| n.get())
 }
 
+/// A payload path some view reads (in observed form), and the event type and version it reads
+/// it for (`None`: any).
+#[derive(Debug, Clone, PartialEq)]
+struct ReadPath {
+    path: String,
+    event_type: Option<String>,
+    event_version: Option<i32>,
+}
+
 /// Every simple payload path that some view of the source reads (directly or through a logical
-/// field's declarations), in observed form: `missing` drift is only about these.
-fn paths_read_by_views(source_id: i32) -> EvResult<Vec<String>> {
-    let mut out: Vec<String> = Vec::new();
+/// field's declarations), in observed form, with the event type and version it is read for:
+/// the view's `event_types`, and a declaration's own type and version (a declaration that a
+/// more specific one overrides for some type or version counts as read there too). `missing`
+/// drift is only about these.
+fn paths_read_by_views(source_id: i32) -> EvResult<Vec<ReadPath>> {
+    let mut out: Vec<ReadPath> = Vec::new();
     for (_, relid) in catalog::views_of_source(source_id)? {
         let Some(view) = catalog::view_by_relid(relid, false)? else { continue };
+        let view_types: Vec<Option<String>> = match &view.definition.event_types {
+            Some(types) => types.iter().cloned().map(Some).collect(),
+            None => vec![None],
+        };
         for r in view.definition.references() {
-            let forms: Vec<String> = match r {
-                FieldRef::Path { plan, .. } => plan.observed_form().into_iter().collect(),
-                FieldRef::Logical(f) => f.variants.iter().filter_map(|v| v.plan.observed_form()).collect(),
+            let forms: Vec<(String, Option<String>, Option<i32>)> = match r {
+                FieldRef::Path { plan, .. } => plan.observed_form().into_iter().map(|f| (f, None, None)).collect(),
+                FieldRef::Logical(f) => f
+                    .variants
+                    .iter()
+                    .filter_map(|v| v.plan.observed_form().map(|form| (form, v.event_type.clone(), v.version)))
+                    .collect(),
                 FieldRef::Envelope(_) => vec![],
             };
-            for form in forms {
-                if !out.contains(&form) {
-                    out.push(form);
+            for (path, declared_type, event_version) in forms {
+                for view_type in &view_types {
+                    let event_type = match (view_type, &declared_type) {
+                        (Some(v), Some(d)) if v != d => continue, // never read: the view takes no such events
+                        (Some(v), _) => Some(v.clone()),
+                        (None, d) => d.clone(),
+                    };
+                    let read = ReadPath { path: path.clone(), event_type, event_version };
+                    if !out.contains(&read) {
+                        out.push(read);
+                    }
                 }
             }
         }

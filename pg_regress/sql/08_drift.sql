@@ -55,6 +55,23 @@ SELECT eventview.refresh('retyped_n');
 SELECT event_type, path, change, old_type, new_type FROM eventview.drift
 WHERE source = 'retyped'::regclass ORDER BY id;
 SELECT eventview.drop_event_table('retyped', cascade => true);
+-- missing is about the types and versions a view reads a path for: its event_types, and the
+-- type and version of the logical field declaration the path comes from.
+SELECT eventview.create_event_table('scoped');
+SELECT eventview.create_view('scoped_a', 'scoped', group_by => '{"x": "$.x"}', event_types => ARRAY['a']);
+SELECT eventview.define_field('scoped', 'sku', '$.sku', 'b', 1);
+SELECT eventview.define_field('scoped', 'sku', '$.item.sku', 'b', 2);
+SELECT eventview.create_view('scoped_sku', 'scoped', group_by => '{"sku": "sku"}', event_types => ARRAY['b']);
+INSERT INTO scoped (event_type, event_version, payload) VALUES
+  ('a', 1, '{"x": 1, "sku": "A"}'), ('b', 1, '{"x": 1, "sku": "A"}'),
+  ('b', 2, '{"x": 1, "sku": "A", "item": {"sku": "A"}}'), ('c', 1, '{"x": 1, "sku": "A"}');
+SELECT eventview.refresh('scoped_a');
+INSERT INTO scoped (event_type, event_version, payload) VALUES
+  ('a', 1, '{"sku": "A"}'), ('b', 1, '{"x": 1}'), ('b', 2, '{"x": 1, "item": {"sku": "A"}}'), ('c', 1, '{}');
+SELECT eventview.refresh('scoped_a');
+SELECT event_type, event_version, path, change FROM eventview.drift
+WHERE source = 'scoped'::regclass AND change = 'missing' ORDER BY 1, 2, 3;
+SELECT eventview.drop_event_table('scoped', cascade => true);
 -- Dropping the event table forgets its observations and drift.
 SELECT eventview.drop_event_table('shapes', cascade => true);
 SELECT count(*) AS dangling FROM eventview.drift WHERE source::oid NOT IN (SELECT oid FROM pg_class);

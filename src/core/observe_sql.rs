@@ -13,8 +13,9 @@
 //! - a path never seen before: `added`, with the JSON type it first had;
 //! - a path with a JSON type never seen before for it: `type_changed` (old type: its type in
 //!   the last event before that had it, in the batch, else the one seen last);
-//! - a path some view reads, present in every earlier event of that type and version, absent
-//!   from some new one: `missing` (also within the batch that first brings the type and
+//! - a path some view reads from events of that type and version (its `event_types`, and the
+//!   type and version of the logical field declaration it comes from), present in every
+//!   earlier event of that type and version, absent from some new one: `missing` (also within the batch that first brings the type and
 //!   version). Members past MAX_MEMBERS of an object are not walked: with payloads that wide,
 //!   a path past the cut counts as absent (see the README).
 //!
@@ -44,7 +45,8 @@ pub fn pending_check(source_id: i32) -> String {
     batch::pending_check(source_id, &observed_state(source_id), "NULL::bigint AS unused")
 }
 
-/// The observer statement for one source. $1: the paths views read, normalized (text[]).
+/// The observer statement for one source. $1, $2, $3: the paths views read, normalized (text[]),
+/// each with the event type and version it is read for (NULL: any), as arrays of one length.
 /// Returns (events observed, drift rows recorded).
 pub fn observe(source_id: i32, source_table: &str) -> String {
     let sid = source_id;
@@ -76,6 +78,12 @@ obs AS (
            max(before) AS before, max(before_without) AS before_without
     FROM walked WHERE path <> ''
     GROUP BY 1, 2, 3, 4
+),
+-- The paths some view reads, with the event type and version it reads each for (NULL: any).
+read_paths AS (
+    SELECT r.path, r.event_type, r.event_version
+    FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::integer[]))
+         AS r(path, event_type, event_version)
 ),
 prev_vers AS (
     SELECT v.event_type, v.event_version, coalesce(o.events, 0) AS events
@@ -118,7 +126,10 @@ missing AS (
     FROM prev_paths p
     JOIN prev_vers pv USING (event_type, event_version)
     JOIN vers nv USING (event_type, event_version)
-    WHERE pv.events > 0 AND p.seen >= pv.events AND p.path = ANY ($1::text[])
+    WHERE pv.events > 0 AND p.seen >= pv.events
+      AND EXISTS (SELECT 1 FROM read_paths r WHERE r.path = p.path
+                    AND (r.event_type IS NULL OR r.event_type = p.event_type)
+                    AND (r.event_version IS NULL OR r.event_version = p.event_version))
       AND coalesce((SELECT sum(o.n) FROM obs o
                     WHERE o.event_type = p.event_type AND o.event_version = p.event_version
                       AND o.path = p.path), 0) < nv.n
@@ -127,7 +138,10 @@ missing AS (
     -- from a later one.
     SELECT DISTINCT o.event_type, o.event_version, o.path, o.before_without
     FROM obs o JOIN prev_vers pv USING (event_type, event_version)
-    WHERE pv.events = 0 AND o.path = ANY ($1::text[]) AND o.first_without > 1
+    WHERE pv.events = 0 AND o.first_without > 1
+      AND EXISTS (SELECT 1 FROM read_paths r WHERE r.path = o.path
+                    AND (r.event_type IS NULL OR r.event_type = o.event_type)
+                    AND (r.event_version IS NULL OR r.event_version = o.event_version))
 ),
 drifted AS (
     INSERT INTO eventview.drift (source, event_type, event_version, path, change, old_type, new_type)
