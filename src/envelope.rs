@@ -166,18 +166,21 @@ fn lock_if_free(relid: pg_sys::Oid) -> bool {
     unsafe { locked_by_me(relid, mode) || pg_sys::ConditionalLockRelationOid(relid, mode) }
 }
 
-/// Whether this transaction holds a lock on the relation in `mode` or a stronger one (false for
-/// a relation that does not exist).
+/// Whether this transaction holds a lock on the relation in `mode` or a stronger one.
 unsafe fn locked_by_me(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> bool {
-    // SAFETY (caller: in a transaction): a relcache reference, taken without a lock and given
-    // back at once; NULL for an oid no relation has.
-    let rel = unsafe { pg_sys::RelationIdGetRelation(relid) };
-    if rel.is_null() {
-        return false;
-    }
-    let held = unsafe { pg_sys::CheckRelationLockedByMe(rel, mode, true) };
-    unsafe { pg_sys::RelationClose(rel) };
-    held
+    // The tag SET_LOCKTAG_RELATION makes (a relation of this database), looked up in this
+    // backend's own lock table: no relation is opened.
+    let tag = pg_sys::LOCKTAG {
+        // SAFETY (caller: in a backend connected to a database): read once, never written after start.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: relid.to_u32(),
+        locktag_field3: 0,
+        locktag_field4: 0,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
+        locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
+    };
+    // SAFETY: reads this backend's local lock table.
+    unsafe { pg_sys::LockOrStrongerHeldByMe(&tag, mode) }
 }
 
 /// Before the extension owner reads an event table (the field observer does, after
