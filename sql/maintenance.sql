@@ -136,11 +136,18 @@ BEGIN
         IF s.retention IS NOT NULL THEN
             -- As the table's owner (its triggers must not run with the maintainer's rights).
             -- Its triggers may also fail: when pruning every table, that one is skipped with a
-            -- WARNING and the others (and the rest of run_maintenance) go on.
+            -- WARNING and the others (and the rest of run_maintenance) go on. Pruning every
+            -- table (run_maintenance's, every naptime) leaves a table another session holds
+            -- locked to a later run rather than wait for it (up to the worker's lock_timeout,
+            -- at every run, holding up every view's refresh).
             BEGIN
-                PERFORM set_config('eventview.pruning', 'on', true);
-                total := total + eventview._prune_events(s.relid::oid, s.retention, max_rows);
-                PERFORM set_config('eventview.pruning', 'off', true);
+                IF source IS NULL AND NOT eventview._lock_for_pruning_if_free(s.relid::oid) THEN
+                    RAISE NOTICE 'pg_eventview: events of % not pruned: another session holds the table locked', s.relid;
+                ELSE
+                    PERFORM set_config('eventview.pruning', 'on', true);
+                    total := total + eventview._prune_events(s.relid::oid, s.retention, max_rows);
+                    PERFORM set_config('eventview.pruning', 'off', true);
+                END IF;
             EXCEPTION WHEN others THEN
                 IF source IS NOT NULL THEN
                     RAISE;

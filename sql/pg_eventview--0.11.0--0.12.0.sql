@@ -158,3 +158,124 @@ $$;
 -- old_type is the type a path had last also between observations in one transaction (which
 -- share last_seen). Rows observed before stay NULL and count as older than any numbered one.
 ALTER TABLE eventview._observed ADD COLUMN last_event bigint;
+
+-- Pruning every table (run_maintenance's) leaves the raw events of a table another session holds
+-- locked to a later run, instead of waiting up to lock_timeout at every run.
+-- As cargo pgrx schema declares it.
+CREATE  FUNCTION eventview."_lock_for_pruning_if_free"(
+	"source" oid /* pgrx::pg_sys::submodules::oids::Oid */
+) RETURNS bool /* Result < bool, ErrorReport > */
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lock_for_pruning_if_free_wrapper';
+
+-- Same body as in sql/maintenance.sql.
+CREATE OR REPLACE FUNCTION eventview._prune(source regclass) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s record;
+    n bigint;
+    m bigint;
+    done bigint;
+    below xid8;
+    lo_xid xid8;
+    lo_seq bigint;
+    hi_xid xid8;
+    hi_seq bigint;
+    oldest timestamptz;
+    total bigint := 0;
+    batch_size constant integer := 10000;
+    -- (The setting exists once the library is loaded; the same default otherwise.)
+    max_rows constant bigint := coalesce(nullif(pg_catalog.current_setting('eventview.prune_max_rows', true), ''), '200000')::bigint;
+BEGIN
+    IF source IS NOT NULL AND NOT pg_catalog.pg_has_role(
+            (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = source::oid), 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to prune event table %', source
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only members of the table''s owner role (and superusers) may prune it.';
+    END IF;
+    FOR s IN
+        SELECT src.source_id, src.relid, src.retention, src.delta_retention,
+               eventview._event_table_sql(src.relid::text) AS table_sql
+        FROM eventview._sources src
+        WHERE (source IS NULL OR src.relid::oid = source::oid)
+          AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = src.relid::oid), 'MEMBER')
+        ORDER BY src.source_id
+    LOOP
+        -- A view being created on the table: next time.
+        CONTINUE WHEN NOT eventview._lock_source_for_prune(s.source_id);
+        -- Walk the (xid, seq) index upwards in windows of batch_size records below the
+        -- smallest xmax of the consumers: each window is found by an index scan that starts
+        -- where the previous one ended, then its applied records older than delta_retention
+        -- are deleted. Work is linear in the records walked, whatever the transaction sizes.
+        done := 0;
+        lo_xid := '0'::xid8;
+        lo_seq := 0;
+        EXECUTE 'SELECT min(pg_snapshot_xmax(s)) FROM (
+                     SELECT applied_snapshot AS s FROM eventview._views WHERE source_id = $1
+                     UNION ALL SELECT observed_snapshot FROM eventview._sources WHERE source_id = $1) k'
+            INTO below USING s.source_id;
+        LOOP
+            EXECUTE format('SELECT count(*), (array_agg(xid ORDER BY xid DESC, seq DESC))[1],
+                                   (array_agg(seq ORDER BY xid DESC, seq DESC))[1], min(logged_at)
+                            FROM (SELECT xid, seq, logged_at FROM eventview._changes_%s
+                                  WHERE (xid, seq) > ($1, $2) AND xid < $3
+                                  ORDER BY xid, seq LIMIT $4) w', s.source_id)
+                INTO n, hi_xid, hi_seq, oldest USING lo_xid, lo_seq, below, least(batch_size, max_rows - done);
+            EXIT WHEN n = 0;
+            EXECUTE format($q$
+                WITH consumers AS (
+                    SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+                    FROM eventview._views WHERE source_id = $1
+                    UNION ALL
+                    SELECT observed_snapshot, observed_own_xid, observed_own_seq
+                    FROM eventview._sources WHERE source_id = $1
+                ),
+                gone AS (
+                    DELETE FROM eventview._changes_%s c
+                    WHERE (c.xid, c.seq) > ($3, $4) AND (c.xid, c.seq) <= ($5, $6)
+                      AND c.logged_at < now() - $2
+                      AND NOT EXISTS (
+                          SELECT 1 FROM consumers k
+                          WHERE NOT (pg_visible_in_snapshot(c.xid, k.s)
+                                     OR coalesce(c.xid = k.own AND c.seq <= k.own_seq, false)))
+                    RETURNING 1
+                )
+                SELECT count(*) FROM gone
+            $q$, s.source_id)
+            INTO m USING s.source_id, s.delta_retention, lo_xid, lo_seq, hi_xid, hi_seq;
+            done := done + m;
+            lo_xid := hi_xid;
+            lo_seq := hi_seq;
+            -- Records come in (roughly) the order they were logged: once a whole window is
+            -- younger than delta_retention, so is what follows.
+            EXIT WHEN n < least(batch_size, max_rows - done + m) OR done >= max_rows
+                      OR oldest >= now() - s.delta_retention;
+        END LOOP;
+        total := total + done;
+        IF s.retention IS NOT NULL THEN
+            -- As the table's owner (its triggers must not run with the maintainer's rights).
+            -- Its triggers may also fail: when pruning every table, that one is skipped with a
+            -- WARNING and the others (and the rest of run_maintenance) go on. Pruning every
+            -- table (run_maintenance's, every naptime) leaves a table another session holds
+            -- locked to a later run rather than wait for it (up to the worker's lock_timeout,
+            -- at every run, holding up every view's refresh).
+            BEGIN
+                IF source IS NULL AND NOT eventview._lock_for_pruning_if_free(s.relid::oid) THEN
+                    RAISE NOTICE 'pg_eventview: events of % not pruned: another session holds the table locked', s.relid;
+                ELSE
+                    PERFORM set_config('eventview.pruning', 'on', true);
+                    total := total + eventview._prune_events(s.relid::oid, s.retention, max_rows);
+                    PERFORM set_config('eventview.pruning', 'off', true);
+                END IF;
+            EXCEPTION WHEN others THEN
+                IF source IS NOT NULL THEN
+                    RAISE;
+                END IF;
+                RAISE WARNING 'pg_eventview: pruning the events of % failed: %', s.relid, SQLERRM;
+            END;
+        END IF;
+    END LOOP;
+    RETURN total;
+END
+$$;

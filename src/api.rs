@@ -288,6 +288,17 @@ fn observe_all() -> Result<(), ErrorReport> {
     at_boundary(refresh::observe_all)
 }
 
+/// Whether `_prune_events` may delete from the event table without waiting for a lock (taking
+/// the lock when it may; see `envelope::lock_for_writing_if_free`). Only for members of the
+/// table's owner role, as prune: nobody else may hold locks on it.
+#[pg_extern(name = "_lock_for_pruning_if_free", volatile, parallel_unsafe)]
+fn lock_for_pruning_if_free(source: pg_sys::Oid) -> Result<bool, ErrorReport> {
+    lookup(|| {
+        crate::privileges::require_table_owner(source, "prune")?;
+        envelope::lock_for_writing_if_free(source)
+    })
+}
+
 /// prune's deletion of raw events past retention (see `envelope::prune_events`).
 #[pg_extern(name = "_prune_events", volatile, parallel_unsafe)]
 fn prune_events(source: pg_sys::Oid, retention: pgrx::datum::Interval, max_rows: i64) -> Result<i64, ErrorReport> {

@@ -139,7 +139,17 @@ pub fn upgrade_captures() -> EvResult<()> {
 /// `run_maintenance`'s refresh: a table locked for long must not stall the observation of every
 /// other table, nor the views of the others.
 pub fn lock_for_reading_if_free(relid: pg_sys::Oid) -> EvResult<bool> {
-    if !lock_if_free(relid) {
+    lock_with_parts_if_free(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE)
+}
+
+/// The same for deleting rows (ROW EXCLUSIVE, which CREATE INDEX also blocks): pruning every
+/// table (`run_maintenance`'s) skips the raw events of a table it would have to wait for.
+pub fn lock_for_writing_if_free(relid: pg_sys::Oid) -> EvResult<bool> {
+    lock_with_parts_if_free(relid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE)
+}
+
+fn lock_with_parts_if_free(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> EvResult<bool> {
+    if !lock_if_free(relid, mode) {
         return Ok(false);
     }
     let parts = spi_util::one::<Vec<pg_sys::Oid>>(
@@ -153,14 +163,13 @@ pub fn lock_for_reading_if_free(relid: pg_sys::Oid) -> EvResult<bool> {
         &[relid.into()],
     )?
     .unwrap_or_default();
-    Ok(parts.into_iter().all(lock_if_free))
+    Ok(parts.into_iter().all(|part| lock_if_free(part, mode)))
 }
 
-/// ACCESS SHARE on a relation if it can be had without waiting. One this transaction already
+/// A lock on a relation in `mode` if it can be had without waiting. One this transaction already
 /// holds (in that mode or a stronger one) counts as had: a waiting request would be granted at
 /// once, ahead of any session queued behind this transaction's own lock.
-fn lock_if_free(relid: pg_sys::Oid) -> bool {
-    let mode = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+fn lock_if_free(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> bool {
     // SAFETY: relation locks by oid, released at transaction end like LOCK TABLE's; the oid may
     // name a dropped relation, which locks nothing that matters and fails the checks after it.
     unsafe { locked_by_me(relid, mode) || pg_sys::ConditionalLockRelationOid(relid, mode) }

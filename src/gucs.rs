@@ -68,7 +68,7 @@ pub fn define(preloading: bool) {
     GucRegistry::define_int_guc(
         c"eventview.maintenance_lock_timeout",
         c"Longest the background worker's run_maintenance() waits for a lock (lock_timeout of its transactions); 0 waits as long as it takes.",
-        c"A view whose event table another session holds locked (ALTER TABLE, VACUUM FULL, LOCK TABLE, REINDEX) is skipped without waiting and tried again at the next run; a wait for any other lock that times out fails the view's refresh, recorded in last_error and retried later, and a prune that times out is skipped with a warning; the other views go on. Takes effect on reload.",
+        c"A view whose event table another session holds locked (ALTER TABLE, VACUUM FULL, LOCK TABLE, REINDEX) is skipped without waiting and tried again at the next run, and so is the pruning of its raw events; a wait for any other lock that times out fails the view's refresh (recorded in last_error and retried later) or the prune (a warning); the other views go on. Takes effect on reload.",
         &MAINTENANCE_LOCK_TIMEOUT_MS,
         0,
         i32::MAX,

@@ -54,9 +54,9 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
             );
             if let Ok(Some(true)) = installed {
                 // One relation locked by another session must not stall every view's
-                // maintenance. run_maintenance skips the views of a locked event table without
-                // waiting; a wait for anything else (a view's storage, a prune) ends here, and
-                // run_maintenance records it and goes on.
+                // maintenance. run_maintenance skips the views and the raw-event pruning of a
+                // locked event table without waiting; a wait for anything else (a view's storage,
+                // a changelog) ends here, and run_maintenance records it and goes on.
                 let timeout_ms = gucs::MAINTENANCE_LOCK_TIMEOUT_MS.get().to_string();
                 if let Err(e) = Spi::run_with_args(
                     "SELECT pg_catalog.set_config('lock_timeout', $1, true)",
