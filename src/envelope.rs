@@ -167,20 +167,36 @@ fn lock_with_parts_if_free(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> EvResu
 }
 
 /// A lock on a relation in `mode` if it can be had without waiting. One this transaction already
-/// holds (in that mode or a stronger one) counts as had: a waiting request would be granted at
-/// once, ahead of any session queued behind this transaction's own lock.
+/// holds in a mode that every mode conflicting with `mode` also conflicts with counts as had: no
+/// other session can hold a lock in the way, and a waiting request would be granted at once,
+/// ahead of any session queued behind this transaction's own lock.
 fn lock_if_free(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> bool {
     // SAFETY: relation locks by oid, released at transaction end like LOCK TABLE's; the oid may
     // name a dropped relation, which locks nothing that matters and fails the checks after it.
-    unsafe { locked_by_me(relid, mode) || pg_sys::ConditionalLockRelationOid(relid, mode) }
+    unsafe { held_covering(relid, mode) || pg_sys::ConditionalLockRelationOid(relid, mode) }
 }
 
-/// Whether this transaction holds a lock on the relation in `mode` or a stronger one.
-unsafe fn locked_by_me(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> bool {
+/// The modes each table lock mode conflicts with (bit m: mode m), PostgreSQL's table from
+/// ACCESS SHARE (1) to ACCESS EXCLUSIVE (8).
+const CONFLICTS: [u16; 9] = [
+    0,
+    1 << 8,
+    (1 << 7) | (1 << 8),
+    (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8),
+    (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8),
+    (1 << 3) | (1 << 4) | (1 << 6) | (1 << 7) | (1 << 8),
+    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8),
+    (1 << 2) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8),
+    0b1_1111_1110,
+];
+
+/// Whether this transaction holds a lock on the relation that shuts out every lock `mode`
+/// conflicts with (SHARE does not, for ROW EXCLUSIVE: another session may hold SHARE too).
+unsafe fn held_covering(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> bool {
     // The tag SET_LOCKTAG_RELATION makes (a relation of this database), looked up in this
     // backend's own lock table: no relation is opened.
     let tag = pg_sys::LOCKTAG {
-        // SAFETY (caller: in a backend connected to a database): read once, never written after start.
+        // SAFETY (caller: in a backend connected to a database): set once at start.
         locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
         locktag_field2: relid.to_u32(),
         locktag_field3: 0,
@@ -188,8 +204,31 @@ unsafe fn locked_by_me(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> bool {
         locktag_type: pg_sys::LockTagType::LOCKTAG_RELATION as u8,
         locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
     };
-    // SAFETY: reads this backend's local lock table.
-    unsafe { pg_sys::LockOrStrongerHeldByMe(&tag, mode) }
+    let wanted = CONFLICTS[mode as usize];
+    (1..CONFLICTS.len()).any(|held| {
+        // SAFETY: reads this backend's local lock table.
+        CONFLICTS[held] & wanted == wanted && unsafe { pg_sys::LockHeldByMe(&tag, held as pg_sys::LOCKMODE) }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CONFLICTS;
+
+    #[test]
+    fn lock_conflicts_are_symmetric_and_own_locks_cover_as_postgres_says() {
+        for a in 1..9 {
+            for b in 1..9 {
+                assert_eq!(CONFLICTS[a] & (1 << b) != 0, CONFLICTS[b] & (1 << a) != 0, "{a} {b}");
+            }
+        }
+        let covers = |held: usize, wanted: usize| CONFLICTS[held] & CONFLICTS[wanted] == CONFLICTS[wanted];
+        // Any lock shuts out ACCESS EXCLUSIVE, the only one ACCESS SHARE waits for.
+        assert!((1..9).all(|held| covers(held, 1)));
+        // ROW EXCLUSIVE: not by SHARE, which another session may hold too.
+        assert!(covers(3, 3) && covers(4, 3) && !covers(5, 3) && covers(6, 3) && covers(8, 3));
+        assert!(!covers(1, 3) && !covers(2, 3));
+    }
 }
 
 /// Before the extension owner reads an event table (the field observer does, after

@@ -489,13 +489,10 @@ impl ShapeCounter {
 }
 
 /// One JSON type of a set (a bit per kind), '' for none. An event with a path of two types
-/// (array elements of both) names the first in KINDS order.
+/// (array elements of both) names the first by name, as the observer's SQL picks the type a
+/// path had last among those of one event (`prev_paths`).
 fn kind_named(kinds: u16) -> &'static str {
-    if kinds == 0 {
-        ""
-    } else {
-        KINDS[kinds.trailing_zeros() as usize]
-    }
+    (0..KINDS.len()).filter(|&k| kinds & (1 << k) != 0).map(|k| KINDS[k]).min().unwrap_or("")
 }
 
 fn push_member(path: &mut String, key: &[u8]) {
@@ -838,6 +835,16 @@ mod tests {
             assert_eq!(get("string"), Some((2, "number", "boolean")), "shaped {shaped}");
             assert_eq!(get("boolean"), Some((5, "number", "boolean")), "shaped {shaped}");
         }
+    }
+
+    /// Of two types in one event, the first by name, as the observer's SQL orders them.
+    #[test]
+    fn two_types_in_one_event_name_the_first_by_name() {
+        let bit = |name: &str| 1u16 << KINDS.iter().position(|k| *k == name).unwrap();
+        assert_eq!(kind_named(bit("string") | bit("number")), "number");
+        assert_eq!(kind_named(bit("boolean") | bit("object")), "boolean");
+        assert_eq!(kind_named(bit("null")), "null");
+        assert_eq!(kind_named(0), "");
     }
 
     /// Malformed stored documents (random words, headers claiming more members than there are

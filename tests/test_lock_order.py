@@ -252,6 +252,17 @@ def test_run_maintenance_leaves_a_locked_table_to_a_later_prune_without_waiting(
             assert maint.execute(old).fetchone() == (1,), lock
             assert "pg_eventview: events of public.ev not pruned: another session holds the table locked" in notices, (lock, notices)
             notices.clear()
+        # The caller's own SHARE lock does not shut out another session's SHARE: still skipped.
+        holder.execute("BEGIN")
+        holder.execute("LOCK TABLE ev IN SHARE MODE")
+        maint.execute("BEGIN")
+        maint.execute("LOCK TABLE ev IN SHARE MODE")
+        maint.execute("SELECT eventview.run_maintenance()")
+        maint.execute("ROLLBACK")
+        holder.execute("ROLLBACK")
+        assert maint.execute(old).fetchone() == (1,)
+        assert "pg_eventview: events of public.ev not pruned: another session holds the table locked" in notices, notices
+        notices.clear()
         # The other table was pruned meanwhile; ev is at the next run.
         assert maint.execute(old.replace("FROM ev", "FROM ev2")).fetchone() == (0,)
         maint.execute("SELECT eventview.run_maintenance()")

@@ -92,10 +92,11 @@ prev_vers AS (
 ),
 -- The type each path had last: by the number of its last event among those of its type and
 -- version ever observed (rows observed before 0.12.0 have none; last_seen is the same for every
--- observation in one transaction).
+-- observation in one transaction); of two types in that event, the first by name, as the walk
+-- names them (shapes::kind_named).
 prev_paths AS (
     SELECT o.event_type, o.event_version, o.path, sum(o.seen) AS seen,
-           (array_agg(o.json_type ORDER BY o.last_event DESC NULLS LAST, o.last_seen DESC, o.seen DESC, o.json_type))[1] AS last_type
+           (array_agg(o.json_type ORDER BY o.last_event DESC NULLS LAST, o.last_seen DESC, o.json_type))[1] AS last_type
     FROM eventview._observed o JOIN vers v USING (event_type, event_version)
     WHERE o.source_id = {sid}
     GROUP BY 1, 2, 3
