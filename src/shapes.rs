@@ -424,13 +424,10 @@ impl ShapeCounter {
         id
     }
 
-    /// The counts: (event type, version, path, JSON type, events, first, first without, last),
-    /// and per event type and version one row with path and JSON type '' counting the events
-    /// walked (first, first without and last 0). Within a type and version, events are numbered
-    /// from 1 in the order walked: `first` is the number of the first event with that path and
-    /// JSON type, `last` that of the last, `first without` that of the first event without the
-    /// path (0: every event had it); drift follows that order, so it does not depend on how
-    /// changes were split into refreshes.
+    /// The counts, a `ShapeRow` per (event type, version, path, JSON type), and per event type
+    /// and version one row with path and JSON type '' counting the events walked. Within a type
+    /// and version, events are numbered from 1 in the order walked (see `ShapeRow`); drift
+    /// follows that order, so it does not depend on how changes were split into refreshes.
     pub fn rows(mut self) -> Vec<ShapeRow> {
         for group in 0..self.groups.len() {
             if let Some(run) = self.runs[group].take() {

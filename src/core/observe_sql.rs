@@ -15,9 +15,10 @@
 //!   the last event before that had it, in the batch, else the one seen last);
 //! - a path some view reads from events of that type and version (its `event_types`, and the
 //!   type and version of the logical field declaration it comes from), present in every
-//!   earlier event of that type and version, absent from some new one: `missing` (also within the batch that first brings the type and
-//!   version). Members past MAX_MEMBERS of an object are not walked: with payloads that wide,
-//!   a path past the cut counts as absent (see the README).
+//!   earlier event of that type and version, absent from some new one: `missing` (also within
+//!   the batch that first brings the type and version). Members past MAX_MEMBERS of an object
+//!   are not walked: with payloads that wide, a path past the cut counts as absent (see the
+//!   README).
 //!
 //! Updates and deletes are not observed: observed fields and drift describe events as their
 //! producers sent them, and a correction is not a new event (`seen` would count an event once
