@@ -140,3 +140,7 @@ CREATE AGGREGATE eventview._shapes_agg(text, integer, anyelement) (
     FINALFUNC = eventview._shapes_final,
     FINALFUNC_MODIFY = READ_WRITE
 );
+
+-- Called by eventview._follow_drop (as the extension owner) for an event table a plain DROP
+-- TABLE took; nobody else.
+REVOKE EXECUTE ON FUNCTION eventview._forget_source(integer) FROM PUBLIC;

@@ -65,7 +65,6 @@ CREATE TABLE eventview._views (
     applied_own_seq  bigint,
     last_refresh_at  timestamptz,
     last_refresh_ms  double precision,
-    quarantined      bigint NOT NULL DEFAULT 0,
     skipped          bigint NOT NULL DEFAULT 0,
     last_error       text,
     -- Set when a field the view reads is redeclared; cleared by a full rebuild.
@@ -203,18 +202,28 @@ BEGIN
 END
 $$;
 
--- Number of groups a view holds now.
+-- Number of groups a view holds now: counted in Rust (views::group_count) as the view's owner,
+-- whose table the storage is; never with the rights of whoever reads eventview.views.
 CREATE FUNCTION eventview._group_count(p_view_id integer) RETURNS bigint
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    n bigint;
-BEGIN
-    IF to_regclass(format('eventview._v%s_data', p_view_id)) IS NULL THEN
-        RETURN 0;
-    END IF;
-    EXECUTE format('SELECT count(*) FROM eventview._v%s_data', p_view_id) INTO n;
-    RETURN n;
-END
+LANGUAGE c STABLE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'group_count_wrapper';
+
+-- What keeps a view from being refreshed now, as its refresh would say (NULL: nothing): its
+-- owner may no longer read its event table, or the table was dropped. Checked in Rust
+-- (views::refresh_problem) with the refresh's own checks, so that eventview.views.last_error
+-- shows it also after a refresh called directly failed (its transaction, and whatever it
+-- would have recorded, rolled back).
+CREATE FUNCTION eventview._refresh_problem(p_view_id integer) RETURNS text
+LANGUAGE c STABLE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'refresh_problem_wrapper';
+
+-- Quarantine entries a view has now. Counted, not kept as a counter, so that it stays equal to
+-- the entries whoever deletes them (the view's refresh when an event is corrected or erased, a
+-- rebuild, or the owner by hand). SECURITY DEFINER: everyone reads eventview.views, while the
+-- entries themselves are visible to their owners only.
+CREATE FUNCTION eventview._quarantined(p_view_id integer) RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT count(*) FROM eventview.quarantine WHERE view_name = eventview._view_name(p_view_id)
 $$;
 
 CREATE VIEW eventview.views AS
@@ -229,9 +238,9 @@ SELECT v.relid                                  AS name,
        CASE WHEN p.oldest IS NULL THEN interval '0'
             ELSE greatest(now() - p.oldest, interval '0') END AS lag,
        eventview._group_count(v.view_id)        AS groups,
-       v.quarantined,
+       eventview._quarantined(v.view_id)        AS quarantined,
        v.skipped,
-       coalesce(v.last_error, v.rebuild_note)   AS last_error
+       coalesce(eventview._refresh_problem(v.view_id), v.last_error, v.rebuild_note) AS last_error
 FROM eventview._views v
 JOIN eventview._sources s USING (source_id)
 CROSS JOIN LATERAL eventview._pending(v.view_id) p;
@@ -274,7 +283,7 @@ GRANT USAGE ON SCHEMA eventview TO PUBLIC;
 GRANT SELECT ON eventview._sources, eventview._views, eventview._fields, eventview._observed,
                 eventview._observed_versions, eventview.drift,
                 eventview.views, eventview.observed_fields, eventview.event_tables TO PUBLIC;
-GRANT UPDATE (applied_snapshot, applied_own_xid, applied_own_seq, quarantined, skipped,
+GRANT UPDATE (applied_snapshot, applied_own_xid, applied_own_seq, skipped,
               schedule, last_error, failures, retry_at, extremes_logged) ON eventview._views TO PUBLIC;
 ALTER TABLE eventview._views ENABLE ROW LEVEL SECURITY;
 CREATE POLICY everyone_reads ON eventview._views FOR SELECT USING (true);
@@ -283,19 +292,23 @@ CREATE POLICY owners_update ON eventview._views FOR UPDATE
 
 -- Quarantined events are user data: visible only to members of the owner role of their event
 -- table or of their view. Rejects of the ingest gate (no view) may be filed by whoever may
--- insert into the table; a view's rejects only by its owner (its refresh runs as the owner).
+-- insert into the table; a view's rejects only by its owner (its refresh runs as the owner), and
+-- only under the view's own event table. A view is found by the name its rows carry
+-- (`known_name`, kept up to date on renames), never by looking the name up: a lookup fails with
+-- "permission denied for schema" for a reader without USAGE on the view's schema, which would
+-- make the whole table unreadable to everyone else once such a view has entries.
 CREATE FUNCTION eventview._may_see_quarantine(source regclass, view_name text) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = source), 'MEMBER')
         OR EXISTS (SELECT 1 FROM eventview._views v
-                   WHERE view_name IS NOT NULL AND v.relid = pg_catalog.to_regclass(view_name)
+                   WHERE view_name IS NOT NULL AND v.known_name = view_name
                      AND pg_catalog.pg_has_role(v.owner::oid, 'MEMBER'))
 $$;
 CREATE FUNCTION eventview._may_file_quarantine(source regclass, view_name text) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE WHEN view_name IS NULL THEN pg_catalog.has_table_privilege(source, 'INSERT')
-                ELSE EXISTS (SELECT 1 FROM eventview._views v
-                             WHERE v.relid = pg_catalog.to_regclass(view_name)
+                ELSE EXISTS (SELECT 1 FROM eventview._views v JOIN eventview._sources s USING (source_id)
+                             WHERE v.known_name = view_name AND s.relid = source
                                AND pg_catalog.pg_has_role(v.owner::oid, 'MEMBER')) END
 $$;
 ALTER TABLE eventview.quarantine ENABLE ROW LEVEL SECURITY;
@@ -423,7 +436,8 @@ CREATE EVENT TRIGGER eventview_follow_ddl ON ddl_command_end
 
 -- Forgets an incremental view: its quarantine rows, its catalog row, its storage (the tables
 -- eventview._v<id>_data, _v<id>_m<n> and _v<id>_m<n>_log, named as in the Rust core::names), and
--- its owner's right to read the changelog when no other view of theirs reads it. Run by
+-- its owner's right to read the changelog when no other view of theirs reads it, and its event
+-- table when that was dropped and no other view reads it. Run by
 -- eventview._follow_drop after a DROP took the view's relation (drop_view's DROP VIEW too; it runs
 -- it again, a no-op unless event triggers did not fire). Takes the view's row first, as a refresh
 -- does before it touches quarantine rows (the other order deadlocks with one). Quarantine rows go
@@ -463,7 +477,9 @@ BEGIN
         -- every time keeps two drops from waiting on each other).
         ORDER BY c.relname OPERATOR(pg_catalog.~) '_data$', c.relname
     LOOP
-        EXECUTE pg_catalog.format('DROP TABLE IF EXISTS %s', t);
+        -- CASCADE: storage is internal; what a role built on it (a view of its own) goes too,
+        -- rather than keep the view from being dropped (by the event table's owner among others).
+        EXECUTE pg_catalog.format('DROP TABLE IF EXISTS %s CASCADE', t);
     END LOOP;
     IF v.owner_name IS NOT NULL
        AND pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', v.source_id)) IS NOT NULL
@@ -477,6 +493,12 @@ BEGIN
         PERFORM pg_catalog.set_config('eventview.following_ddl', 'on', true);
         EXECUTE pg_catalog.format('REVOKE SELECT ON eventview._changes_%s FROM %I', v.source_id, v.owner_name);
         PERFORM pg_catalog.set_config('eventview.following_ddl', coalesce(following, 'off'), true);
+    END IF;
+    -- Its event table was dropped while the view read it (see _follow_drop): the table is
+    -- forgotten with the last of its views.
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) v.source_relid)
+       AND NOT EXISTS (SELECT 1 FROM eventview._views w WHERE w.source_id OPERATOR(pg_catalog.=) v.source_id) THEN
+        PERFORM eventview._forget_source(v.source_id);
     END IF;
 END
 $$;
@@ -504,10 +526,18 @@ $$;
 -- An incremental view dropped with plain SQL (DROP VIEW, DROP SCHEMA ... CASCADE, DROP OWNED)
 -- goes as with drop_view. Before, the catalog kept it: its position held the changelog back
 -- from pruning for good, and drop_event_table refused to go past it.
+-- Follows plain DROPs. A view's relation dropped (DROP VIEW, DROP SCHEMA ... CASCADE) forgets the
+-- view. An event table dropped is forgotten as drop_event_table does (its changelog, capture
+-- functions and what was recorded about it) once no view reads it: at once when the same
+-- statement dropped its views too, else when the last of them is dropped (_forget_view); those
+-- views keep their contents, and eventview.views.last_error says why they can no longer be
+-- refreshed (eventview._refresh_problem).
+-- (Not refused: pg_restore --clean drops tables and views in name order.)
 CREATE FUNCTION eventview._follow_drop() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     dropped integer;
+    t record;
 BEGIN
     FOR dropped IN
         SELECT w.view_id
@@ -518,6 +548,18 @@ BEGIN
         ORDER BY w.view_id
     LOOP
         PERFORM eventview._forget_view(dropped);
+    END LOOP;
+    FOR t IN
+        SELECT s.source_id
+        FROM pg_catalog.pg_event_trigger_dropped_objects() d
+        JOIN eventview._sources s ON s.relid::oid OPERATOR(pg_catalog.=) d.objid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+          AND d.objsubid OPERATOR(pg_catalog.=) 0
+        ORDER BY s.source_id
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM eventview._views w WHERE w.source_id OPERATOR(pg_catalog.=) t.source_id) THEN
+            PERFORM eventview._forget_source(t.source_id);
+        END IF;
     END LOOP;
 END
 $$;

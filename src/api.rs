@@ -87,6 +87,13 @@ fn create_view(
     })
 }
 
+/// Forgets an event table a plain DROP TABLE took (called by eventview._follow_drop, as the
+/// extension owner; not executable by PUBLIC).
+#[pg_extern(name = "_forget_source", volatile, strict, parallel_unsafe)]
+fn forget_source(p_source_id: i32) -> Result<(), ErrorReport> {
+    at_boundary(|| envelope::forget_source(p_source_id))
+}
+
 #[pg_extern(name = "_define_field", volatile, parallel_unsafe)]
 fn define_field(
     source: Option<&str>,
@@ -257,6 +264,22 @@ fn shapes_final(mut state: pgrx::Internal) -> Option<String> {
 fn id_runs(ids: Vec<Option<i64>>) -> TableIterator<'static, (name!(lo, i64), name!(hi, i64), name!(chunk, i32))> {
     let mut ids: Vec<i64> = ids.into_iter().flatten().collect();
     TableIterator::new(crate::core::batch::id_runs(&mut ids))
+}
+
+/// `eventview.views.groups` (see `views::group_count`). Not an API call: a read of the catalog
+/// view, by anyone, also before the catalog is updated to the library's version. Declared in
+/// sql/bootstrap.sql (`sql = false`), ahead of the catalog view that calls it.
+#[pg_extern(name = "_group_count", stable, strict, parallel_unsafe, sql = false)]
+pub fn group_count(p_view_id: i32) -> Result<Option<i64>, ErrorReport> {
+    crate::errors::at_boundary(|| views::group_count(p_view_id))
+}
+
+/// `eventview.views.last_error` when something keeps the view from being refreshed now (see
+/// `views::refresh_problem`). Not an API call, as `group_count`; declared in sql/bootstrap.sql.
+#[pg_extern(name = "_refresh_problem", stable, strict, parallel_unsafe, sql = false)]
+pub fn refresh_problem(p_view_id: i32) -> Result<Option<String>, ErrorReport> {
+    // As the API says it (relations named with search_path pinned); only catalogs are read.
+    crate::errors::at_boundary(|| crate::privileges::api_call(|| views::refresh_problem(p_view_id)))
 }
 
 /// The internal id of the incremental view named `name` (42P01 / 22023 otherwise).

@@ -305,13 +305,14 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         on_type_error: policy.as_deref().unwrap_or("quarantine"),
     })?;
     let source_relid = source_relid.ok_or_else(missing)?;
+    let relid = relid.ok_or_else(missing)?;
     Ok(ViewRecord {
         view_id,
-        relid: relid.ok_or_else(missing)?,
+        relid,
         source: Source {
             source_id: source_id.ok_or_else(missing)?,
             relid: source_relid,
-            table_sql: relation::qualified(source_relid)?,
+            table_sql: relation::qualified(source_relid).map_err(|_| event_table_gone(relid, source_relid))?,
         },
         definition,
         time_bucket: bucket,
@@ -319,6 +320,60 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         realtime: realtime.unwrap_or(false),
         positions_from_elsewhere: position_from_elsewhere(applied_xmax),
     })
+}
+
+/// The event table of view `relid` is gone: dropped by a plain DROP TABLE while the view read it
+/// (see `eventview._follow_drop`).
+pub fn event_table_gone(relid: pg_sys::Oid, source_relid: pg_sys::Oid) -> EvError {
+    let view = relation::regclass_text(relid).unwrap_or_else(|_| relid.to_u32().to_string());
+    EvError::new(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+        format!("the event table of view {view} was dropped (it had OID {})", source_relid.to_u32()),
+    )
+    .with_hint("The view can no longer be refreshed: drop it with eventview.drop_view. Drop event tables with eventview.drop_event_table.")
+}
+
+/// A view as `view_ref_by_name` finds it.
+pub struct ViewRef {
+    pub relid: pg_sys::Oid,
+    pub owner: pg_sys::Oid,
+    /// Its event table's (which may be gone).
+    pub source_relid: pg_sys::Oid,
+}
+
+/// The view named `name`, without loading its definition or its event table: what dropping it
+/// takes, also when its event table is gone.
+pub fn view_ref_by_name(name: &str) -> EvResult<ViewRef> {
+    let relid = relation::resolve(name)?;
+    let row = Spi::connect(|client| {
+        let t = crate::plan_cache::select(
+            &client,
+            "SELECT v.owner::oid, s.relid::oid FROM eventview._views v JOIN eventview._sources s USING (source_id)
+             WHERE v.relid = $1::regclass",
+            Some(1),
+            &[relid.into()],
+        )?;
+        if t.is_empty() {
+            return Ok::<_, pgrx::spi::SpiError>(None);
+        }
+        let row = t.first();
+        Ok(row.get::<pg_sys::Oid>(1)?.zip(row.get::<pg_sys::Oid>(2)?))
+    })?;
+    let (owner, source_relid) = row.ok_or_else(|| {
+        EvError::invalid(format!("relation \"{name}\" is not an incremental view"))
+            .with_hint("Create incremental views with eventview.create_view().")
+    })?;
+    Ok(ViewRef { relid, owner, source_relid })
+}
+
+/// Whether the caller acts as the owner of some view reading the source (`privileges::caller_acts_as`).
+pub fn caller_owns_a_view_of(source_id: i32) -> EvResult<bool> {
+    Ok(spi_util::one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM eventview._views v WHERE v.source_id = $1
+                          AND pg_catalog.pg_has_role($2, v.owner::oid, 'MEMBER'))",
+        &[source_id.into(), crate::privileges::caller().into()],
+    )?
+    .unwrap_or(false))
 }
 
 /// Views reading a source, as (view_id, relid), oldest first.

@@ -63,16 +63,36 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
     for (_, relid) in readers {
         views::drop_view_by_relid(relid)?;
     }
-    // What was recorded about the table goes with it (its regclass would dangle otherwise).
+    // The DROP fires eventview._follow_drop, which forgets the table; forgotten here again in
+    // case event triggers did not fire (session_replication_role = replica).
+    privileges::as_caller(|| spi_util::run_all(&[format!("DROP TABLE {}", source.table_sql)]))?;
+    forget_source(source.source_id)
+}
+
+/// Forgets an event table that is gone or going: what was recorded about it (drift,
+/// quarantine, observed fields, field declarations; its regclass would dangle), its changelog
+/// and its capture functions. No view may read it any more. A no-op for a forgotten table.
+pub fn forget_source(source_id: i32) -> EvResult<()> {
+    let still_there = spi_util::one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM eventview._sources s JOIN pg_catalog.pg_class c ON c.oid = s.relid::oid
+                        WHERE s.source_id = $1)",
+        &[source_id.into()],
+    )?;
+    if still_there == Some(true) {
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
+            format!("event table {source_id} still exists"),
+        )
+        .with_hint("Drop event tables with eventview.drop_event_table."));
+    }
     spi_util::run_replanned(
         "WITH s AS (SELECT relid FROM eventview._sources WHERE source_id = $1),
               d AS (DELETE FROM eventview.drift WHERE source = (SELECT relid FROM s) RETURNING 1)
          DELETE FROM eventview.quarantine WHERE source = (SELECT relid FROM s)",
-        &[source.source_id.into()],
+        &[source_id.into()],
     )?;
-    spi_util::run_all(&envelope_sql::drop_capture(source.source_id))?;
-    privileges::as_caller(|| spi_util::run_all(&[format!("DROP TABLE {}", source.table_sql)]))?;
-    catalog::delete_source(source.source_id)
+    spi_util::run_all(&envelope_sql::drop_capture(source_id))?;
+    catalog::delete_source(source_id)
 }
 
 thread_local! {
@@ -231,15 +251,25 @@ mod tests {
     }
 }
 
-/// Before the extension owner reads an event table (the field observer does, after
-/// `lock_for_reading_if_free`): the table must still be a plain table whose envelope columns
-/// have their built-in types. Its owner can alter it; a column of a type of theirs would run
-/// their functions (output, casts) with the extension owner's rights.
+/// Before anyone but the table's owner reads an event table (the field observer as the
+/// extension owner, after `lock_for_reading_if_free`; a refresh as the view's owner, after
+/// `lock_for_reading`): the table must still be a plain table whose envelope columns have their
+/// built-in types. Its owner can alter it; a column of a type of theirs would run their
+/// functions (implicit casts to jsonb, casts to json in the quarantine's copy of the event)
+/// with the reader's rights.
+/// Takes the lock a read of the event table takes (ACCESS SHARE), waiting for it as the read
+/// would: checks made after it (`require_intact`) hold until the transaction ends.
+pub fn lock_for_reading(relid: pg_sys::Oid) {
+    // SAFETY: locks a relation by OID in this transaction, as a query's executor does.
+    unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
+}
+
 pub fn require_intact(relid: pg_sys::Oid) -> EvResult<()> {
     let altered = spi_util::one::<String>(
         "SELECT string_agg(format('%I is %s', e.name, coalesce(pg_catalog.format_type(a.atttypid, a.atttypmod), 'missing')), ', ')
          FROM (VALUES ('event_id', 'int8'::regtype), ('event_type', 'text'), ('event_version', 'int4'),
-                      ('producer', 'text'), ('occurred_at', 'timestamptz'), ('payload', 'jsonb')) e(name, type)
+                      ('producer', 'text'), ('occurred_at', 'timestamptz'), ('payload', 'jsonb'),
+                      ('event_key', 'text')) e(name, type)
          LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = $1 AND a.attname = e.name AND NOT a.attisdropped
          WHERE a.atttypid IS DISTINCT FROM e.type::oid
             OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = $1) <> 'r'",

@@ -157,6 +157,12 @@ pub fn caller_acts_as(role: pg_sys::Oid) -> bool {
     unsafe { pg_sys::is_member_of_role(caller(), role) }
 }
 
+/// Whether `member` has the privileges of `role` (is it, or inherits from it).
+pub fn has_privileges_of(member: pg_sys::Oid, role: pg_sys::Oid) -> bool {
+    // SAFETY: a catalog lookup of role membership for two role oids.
+    unsafe { pg_sys::has_privs_of_role(member, role) }
+}
+
 fn denied(message: String, hint: &str) -> EvError {
     EvError::new(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE, message).with_hint(hint.to_string())
 }

@@ -71,6 +71,12 @@ pub fn apply(
             view.source.source_id
         )));
     }
+    // Read as the view's owner: not a table whose owner gave an envelope column a type of theirs
+    // (see envelope::require_intact), unless that owner has the view owner's rights anyway.
+    crate::envelope::lock_for_reading(view.source.relid);
+    if !privileges::has_privileges_of(privileges::table_owner(view.source.relid)?, view.owner) {
+        crate::envelope::require_intact(view.source.relid)?;
+    }
     let sql = sql_of(view);
     let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
     // The quarantine is the extension's; storage, the source and the changelog are read and
@@ -131,7 +137,7 @@ pub fn apply(
     if view.definition.on_type_error == TypePolicy::Fail {
         if let Some(reason) = first_error {
             return Err(EvError::invalid(format!("type error in view {}: {reason}", relname(view)?))
-                .with_hint("The refresh was rolled back. Fix the event, or use alter_view(on_type_error => 'quarantine' or 'skip')."));
+                .with_hint("Nothing was applied. Fix the event, or leave such events out with on_type_error => 'quarantine' or 'skip' (alter_view, for a view that exists)."));
         }
     }
     // The fix-up reads the multisets, so the logs go into them first; so does a refresh that
@@ -232,19 +238,17 @@ fn views_of_caller() -> EvResult<Vec<ViewRecord>> {
     Ok(mine)
 }
 
-/// Observes the event tables the views in `mine` read or the caller owns.
-fn observe_for(mine: &[ViewRecord]) -> EvResult<()> {
+/// Observes the event tables the caller's views read or the caller owns. (Only the tables
+/// are loaded, never the views: a view that cannot be loaded fails its own refresh, not this.)
+pub fn observe_all() -> EvResult<()> {
     for source in catalog::all_sources()? {
-        let read = mine.iter().any(|v| v.source.source_id == source.source_id);
-        if read || privileges::caller_acts_as(privileges::table_owner(source.relid)?) {
+        if catalog::caller_owns_a_view_of(source.source_id)?
+            || privileges::caller_acts_as(privileges::table_owner(source.relid)?)
+        {
             observer::observe(&source)?;
         }
     }
     Ok(())
-}
-
-pub fn observe_all() -> EvResult<()> {
-    observe_for(&views_of_caller()?)
 }
 
 pub fn refresh_all() -> EvResult<i64> {
@@ -256,7 +260,7 @@ pub fn refresh_all() -> EvResult<i64> {
             total += refresh_locked(&view)?;
         }
     }
-    observe_for(&mine)?;
+    observe_all()?;
     Ok(total)
 }
 

@@ -159,21 +159,52 @@ pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
 }
 
 pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
-    let view = catalog::view_by_relid(relid, true)?.ok_or_else(|| EvError::invalid("not an incremental view"))?;
+    // Its row locked (a refresh in progress finishes first), its definition not loaded: a view
+    // whose event table is gone is dropped all the same.
+    let view_id = spi_util::one::<i32>("SELECT view_id FROM eventview._views WHERE relid = $1::regclass FOR UPDATE", &[relid.into()])?
+        .ok_or_else(|| EvError::invalid("not an incremental view"))?;
     // The relation first (storage cannot go while it reads it); eventview._follow_drop then
     // forgets the view, as after a plain DROP VIEW. Forgotten here again in case event triggers
     // did not fire (session_replication_role = replica), for this DROP or for the plain DROP
     // that already took the relation: a no-op otherwise.
-    let names_it = spi_util::one::<bool>("SELECT eventview._names_its_relation($1)", &[view.view_id.into()])?;
+    let names_it = spi_util::one::<bool>("SELECT eventview._names_its_relation($1)", &[view_id.into()])?;
     if names_it == Some(true) {
+        require_no_dependent_views(relid)?;
         spi_util::run_all(&[format!("DROP VIEW {}", relation::qualified(relid)?)])?;
     }
-    spi_util::run("SELECT eventview._forget_view($1)", &[view.view_id.into()])
+    spi_util::run("SELECT eventview._forget_view($1)", &[view_id.into()])
 }
 
+/// No other view reads the view's relation: its DROP VIEW would fail with PostgreSQL's hint to
+/// use DROP ... CASCADE, which drop_view does not take. Named here, with what to do instead.
+fn require_no_dependent_views(relid: pg_sys::Oid) -> EvResult<()> {
+    let dependents = spi_util::one::<String>(
+        "SELECT pg_catalog.string_agg(DISTINCT r.ev_class::regclass::text, ', ')
+         FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite r ON r.oid = d.objid
+         WHERE d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.refclassid = 'pg_catalog.pg_class'::regclass
+           AND d.refobjid = $1 AND r.ev_class <> $1",
+        &[relid.into()],
+    )?;
+    match dependents {
+        None => Ok(()),
+        Some(names) => Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
+            format!("cannot drop view {} because other views read it", relation::regclass_text(relid)?),
+        )
+        .with_detail(format!("Views reading it: {names}."))
+        .with_hint("Drop those views first (DROP VIEW), then drop this one.")),
+    }
+}
+
+/// Drops a view: by its owner, or by the owner of its event table (a view another role made
+/// while it could read the table holds back the pruning of the table's changelog, and must not
+/// outlive that role's access for good).
 pub fn drop_view(name: &str) -> EvResult<()> {
-    let view = catalog::view_by_name(name, false)?;
-    privileges::require_view_owner(view.relid, view.owner, "drop")?;
+    let view = catalog::view_ref_by_name(name)?;
+    let by_table_owner = privileges::table_owner(view.source_relid).is_ok_and(privileges::caller_acts_as);
+    if !by_table_owner {
+        privileges::require_view_owner(view.relid, view.owner, "drop")?;
+    }
     drop_view_by_relid(view.relid)
 }
 
@@ -209,4 +240,62 @@ pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str
 
 fn isolation_level() -> EvResult<String> {
     Ok(spi_util::one::<String>("SELECT pg_catalog.current_setting('transaction_isolation')", &[])?.unwrap_or_default())
+}
+
+/// Groups the view with id `view_id` holds now (`eventview.views.groups`, which everyone may
+/// read): 0 without storage, NULL when its owner may not read it. Counted as the view's owner,
+/// security-restricted: the storage is the owner's table, and what a table's owner can attach to
+/// it (a rule that turns it into a view of their functions, in PostgreSQL 15) must never run
+/// with the rights of whoever reads the catalog (a superuser, the worker).
+pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
+    let data = names::view_data(view_id);
+    let owner = spi_util::one::<pg_sys::Oid>(
+        "SELECT v.owner::oid FROM eventview._views v
+         WHERE v.view_id = $1 AND pg_catalog.to_regclass($2) IS NOT NULL",
+        &[view_id.into(), data.as_str().into()],
+    )?;
+    let Some(owner) = owner else { return Ok(Some(0)) };
+    privileges::as_role(owner, || {
+        if spi_util::one::<bool>("SELECT pg_catalog.has_table_privilege($1::regclass, 'SELECT')", &[data.as_str().into()])?
+            != Some(true)
+        {
+            return Ok(None);
+        }
+        // ONLY: never a table the owner made inherit from the storage.
+        spi_util::one_replanned::<i64>(&format!("SELECT pg_catalog.count(*) FROM ONLY {data}"), &[])
+    })
+}
+
+/// What keeps the view with id `view_id` from being refreshed now, as its refresh would say:
+/// its event table was dropped, or its owner may no longer read it (`eventview.views.last_error`,
+/// which everyone may read; only catalogs are read). None for an unknown view.
+pub fn refresh_problem(view_id: i32) -> EvResult<Option<String>> {
+    let row = Spi::connect(|client| {
+        let t = crate::plan_cache::select(
+            &client,
+            "SELECT v.relid::oid, v.owner::oid, s.relid::oid,
+                    EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid)
+             FROM eventview._views v JOIN eventview._sources s USING (source_id)
+             WHERE v.view_id = $1",
+            Some(1),
+            &[view_id.into()],
+        )?;
+        if t.is_empty() {
+            return Ok::<_, pgrx::spi::SpiError>(None);
+        }
+        let row = t.first();
+        Ok(Some((
+            row.get::<pg_sys::Oid>(1)?,
+            row.get::<pg_sys::Oid>(2)?,
+            row.get::<pg_sys::Oid>(3)?,
+            row.get::<bool>(4)?,
+        )))
+    })?;
+    let Some((Some(relid), Some(owner), Some(source_relid), Some(table_exists))) = row else {
+        return Ok(None);
+    };
+    if !table_exists {
+        return Ok(Some(catalog::event_table_gone(relid, source_relid).message));
+    }
+    Ok(privileges::require_owner_reads(relid, owner, source_relid).err().map(|e| e.message))
 }

@@ -105,3 +105,69 @@ def test_a_view_named_like_a_temporary_relation_is_the_one_created(db):
         assert _one(a, "SELECT relid::oid = 'public.tv'::regclass::oid FROM eventview._views")
         assert _one(a, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'public.tv'::regclass AND tgname = 'eventview_read_only'") == 1
         assert _one(a, "SELECT events FROM public.tv") == 1
+
+
+def _source_rows(conn):
+    """Catalog rows of event tables, their changelogs and their capture functions."""
+    return (_one(conn, "SELECT count(*) FROM eventview._sources"),
+            _one(conn, "SELECT count(*) FROM pg_class WHERE relnamespace = 'eventview'::regnamespace AND relkind = 'r' AND relname ~ '^_changes_'"),
+            _one(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'eventview'::regnamespace AND proname ~ '^_capture_'"))
+
+
+def test_a_plain_drop_table_of_an_event_table_is_followed(db):
+    """(Session 15's contract audit: after a plain DROP TABLE of an event table its views made
+    refresh_all fail for every view, and drop_view could not drop them.) Now the table is
+    forgotten as drop_event_table does: at once when no view reads it, else with the last of its
+    views, whose last_error says why they can no longer be refreshed; the others go on."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('kept')")
+        a.execute("SELECT eventview.create_view('kept_view', 'kept')")
+        a.execute("SELECT eventview.create_event_table('alone')")
+        a.execute("INSERT INTO alone (event_type, payload) VALUES ('t', '{\"k\": 1}')")
+        a.execute("SELECT eventview.refresh_all()")
+        assert _source_rows(a) == (2, 2, 8)
+        # Without views: forgotten with the DROP, observed fields and all.
+        a.execute("DROP TABLE alone")
+        assert _source_rows(a) == (1, 1, 4)
+        assert _one(a, "SELECT count(*) FROM eventview._observed") == 0
+        # With views: the views stay, saying why; the others refresh as before.
+        a.execute("SELECT eventview.create_event_table('gone')")
+        a.execute("INSERT INTO gone (event_type, payload) VALUES ('t', '{}')")
+        a.execute("SELECT eventview.create_view('gone_1', 'gone')")
+        a.execute("SELECT eventview.create_view('gone_2', 'gone')")
+        a.execute("DROP TABLE gone")
+        assert _one(a, "SELECT last_error FROM eventview.views WHERE name = 'gone_1'::regclass").startswith(
+            "the event table of view public.gone_1 was dropped (it had OID ")
+        a.execute("INSERT INTO kept (event_type, payload) VALUES ('t', '{}')")
+        assert _one(a, "SELECT eventview.refresh_all()") == 1
+        assert _one(a, "SELECT count(*) FROM kept_view") == 1
+        with pytest.raises(psycopg.errors.UndefinedTable) as e:
+            a.execute("SELECT eventview.refresh('gone_1')")
+        assert e.value.diag.message_primary.startswith("the event table of view public.gone_1 was dropped (it had OID ")
+        assert "drop_view" in e.value.diag.message_hint
+        a.execute("SELECT eventview.drop_view('gone_1')")
+        assert _source_rows(a) == (2, 2, 8)
+        a.execute("SELECT eventview.drop_view('gone_2')")
+        assert _source_rows(a) == (1, 1, 4)
+        assert _views_and_storage(a)[0] == 1
+        # drop_event_table goes through the same DROP: nothing left twice or behind.
+        a.execute("SELECT eventview.drop_event_table('kept', cascade => true)")
+        assert _source_rows(a) == (0, 0, 0)
+        assert _views_and_storage(a) == (0, 0)
+        # Only for a table that is gone, and only as the extension owner.
+        a.execute("SELECT eventview.create_event_table('still_here')")
+        with pytest.raises(psycopg.errors.ObjectInUse):
+            a.execute("SELECT eventview._forget_source((SELECT source_id FROM eventview._sources))")
+        assert _one(a, "SELECT has_function_privilege('public', 'eventview._forget_source(integer)', 'EXECUTE')") is False
+
+
+def test_a_dropped_event_table_with_views_survives_a_dump_clean_order(db):
+    """pg_restore --clean drops tables and views in name order: the event table may go first.
+    The DROP is followed, not refused, and the view's drop then forgets the table."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('a_events')")
+        a.execute("SELECT eventview.create_view('b_view', 'a_events')")
+        a.execute("DROP TABLE a_events")
+        a.execute("DROP VIEW b_view")
+        assert _source_rows(a) == (0, 0, 0)
+        assert _views_and_storage(a) == (0, 0)

@@ -489,3 +489,152 @@ def test_one_owners_schedule_or_failure_count_does_not_stop_the_others(cluster, 
     admin.q("SELECT pg_sleep(1.1)")
     admin.q("SELECT eventview.run_maintenance()")
     assert alice.one("SELECT n FROM av") == 2
+
+
+def test_a_views_owner_runs_nothing_as_whoever_reads_the_catalog(cluster, roles):
+    """(Session 15's security audit.) eventview.views counted a view's groups as the extension
+    owner, from the storage table the view's owner owns. In PostgreSQL 15 that owner can turn
+    the table into a view of their own functions (a "_RETURN" rule), which then ran as a
+    superuser: any role able to create a view could make itself superuser. Now the count runs
+    as the view's owner."""
+    admin, mallory = As(cluster, roles, "postgres"), As(cluster, roles, "mallory")
+    admin.q(f"CREATE SCHEMA mal AUTHORIZATION {role('mallory')}")
+    mallory.q("SELECT eventview.create_event_table('mal.ev')")
+    mallory.q("SELECT eventview.create_view('mal.v', 'mal.ev')")
+    vid = admin.one("SELECT view_id FROM eventview._views WHERE relid = 'mal.v'::regclass")
+    data = f"eventview._v{vid}_data"
+    mallory.q(f"""CREATE FUNCTION mal.evil() RETURNS boolean LANGUAGE plpgsql AS $$
+        BEGIN
+            IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+                EXECUTE 'ALTER ROLE {role('mallory')} SUPERUSER';
+            END IF;
+            RETURN true;
+        END $$""")
+    mallory.q(f"DELETE FROM {data}")
+    for (index,) in admin.q("SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = %s::regclass", (data,)):
+        mallory.q(f"DROP INDEX {index}")
+    mallory.q(f"VACUUM {data}")
+    columns = ", ".join(
+        f"CASE WHEN mal.evil() THEN NULL END::{typ} AS {name}"
+        for name, typ in admin.q("""SELECT quote_ident(attname), format_type(atttypid, atttypmod) FROM pg_attribute
+                                    WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum""", (data,)))
+    mallory.q(f'CREATE RULE "_RETURN" AS ON SELECT TO {data} DO INSTEAD SELECT {columns}')
+    assert admin.one("SELECT relkind FROM pg_class WHERE oid = %s::regclass", (data,)) == "v"
+    # The superuser reads the catalog, and calls the function directly.
+    admin.q("SELECT groups FROM eventview.views")
+    admin.q("SELECT eventview._group_count(%s)", (vid,))
+    assert admin.one(f"SELECT rolsuper FROM pg_roles WHERE rolname = '{role('mallory')}'") is False
+    for who in (admin, mallory):
+        who.conn.close()
+
+
+def test_the_quarantine_of_views_in_schemas_a_reader_cannot_use(cluster, roles):
+    """(Session 15's security audit.) The quarantine's row-level policy looked each row's view
+    up by name: a reader without USAGE on that view's schema got "permission denied for schema"
+    for the whole table. And a view's owner could file rows under any event table, which its
+    owner then saw as the view's."""
+    admin, mallory, alice = (As(cluster, roles, r) for r in ("postgres", "mallory", "alice"))
+    admin.q(f"CREATE SCHEMA priv AUTHORIZATION {role('mallory')}")
+    mallory.q("SELECT eventview.create_event_table('priv.ev')")
+    mallory.q("""SELECT eventview.create_view('priv.vq', 'priv.ev', measures => '{"s": "sum($.v)"}')""")
+    mallory.q("INSERT INTO priv.ev (event_type, payload) VALUES ('e', '{\"v\": \"x\"}')")
+    mallory.q("SELECT eventview.refresh('priv.vq')")
+    assert mallory.one("SELECT count(*) FROM eventview.quarantine") == 1
+    alice.q("SELECT eventview.create_event_table('aev')")
+    alice.q("INSERT INTO aev (event_type, payload) VALUES ('e', '{}')")
+    assert alice.one("SELECT count(*) FROM eventview.quarantine") == 0
+    # Filing a row of mallory's view under alice's table: refused (not its event table).
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        mallory.q("""INSERT INTO eventview.quarantine (source, view_name, reason, event)
+                     VALUES ('public.aev', 'priv.vq', 'forged', '{}')""")
+    # Under its own table, as its refresh files them: allowed.
+    mallory.q("""INSERT INTO eventview.quarantine (source, view_name, reason, event)
+                 VALUES ('priv.ev', 'priv.vq', 'by hand', '{}')""")
+    assert alice.one("SELECT count(*) FROM eventview.quarantine") == 0
+    assert mallory.one("SELECT quarantined FROM eventview.views WHERE name = 'priv.vq'::regclass") == 2
+    for who in (admin, mallory, alice):
+        who.conn.close()
+
+
+def test_the_owner_of_an_event_table_drops_the_views_of_others_over_it(cluster, roles):
+    """(Session 15's security audit.) A role that could read an event table made a view over
+    it, and a view of its own over that view's storage: the table's owner could neither drop
+    the view (nor the table: the storage's drop failed on the dependent view) while that view
+    held back the pruning of the table's changelog. Now the table's owner may drop any view
+    over it, and what others built on a view's storage goes with it."""
+    admin, mallory, alice = (As(cluster, roles, r) for r in ("postgres", "mallory", "alice"))
+    admin.q(f"CREATE SCHEMA mal AUTHORIZATION {role('mallory')}")
+    admin.q(f"GRANT USAGE ON SCHEMA mal TO {role('alice')}, {role('bob')}")
+    alice.q("SELECT eventview.create_event_table('shared')")
+    alice.q(f"GRANT SELECT ON shared TO {role('mallory')}")
+    mallory.q("SELECT eventview.create_view('mal.onshared', 'shared')")
+    vid = admin.one("SELECT view_id FROM eventview._views WHERE relid = 'mal.onshared'::regclass")
+    mallory.q(f"CREATE VIEW mal.pin AS SELECT * FROM eventview._v{vid}_data")
+    alice.q(f"REVOKE SELECT ON shared FROM {role('mallory')}")
+    # Nobody else: 42501.
+    assert "belongs to role" in As(cluster, roles, "bob").denied("SELECT eventview.drop_view('mal.onshared')")
+    alice.q("SELECT eventview.drop_view('mal.onshared')")
+    assert admin.one("SELECT count(*) FROM eventview._views") == 0
+    assert admin.one("SELECT to_regclass('mal.pin')") is None
+    # And so drop_event_table(cascade) of a table others' views read.
+    mallory_view = "mal.again"
+    alice.q(f"GRANT SELECT ON shared TO {role('mallory')}")
+    mallory.q(f"SELECT eventview.create_view('{mallory_view}', 'shared')")
+    vid = admin.one(f"SELECT view_id FROM eventview._views WHERE relid = '{mallory_view}'::regclass")
+    mallory.q(f"CREATE VIEW mal.pin2 AS SELECT * FROM eventview._v{vid}_data")
+    alice.q("SELECT eventview.drop_event_table('shared', cascade => true)")
+    assert admin.one("SELECT count(*) FROM eventview._sources") == 0
+    for who in (admin, mallory, alice):
+        who.conn.close()
+
+
+def test_last_error_says_why_a_view_cannot_be_refreshed_whoever_refreshed_it(cluster, roles):
+    """API.md: refresh by anyone runs with the owner's rights; if the owner loses SELECT on the
+    source, refresh fails for that view with the error in last_error. (Session 15's contract
+    audit: a direct refresh rolled back whatever it recorded, so last_error stayed NULL.)"""
+    admin, alice, bob = (As(cluster, roles, r) for r in ("postgres", "alice", "bob"))
+    bob.q("SELECT eventview.create_event_table('bobs_events')")
+    bob.q(f"GRANT SELECT ON bobs_events TO {role('alice')}")
+    alice.q("SELECT eventview.create_view('alices_view', 'bobs_events')")
+    bob.q(f"REVOKE SELECT ON bobs_events FROM {role('alice')}")
+    bob.q("INSERT INTO bobs_events (event_type, payload) VALUES ('e', '{}')")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+        admin.q("SELECT eventview.refresh('alices_view')")
+    message = e.value.diag.message_primary
+    assert message == (f"permission denied for table public.bobs_events: view public.alices_view belongs to role "
+                       f"{role('alice')}, which may no longer read it")
+    # Read by anyone, the view's owner and the table's owner among them.
+    for who in (admin, alice, bob):
+        assert who.one("SELECT last_error FROM eventview.views WHERE name = 'alices_view'::regclass") == message
+    assert alice.one("SELECT count(*) FROM alices_view") == 0
+    # Granted again: nothing keeps it from refreshing, and nothing was recorded.
+    bob.q(f"GRANT SELECT ON bobs_events TO {role('alice')}")
+    assert bob.one("SELECT last_error FROM eventview.views WHERE name = 'alices_view'::regclass") is None
+    assert admin.one("SELECT eventview.refresh('alices_view')") == 1
+    assert alice.one("SELECT count(*) FROM alices_view") == 1
+    for who in (admin, alice, bob):
+        who.conn.close()
+
+
+def test_a_refresh_does_not_read_an_event_table_whose_envelope_its_owner_retyped(cluster, roles):
+    """(Session 15's security audit.) A refresh reads the event table as the view's owner, who
+    may be a superuser reading an application role's table. That table's owner can give an
+    envelope column a type of their own, whose casts (an implicit cast to jsonb under `payload`,
+    a cast to json when the quarantine copies `event_key`) would then run their functions with
+    the view owner's rights. A refresh, like the field observer, now refuses such a table."""
+    admin, bob = As(cluster, roles, "postgres"), As(cluster, roles, "bob")
+    bob.q("SELECT eventview.create_event_table('apps_events')")
+    admin.q("""SELECT eventview.create_view('dba_view', 'apps_events', measures => '{"s": "sum($.v)"}')""")
+    bob.q("INSERT INTO apps_events (event_type, event_key, payload) VALUES ('e', 'k1', '{\"v\": 1}')")
+    assert admin.one("SELECT eventview.refresh('dba_view')") == 1
+    bob.q("ALTER TABLE apps_events ALTER COLUMN event_key TYPE varchar(200)")
+    bob.q("INSERT INTO apps_events (event_type, event_key, payload) VALUES ('e', 'k2', '{\"v\": \"x\"}')")
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as e:
+        admin.q("SELECT eventview.refresh('dba_view')")
+    assert e.value.diag.message_primary == "event table public.apps_events was altered: event_key is character varying(200)"
+    assert admin.one("SELECT count(*) FROM eventview.quarantine") == 0
+    bob.q("ALTER TABLE apps_events ALTER COLUMN event_key TYPE text")
+    assert admin.one("SELECT eventview.refresh('dba_view')") == 1
+    assert admin.one("SELECT s FROM dba_view") == 1
+    for who in (admin, bob):
+        who.conn.close()

@@ -42,6 +42,7 @@ RELEASE_COMMITS = {
     "0.9.0": "d00f437b65bbccfe13eb74173e98ea5487b59b6c",
     "0.10.0": "27a78a652a37c31e3e585df3fb1655cbee40c6e2",
     "0.11.0": "db0d8b9f726797163f61fa23cee285f962a727b8",
+    "0.12.0": "9964c9f0ea337aad70a9b45d4d47488649c6b03d",
 }
 
 
@@ -136,7 +137,10 @@ SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' acl '
        || CASE WHEN c.relkind = 'v' THEN E'\n' || pg_get_viewdef(c.oid) ELSE '' END
 FROM pg_class c WHERE c.relnamespace = 'eventview'::regnamespace
 UNION ALL
-SELECT format('column %s.%s #%s %s notnull=%s default=%s', c.relname, a.attname, a.attnum,
+-- (Numbered by position among the columns not dropped: an update that drops a column leaves a
+-- gap in attnum that a fresh install has not.)
+SELECT format('column %s.%s #%s %s notnull=%s default=%s', c.relname, a.attname,
+              row_number() OVER (PARTITION BY a.attrelid ORDER BY a.attnum),
               format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid))
 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
@@ -149,7 +153,7 @@ FROM pg_policy WHERE polrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 
 UNION ALL
 SELECT format('column acl %s.%s %s', c.relname, a.attname, a.attacl::text)
 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
-WHERE c.relnamespace = 'eventview'::regnamespace AND a.attacl IS NOT NULL
+WHERE c.relnamespace = 'eventview'::regnamespace AND a.attacl IS NOT NULL AND NOT a.attisdropped
 UNION ALL
 SELECT 'schema acl ' || coalesce(nspacl::text, '-') FROM pg_namespace WHERE nspname = 'eventview'
 UNION ALL
@@ -227,6 +231,12 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
             c.execute("""SELECT eventview.create_view('shop.gone', 'shop.events', measures => '{"hi": "max($.qty)"}')""")
             gone_id = c.execute("SELECT view_id FROM eventview._views WHERE relid = 'shop.gone'::regclass").fetchone()[0]
             c.execute("DROP VIEW shop.gone")
+            # Event tables dropped behind the API's back: every release before 0.13.0 kept their
+            # catalog rows, changelogs and capture functions; one of them has a view.
+            c.execute("SELECT eventview.create_event_table('shop.dropped')")
+            c.execute("SELECT eventview.create_event_table('shop.dropped_read')")
+            c.execute("SELECT eventview.create_view('shop.on_dropped', 'shop.dropped_read')")
+            c.execute("DROP TABLE shop.dropped, shop.dropped_read")
             insert_events(c, 1, 200, "2026-11-01")
             c.execute("SELECT eventview.refresh('shop.by_sku')")
             assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
@@ -249,6 +259,15 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
         assert c.execute("SELECT count(*) FROM eventview._views WHERE view_id = %s", (gone_id,)).fetchone()[0] == 0
         assert c.execute("SELECT count(*) FROM pg_class WHERE relnamespace = 'eventview'::regnamespace AND relname ~ %s",
                          (f"^_v{gone_id}_",)).fetchone()[0] == 0
+        # The dropped event table no view reads is forgotten; the view of the other says why it
+        # can no longer be refreshed, and its drop_view forgets that table too.
+        assert c.execute("SELECT count(*) FROM eventview._sources").fetchone()[0] == 2
+        assert c.execute("SELECT last_error FROM eventview.views WHERE name = 'shop.on_dropped'::regclass").fetchone()[0].startswith(
+            "the event table of view shop.on_dropped was dropped")
+        c.execute("SELECT eventview.drop_view('shop.on_dropped')")
+        assert c.execute("SELECT count(*) FROM eventview._sources").fetchone()[0] == 1
+        assert c.execute("""SELECT count(*) FROM pg_class WHERE relnamespace = 'eventview'::regnamespace
+                            AND relname ~ '^_changes_[23]'""").fetchone()[0] == 0
         # Views made before 0.9.0 are read-only too.
         with pytest.raises(psycopg.errors.WrongObjectType):
             c.execute("DELETE FROM shop.by_sku")

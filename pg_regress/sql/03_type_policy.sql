@@ -62,6 +62,19 @@ DELETE FROM orders WHERE event_key = 'o2';
 SELECT eventview.refresh('q_view');
 SELECT event_id, reason FROM eventview.quarantine WHERE view_name = 'public.q_view' ORDER BY id;
 SELECT name, quarantined FROM eventview.views WHERE name = 'q_view'::regclass;
+-- The owner deletes an entry by hand (an event already looked at): `quarantined` is the number
+-- of entries, so it follows, and stays right when that event is corrected later.
+SELECT count(*) AS entries FROM eventview.quarantine WHERE view_name = 'public.q_view';
+DELETE FROM eventview.quarantine
+WHERE id = (SELECT min(id) FROM eventview.quarantine WHERE view_name = 'public.q_view')
+RETURNING event->>'event_key' AS looked_at \gset
+SELECT :'looked_at' AS looked_at;
+SELECT name, quarantined FROM eventview.views WHERE name = 'q_view'::regclass;
+UPDATE orders SET payload = '{"sku": "B", "qty": 1}' WHERE event_key = :'looked_at';
+SELECT eventview.refresh('q_view');
+SELECT * FROM q_view ORDER BY sku;
+SELECT name, quarantined, (SELECT count(*) FROM eventview.quarantine WHERE view_name = 'public.q_view') AS entries
+FROM eventview.views WHERE name = 'q_view'::regclass;
 
 -- A group key too large to store in the view's index is a type error too, not a refresh that
 -- fails for ever (a btree entry takes at most 2.7 kB).

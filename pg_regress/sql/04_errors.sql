@@ -88,4 +88,8 @@ SELECT try($$SELECT eventview.rebuild('no_bucket', '2026-11-08 00:00+00', '2026-
 \set VERBOSITY default
 SELECT eventview.create_view('v', 'err_events', measures => '{"x": "median($.a)"}');
 SELECT eventview.drop_event_table('err_events');
+-- drop_view takes no CASCADE: a view reading an incremental view is named, not "use CASCADE".
+CREATE VIEW reads_no_bucket AS SELECT * FROM no_bucket;
+SELECT eventview.drop_view('no_bucket');
 \set VERBOSITY terse
+DROP VIEW reads_no_bucket;

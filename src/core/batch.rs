@@ -107,7 +107,7 @@ SELECT EXISTS (SELECT 1 FROM {log} c WHERE {in_batch}) AS pending,
 /// still exists, each once, by one index lookup per id. The planner's estimates stay small
 /// (realtime view reads use it: a read must never be planned as big enough to JIT-compile).
 pub fn touched_rows_by_id(source_table: &str) -> String {
-    format!("(SELECT DISTINCT event_id FROM ids) k JOIN {source_table} e ON e.event_id = k.event_id")
+    format!("(SELECT DISTINCT event_id FROM ids) k JOIN ONLY {source_table} e ON e.event_id = k.event_id")
 }
 
 /// The same rows as `touched_rows_by_id`, read as runs of consecutive ids, one index range scan
@@ -168,7 +168,7 @@ fn rows_by_runs(source_table: &str, which: &str) -> String {
       CROSS JOIN LATERAL eventview._id_runs(blocks.ids) r
       WHERE NOT (SELECT yes FROM by_record)
      ORDER BY 1) runs
-    CROSS JOIN LATERAL (SELECT * FROM {source_table} x
+    CROSS JOIN LATERAL (SELECT * FROM ONLY {source_table} x
                         WHERE x.event_id >= runs.lo AND x.event_id <= runs.hi
                         LIMIT runs.hi - runs.lo + 1) e"
     )

@@ -555,7 +555,7 @@ delta_rows AS (
             "full_rows AS (
     SELECT 1 AS sign, false AS from_delta, e.event_id, e.event_type, e.event_version,
            e.producer, e.occurred_at, e.payload
-    FROM {src} e{bounds}
+    FROM ONLY {src} e{bounds}
 )"
         )
     }
@@ -896,21 +896,18 @@ delta_rows AS (
         // event is updated or deleted (an erasure request must not leave a copy behind), that
         // version is superseded and its entry goes, whatever the policy and declarations are
         // now. The DELETE sees only the entries from before this statement, never those `q`
-        // files for the events' new versions.
-        let unquarantined = if mode == Mode::Full {
-            "0".to_string()
-        } else {
+        // files for the events' new versions. (`eventview.views.quarantined` counts the
+        // entries themselves, so no counter follows them.)
+        if mode != Mode::Full {
             ctes.push(format!(
                 "unq AS (
     DELETE FROM eventview.quarantine q
     WHERE q.view_name = eventview._view_name({vid})
       AND q.event_id IN (SELECT event_id FROM chg WHERE op <> 'I')
-    RETURNING 1
 )",
                 vid = self.view_id
             ));
-            "(SELECT count(*) FROM unq)".to_string()
-        };
+        }
         match def.on_type_error {
             TypePolicy::Quarantine => {
                 ctes.push(format!(
@@ -923,23 +920,17 @@ delta_rows AS (
                               'event_type', e.event_type, 'event_version', e.event_version,
                               'producer', e.producer, 'occurred_at', e.occurred_at,
                               'payload', e.payload)
-    FROM bad_rows b LEFT JOIN {src} e ON e.event_id = b.event_id
-    RETURNING 1
+    FROM bad_rows b LEFT JOIN ONLY {src} e ON e.event_id = b.event_id
 )",
                     sid = self.source_id,
+                    vid = self.view_id,
                     src = self.source_table
-                ));
-                counters.push_str(&format!(
-                    ",\n        quarantined = greatest(quarantined + (SELECT count(*) FROM bad_rows) - {unquarantined}, 0)"
                 ));
             }
             TypePolicy::Skip => {
                 counters.push_str(",\n        skipped = skipped + (SELECT count(*) FROM bad_rows)");
             }
             TypePolicy::Fail => {}
-        }
-        if def.on_type_error != TypePolicy::Quarantine && mode != Mode::Full {
-            counters.push_str(&format!(",\n        quarantined = greatest(quarantined - {unquarantined}, 0)"));
         }
         // Values appended to the logs so far (a full rebuild empties them).
         match mode {
@@ -1030,12 +1021,12 @@ WHERE view_id = {}",
         out
     }
 
-    /// Before a full rebuild: forget the view's quarantine entries and counters, which the
-    /// rebuild records again.
+    /// Before a full rebuild: forget the view's quarantine entries and its `skipped` count,
+    /// which the rebuild records again.
     pub fn forget_type_errors(&self) -> String {
         format!(
-            "WITH gone AS (DELETE FROM eventview.quarantine WHERE view_name = eventview._view_name({vid}) RETURNING 1)
-UPDATE eventview._views SET quarantined = 0, skipped = 0 WHERE view_id = {vid} AND (SELECT count(*) FROM gone) >= 0",
+            "WITH gone AS (DELETE FROM eventview.quarantine WHERE view_name = eventview._view_name({vid}))
+UPDATE eventview._views SET skipped = 0 WHERE view_id = {vid}",
             vid = self.view_id
         )
     }
@@ -1044,13 +1035,10 @@ UPDATE eventview._views SET quarantined = 0, skipped = 0 WHERE view_id = {vid} A
     /// width, $2/$3 the window), which the rebuild records again.
     pub fn forget_type_errors_in_window(&self) -> String {
         format!(
-            "WITH gone AS (
-    DELETE FROM eventview.quarantine
-    WHERE view_name = eventview._view_name({vid})
-      AND pg_catalog.date_bin($1::interval, (event->>'occurred_at')::timestamptz, '2000-01-01 00:00:00+00'::timestamptz) >= $2
-      AND pg_catalog.date_bin($1::interval, (event->>'occurred_at')::timestamptz, '2000-01-01 00:00:00+00'::timestamptz) < $3
-    RETURNING 1)
-UPDATE eventview._views SET quarantined = greatest(quarantined - (SELECT count(*) FROM gone), 0) WHERE view_id = {vid}",
+            "DELETE FROM eventview.quarantine
+WHERE view_name = eventview._view_name({vid})
+  AND pg_catalog.date_bin($1::interval, (event->>'occurred_at')::timestamptz, '2000-01-01 00:00:00+00'::timestamptz) >= $2
+  AND pg_catalog.date_bin($1::interval, (event->>'occurred_at')::timestamptz, '2000-01-01 00:00:00+00'::timestamptz) < $3",
             vid = self.view_id
         )
     }
