@@ -223,7 +223,8 @@ AS 'MODULE_PATHNAME', 'refresh_problem_wrapper';
 -- entries themselves are visible to their owners only.
 CREATE FUNCTION eventview._quarantined(p_view_id integer) RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT count(*) FROM eventview.quarantine WHERE view_name = eventview._view_name(p_view_id)
+    SELECT count(*) FROM eventview.quarantine
+    WHERE view_name = (SELECT known_name FROM eventview._views WHERE view_id = p_view_id)
 $$;
 
 CREATE VIEW eventview.views AS
@@ -550,7 +551,7 @@ BEGIN
         PERFORM eventview._forget_view(dropped);
     END LOOP;
     FOR t IN
-        SELECT s.source_id
+        SELECT s.source_id, s.relid
         FROM pg_catalog.pg_event_trigger_dropped_objects() d
         JOIN eventview._sources s ON s.relid::oid OPERATOR(pg_catalog.=) d.objid
         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
@@ -559,6 +560,11 @@ BEGIN
     LOOP
         IF NOT EXISTS (SELECT 1 FROM eventview._views w WHERE w.source_id OPERATOR(pg_catalog.=) t.source_id) THEN
             PERFORM eventview._forget_source(t.source_id);
+        ELSE
+            -- What names the table by its OID goes now: a later relation may get that OID (a
+            -- restore, a wraparound), whose owner must not see the old table's events.
+            DELETE FROM eventview.quarantine WHERE source OPERATOR(pg_catalog.=) t.relid;
+            DELETE FROM eventview.drift WHERE source OPERATOR(pg_catalog.=) t.relid;
         END IF;
     END LOOP;
 END

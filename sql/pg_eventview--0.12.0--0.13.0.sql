@@ -32,7 +32,8 @@ AS 'MODULE_PATHNAME', 'refresh_problem_wrapper';
 -- entries themselves are visible to their owners only.
 CREATE FUNCTION eventview._quarantined(p_view_id integer) RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT count(*) FROM eventview.quarantine WHERE view_name = eventview._view_name(p_view_id)
+    SELECT count(*) FROM eventview.quarantine
+    WHERE view_name = (SELECT known_name FROM eventview._views WHERE view_id = p_view_id)
 $$;
 
 CREATE OR REPLACE VIEW eventview.views AS
@@ -169,7 +170,7 @@ BEGIN
         PERFORM eventview._forget_view(dropped);
     END LOOP;
     FOR t IN
-        SELECT s.source_id
+        SELECT s.source_id, s.relid
         FROM pg_catalog.pg_event_trigger_dropped_objects() d
         JOIN eventview._sources s ON s.relid::oid OPERATOR(pg_catalog.=) d.objid
         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
@@ -178,6 +179,11 @@ BEGIN
     LOOP
         IF NOT EXISTS (SELECT 1 FROM eventview._views w WHERE w.source_id OPERATOR(pg_catalog.=) t.source_id) THEN
             PERFORM eventview._forget_source(t.source_id);
+        ELSE
+            -- What names the table by its OID goes now: a later relation may get that OID (a
+            -- restore, a wraparound), whose owner must not see the old table's events.
+            DELETE FROM eventview.quarantine WHERE source OPERATOR(pg_catalog.=) t.relid;
+            DELETE FROM eventview.drift WHERE source OPERATOR(pg_catalog.=) t.relid;
         END IF;
     END LOOP;
 END
@@ -201,7 +207,7 @@ BEGIN
         EXECUTE format('DROP FUNCTION IF EXISTS eventview._capture_%s_update() CASCADE', gone.source_id);
         EXECUTE format('DROP FUNCTION IF EXISTS eventview._capture_%s_delete() CASCADE', gone.source_id);
         EXECUTE format('DROP FUNCTION IF EXISTS eventview._capture_%s_truncate() CASCADE', gone.source_id);
-        EXECUTE format('DROP TABLE IF EXISTS eventview._changes_%s', gone.source_id);
+        EXECUTE format('DROP TABLE IF EXISTS eventview._changes_%s CASCADE', gone.source_id);
         DELETE FROM eventview._fields WHERE source_id = gone.source_id;
         DELETE FROM eventview._observed WHERE source_id = gone.source_id;
         DELETE FROM eventview._observed_versions WHERE source_id = gone.source_id;

@@ -326,8 +326,10 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
 /// (see `eventview._follow_drop`).
 pub fn event_table_gone(relid: pg_sys::Oid, source_relid: pg_sys::Oid) -> EvError {
     let view = relation::regclass_text(relid).unwrap_or_else(|_| relid.to_u32().to_string());
+    // Not 42P01 (undefined_table): refresh_all takes that for a view dropped while it ran and
+    // goes on silently; this view is there, and fails.
     EvError::new(
-        PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!("the event table of view {view} was dropped (it had OID {})", source_relid.to_u32()),
     )
     .with_hint("The view can no longer be refreshed: drop it with eventview.drop_view. Drop event tables with eventview.drop_event_table.")

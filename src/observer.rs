@@ -54,13 +54,15 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     }
     crate::relation::require_same_storage_as_snapshot(source.relid)?;
     let read = paths_read_by_views_kept(source_id)?;
-    let paths: Vec<String> = read.iter().map(|r| r.path.clone()).collect();
+    let paths: Vec<Option<String>> = read.iter().map(|r| r.path.clone()).collect();
     let types: Vec<Option<String>> = read.iter().map(|r| r.event_type.clone()).collect();
     let versions: Vec<Option<i32>> = read.iter().map(|r| r.event_version).collect();
+    let fields: Vec<i32> = read.iter().map(|r| r.field).collect();
+    let ranks: Vec<i32> = read.iter().map(|r| r.rank).collect();
     let plans = Plans::PerSize(source.observer_plan_sizes());
     spi_util::run_planned(
         &observe_sql::observe(source_id, &source.table_sql),
-        &[paths.into(), types.into(), versions.into()],
+        &[paths.into(), types.into(), versions.into(), fields.into(), ranks.into()],
         plans,
     )
 }
@@ -106,21 +108,28 @@ pub fn paths_made() -> u64 {
 }
 
 /// A payload path some view reads (in observed form), and the event type and version it reads
-/// it for (`None`: any).
+/// it for (`None`: any), as one of the declarations of one field reference: `field` numbers the
+/// references, `rank` orders a reference's declarations as resolution does (most specific
+/// first). A path that cannot be observed (a rich JSONPath) is `None`: it is read nowhere, but
+/// still overrides the less specific declarations of its reference where it applies.
 #[derive(Debug, Clone, PartialEq)]
 struct ReadPath {
-    path: String,
+    path: Option<String>,
     event_type: Option<String>,
     event_version: Option<i32>,
+    field: i32,
+    rank: i32,
 }
 
 /// Every simple payload path that some view of the source reads (directly or through a logical
 /// field's declarations), in observed form, with the event type and version it is read for:
-/// the view's `event_types`, and a declaration's own type and version (a declaration that a
-/// more specific one overrides for some type or version counts as read there too). `missing`
-/// drift is only about these.
+/// the view's `event_types`, and a declaration's own type and version. For a type and version
+/// that a more specific declaration of the same field covers, the less specific ones are not
+/// read (the observer SQL picks, per field, the first rank that applies). `missing` drift is
+/// only about the paths read.
 fn paths_read_by_views(source_id: i32) -> EvResult<Vec<ReadPath>> {
     let mut out: Vec<ReadPath> = Vec::new();
+    let mut field = 0;
     for (_, relid) in catalog::views_of_source(source_id)? {
         let Some(view) = catalog::view_by_relid(relid, false)? else { continue };
         let view_types: Vec<Option<String>> = match &view.definition.event_types {
@@ -128,26 +137,22 @@ fn paths_read_by_views(source_id: i32) -> EvResult<Vec<ReadPath>> {
             None => vec![None],
         };
         for r in view.definition.references() {
-            let forms: Vec<(String, Option<String>, Option<i32>)> = match r {
-                FieldRef::Path { plan, .. } => plan.observed_form().into_iter().map(|f| (f, None, None)).collect(),
-                FieldRef::Logical(f) => f
-                    .variants
-                    .iter()
-                    .filter_map(|v| v.plan.observed_form().map(|form| (form, v.event_type.clone(), v.version)))
-                    .collect(),
-                FieldRef::Envelope(_) => vec![],
+            let forms: Vec<(Option<String>, Option<String>, Option<i32>)> = match r {
+                FieldRef::Path { plan, .. } => vec![(plan.observed_form(), None, None)],
+                FieldRef::Logical(f) => {
+                    f.variants.iter().map(|v| (v.plan.observed_form(), v.event_type.clone(), v.version)).collect()
+                }
+                FieldRef::Envelope(_) => continue,
             };
-            for (path, declared_type, event_version) in forms {
+            field += 1;
+            for (rank, (path, declared_type, event_version)) in forms.into_iter().enumerate() {
                 for view_type in &view_types {
                     let event_type = match (view_type, &declared_type) {
                         (Some(v), Some(d)) if v != d => continue, // never read: the view takes no such events
                         (Some(v), _) => Some(v.clone()),
                         (None, d) => d.clone(),
                     };
-                    let read = ReadPath { path: path.clone(), event_type, event_version };
-                    if !out.contains(&read) {
-                        out.push(read);
-                    }
+                    out.push(ReadPath { path: path.clone(), event_type, event_version, field, rank: rank as i32 });
                 }
             }
         }

@@ -158,7 +158,10 @@ pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
     privileges::as_role(view.owner, || spi_util::run_all(&[statement]))
 }
 
-pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
+/// Drops the view whose relation is `relid`. Views others built on its relation: with
+/// `cascade`, dropped too (drop_event_table's cascade, a drop by the event table's owner);
+/// else the drop is refused, naming them.
+pub fn drop_view_by_relid(relid: pg_sys::Oid, cascade: bool) -> EvResult<()> {
     // Its row locked (a refresh in progress finishes first), its definition not loaded: a view
     // whose event table is gone is dropped all the same.
     let view_id = spi_util::one::<i32>("SELECT view_id FROM eventview._views WHERE relid = $1::regclass FOR UPDATE", &[relid.into()])?
@@ -169,8 +172,11 @@ pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     // that already took the relation: a no-op otherwise.
     let names_it = spi_util::one::<bool>("SELECT eventview._names_its_relation($1)", &[view_id.into()])?;
     if names_it == Some(true) {
-        require_no_dependent_views(relid)?;
-        spi_util::run_all(&[format!("DROP VIEW {}", relation::qualified(relid)?)])?;
+        if !cascade {
+            require_no_dependent_views(relid)?;
+        }
+        let how = if cascade { " CASCADE" } else { "" };
+        spi_util::run_all(&[format!("DROP VIEW {}{how}", relation::qualified(relid)?)])?;
     }
     spi_util::run("SELECT eventview._forget_view($1)", &[view_id.into()])
 }
@@ -198,14 +204,18 @@ fn require_no_dependent_views(relid: pg_sys::Oid) -> EvResult<()> {
 
 /// Drops a view: by its owner, or by the owner of its event table (a view another role made
 /// while it could read the table holds back the pruning of the table's changelog, and must not
-/// outlive that role's access for good).
+/// outlive that role's access for good). The view's owner is told of views built on it; the
+/// table's owner drops them with it, as drop_event_table(cascade => true) does.
 pub fn drop_view(name: &str) -> EvResult<()> {
     let view = catalog::view_ref_by_name(name)?;
+    if privileges::caller_acts_as(view.owner) {
+        return drop_view_by_relid(view.relid, false);
+    }
     let by_table_owner = privileges::table_owner(view.source_relid).is_ok_and(privileges::caller_acts_as);
     if !by_table_owner {
         privileges::require_view_owner(view.relid, view.owner, "drop")?;
     }
-    drop_view_by_relid(view.relid)
+    drop_view_by_relid(view.relid, true)
 }
 
 pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str>) -> EvResult<()> {
@@ -243,26 +253,33 @@ fn isolation_level() -> EvResult<String> {
 }
 
 /// Groups the view with id `view_id` holds now (`eventview.views.groups`, which everyone may
-/// read): 0 without storage, NULL when its owner may not read it. Counted as the view's owner,
-/// security-restricted: the storage is the owner's table, and what a table's owner can attach to
-/// it (a rule that turns it into a view of their functions, in PostgreSQL 15) must never run
-/// with the rights of whoever reads the catalog (a superuser, the worker).
+/// read): 0 without storage, NULL when its owner may not read it or made it something else than
+/// a plain table. Counted as the view's owner, security-restricted: the storage is the owner's
+/// table, and what a table's owner can attach to it (a rule that turns it into a view of their
+/// functions, in PostgreSQL 15) must never run with the rights of whoever reads the catalog (a
+/// superuser, the worker).
 pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
-    let data = names::view_data(view_id);
-    let owner = spi_util::one::<pg_sys::Oid>(
-        "SELECT v.owner::oid FROM eventview._views v
-         WHERE v.view_id = $1 AND pg_catalog.to_regclass($2) IS NOT NULL",
-        &[view_id.into(), data.as_str().into()],
+    let storage = relation::extension_relid(&names::view_data_table(view_id));
+    let owner = spi_util::one::<pg_sys::Oid>("SELECT owner::oid FROM eventview._views WHERE view_id = $1", &[view_id.into()])?;
+    let (Some(owner), true) = (owner, storage != pg_sys::InvalidOid) else { return Ok(Some(0)) };
+    // Counted only while the storage is a plain table without row-level security, checked under
+    // the lock the count takes: a rule or a policy of its owner's could otherwise make every
+    // read of eventview.views fail (their functions run as the owner, but may raise).
+    // SAFETY: locks a relation of the extension's schema by OID, as the count below would.
+    unsafe { pg_sys::LockRelationOid(storage, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
+    let plain = spi_util::one::<bool>(
+        "SELECT c.relkind = 'r' AND NOT c.relrowsecurity FROM pg_catalog.pg_class c WHERE c.oid = $1",
+        &[storage.into()],
     )?;
-    let Some(owner) = owner else { return Ok(Some(0)) };
+    if plain != Some(true) {
+        return Ok(None);
+    }
     privileges::as_role(owner, || {
-        if spi_util::one::<bool>("SELECT pg_catalog.has_table_privilege($1::regclass, 'SELECT')", &[data.as_str().into()])?
-            != Some(true)
-        {
+        if spi_util::one::<bool>("SELECT pg_catalog.has_table_privilege($1, 'SELECT')", &[storage.into()])? != Some(true) {
             return Ok(None);
         }
         // ONLY: never a table the owner made inherit from the storage.
-        spi_util::one_replanned::<i64>(&format!("SELECT pg_catalog.count(*) FROM ONLY {data}"), &[])
+        spi_util::one_replanned::<i64>(&format!("SELECT pg_catalog.count(*) FROM ONLY {}", names::view_data(view_id)), &[])
     })
 }
 

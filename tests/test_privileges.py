@@ -520,10 +520,19 @@ def test_a_views_owner_runs_nothing_as_whoever_reads_the_catalog(cluster, roles)
                                     WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum""", (data,)))
     mallory.q(f'CREATE RULE "_RETURN" AS ON SELECT TO {data} DO INSTEAD SELECT {columns}')
     assert admin.one("SELECT relkind FROM pg_class WHERE oid = %s::regclass", (data,)) == "v"
-    # The superuser reads the catalog, and calls the function directly.
-    admin.q("SELECT groups FROM eventview.views")
-    admin.q("SELECT eventview._group_count(%s)", (vid,))
+    # The superuser reads the catalog, and calls the function directly: not counted (a plain
+    # table no more), nothing of hers run.
+    assert admin.one("SELECT groups FROM eventview.views WHERE name = 'mal.v'::regclass") is None
+    assert admin.one("SELECT eventview._group_count(%s)", (vid,)) is None
     assert admin.one(f"SELECT rolsuper FROM pg_roles WHERE rolname = '{role('mallory')}'") is False
+    # Nor can a policy of hers (on another view's storage) make the catalog unreadable for all.
+    mallory.q("SELECT eventview.create_view('mal.v2', 'mal.ev')")
+    data2 = f"eventview._v{vid + 1}_data"
+    mallory.q("CREATE FUNCTION mal.boom() RETURNS boolean LANGUAGE plpgsql AS $$BEGIN RAISE 'boom'; END$$")
+    mallory.q(f"ALTER TABLE {data2} ENABLE ROW LEVEL SECURITY")
+    mallory.q(f"ALTER TABLE {data2} FORCE ROW LEVEL SECURITY")
+    mallory.q(f"CREATE POLICY boom ON {data2} USING (mal.boom())")
+    assert admin.one("SELECT count(*) FROM eventview.views WHERE groups IS NULL") == 2
     for who in (admin, mallory):
         who.conn.close()
 
@@ -570,12 +579,16 @@ def test_the_owner_of_an_event_table_drops_the_views_of_others_over_it(cluster, 
     mallory.q("SELECT eventview.create_view('mal.onshared', 'shared')")
     vid = admin.one("SELECT view_id FROM eventview._views WHERE relid = 'mal.onshared'::regclass")
     mallory.q(f"CREATE VIEW mal.pin AS SELECT * FROM eventview._v{vid}_data")
+    mallory.q("CREATE VIEW mal.on_top AS SELECT * FROM mal.onshared")
+    source_id = admin.one("SELECT source_id FROM eventview._sources")
+    mallory.q(f"CREATE VIEW mal.peek AS SELECT * FROM eventview._changes_{source_id}")
     alice.q(f"REVOKE SELECT ON shared FROM {role('mallory')}")
     # Nobody else: 42501.
     assert "belongs to role" in As(cluster, roles, "bob").denied("SELECT eventview.drop_view('mal.onshared')")
     alice.q("SELECT eventview.drop_view('mal.onshared')")
     assert admin.one("SELECT count(*) FROM eventview._views") == 0
     assert admin.one("SELECT to_regclass('mal.pin')") is None
+    assert admin.one("SELECT to_regclass('mal.on_top')") is None
     # And so drop_event_table(cascade) of a table others' views read.
     mallory_view = "mal.again"
     alice.q(f"GRANT SELECT ON shared TO {role('mallory')}")
@@ -584,6 +597,8 @@ def test_the_owner_of_an_event_table_drops_the_views_of_others_over_it(cluster, 
     mallory.q(f"CREATE VIEW mal.pin2 AS SELECT * FROM eventview._v{vid}_data")
     alice.q("SELECT eventview.drop_event_table('shared', cascade => true)")
     assert admin.one("SELECT count(*) FROM eventview._sources") == 0
+    # (mal.peek, built on the changelog, went with it.)
+    assert admin.one("SELECT to_regclass('mal.peek')") is None
     for who in (admin, mallory, alice):
         who.conn.close()
 

@@ -72,6 +72,22 @@ SELECT eventview.refresh('scoped_a');
 SELECT event_type, event_version, path, change FROM eventview.drift
 WHERE source = 'scoped'::regclass AND change = 'missing' ORDER BY 1, 2, 3;
 SELECT eventview.drop_event_table('scoped', cascade => true);
+-- Where a more specific declaration of a field overrides a generic one, the view reads only the
+-- specific path there: $.price going missing from version 2 (read as $.cost.amount) is not drift,
+-- from version 1 it is.
+SELECT eventview.create_event_table('overridden');
+SELECT eventview.define_field('overridden', 'price', '$.price', type => 'numeric');
+SELECT eventview.define_field('overridden', 'price', '$.cost.amount', 'b', 2, 'numeric');
+SELECT eventview.create_view('overridden_price', 'overridden', measures => '{"p": "sum(price)"}', event_types => ARRAY['b']);
+INSERT INTO overridden (event_type, event_version, payload) VALUES
+  ('b', 1, '{"price": 1, "cost": {"amount": 1}}'), ('b', 2, '{"price": 1, "cost": {"amount": 1}}');
+SELECT eventview.refresh('overridden_price');
+INSERT INTO overridden (event_type, event_version, payload) VALUES
+  ('b', 1, '{"cost": {"amount": 1}}'), ('b', 2, '{"cost": {"amount": 1}}');
+SELECT eventview.refresh('overridden_price');
+SELECT event_type, event_version, path, change FROM eventview.drift
+WHERE source = 'overridden'::regclass AND change = 'missing' ORDER BY 1, 2, 3;
+SELECT eventview.drop_event_table('overridden', cascade => true);
 -- Dropping the event table forgets its observations and drift.
 SELECT eventview.drop_event_table('shapes', cascade => true);
 SELECT count(*) AS dangling FROM eventview.drift WHERE source::oid NOT IN (SELECT oid FROM pg_class);

@@ -211,7 +211,9 @@ pub fn drop_capture(source_id: i32) -> Vec<String> {
         .iter()
         .map(|op| format!("DROP FUNCTION IF EXISTS {}() CASCADE", names::capture_function(source_id, op)))
         .collect();
-    out.push(format!("DROP TABLE IF EXISTS {}", names::changelog(source_id)));
+    // CASCADE: what a view's owner built on the changelog (a view of their own, while they could
+    // read it) must not keep the event table's owner from dropping the table.
+    out.push(format!("DROP TABLE IF EXISTS {} CASCADE", names::changelog(source_id)));
     out
 }
 

@@ -19,7 +19,12 @@ pub fn capture_function(source_id: i32, op: &str) -> String {
 }
 
 pub fn view_data(view_id: i32) -> String {
-    format!("{SCHEMA}._v{view_id}_data")
+    format!("{SCHEMA}.{}", view_data_table(view_id))
+}
+
+/// `view_data` without the schema.
+pub fn view_data_table(view_id: i32) -> String {
+    format!("_v{view_id}_data")
 }
 
 /// The value multiset behind min/max measure number `measure` (1-based).

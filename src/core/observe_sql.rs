@@ -13,8 +13,8 @@
 //! - a path never seen before: `added`, with the JSON type it first had;
 //! - a path with a JSON type never seen before for it: `type_changed` (old type: its type in
 //!   the last event before that had it, in the batch, else the one seen last);
-//! - a path some view reads from events of that type and version (its `event_types`, and the
-//!   type and version of the logical field declaration it comes from), present in every
+//! - a path some view reads from events of that type and version (its `event_types`, and of a
+//!   logical field, the most specific declaration for that type and version), present in every
 //!   earlier event of that type and version, absent from some new one: `missing` (also within
 //!   the batch that first brings the type and version). Members past MAX_MEMBERS of an object
 //!   are not walked: with payloads that wide, a path past the cut counts as absent (see the
@@ -46,9 +46,11 @@ pub fn pending_check(source_id: i32) -> String {
     batch::pending_check(source_id, &observed_state(source_id), "NULL::bigint AS unused")
 }
 
-/// The observer statement for one source. $1, $2, $3: the paths views read, normalized (text[]),
-/// each with the event type and version it is read for (NULL: any), as arrays of one length.
-/// Returns (events observed, drift rows recorded).
+/// The observer statement for one source. $1 to $5: the paths views read, normalized (text[];
+/// NULL: a path that cannot be observed), each with the event type and version it is read for
+/// (NULL: any), the field reference it is a declaration of and its rank among that reference's
+/// declarations (most specific first), as arrays of one length. Returns (events observed, drift
+/// rows recorded).
 pub fn observe(source_id: i32, source_table: &str) -> String {
     let sid = source_id;
     let inserted = batch::inserted_rows(source_table);
@@ -80,11 +82,22 @@ obs AS (
     FROM walked WHERE path <> ''
     GROUP BY 1, 2, 3, 4
 ),
--- The paths some view reads, with the event type and version it reads each for (NULL: any).
+-- The declarations of the paths views read, with the event type and version each is for (NULL:
+-- any), numbered per field reference, most specific first.
+declared AS (
+    SELECT r.path, r.event_type, r.event_version, r.field, r.rank
+    FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::integer[]),
+                    pg_catalog.unnest($4::integer[]), pg_catalog.unnest($5::integer[]))
+         AS r(path, event_type, event_version, field, rank)
+),
+-- Per type and version with events in the batch, the paths read: of each field reference, the
+-- most specific declaration that applies (as resolution picks it).
 read_paths AS (
-    SELECT r.path, r.event_type, r.event_version
-    FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::integer[]))
-         AS r(path, event_type, event_version)
+    SELECT DISTINCT ON (v.event_type, v.event_version, d.field) d.path, v.event_type, v.event_version
+    FROM vers v JOIN declared d
+      ON (d.event_type IS NULL OR d.event_type = v.event_type)
+     AND (d.event_version IS NULL OR d.event_version = v.event_version)
+    ORDER BY v.event_type, v.event_version, d.field, d.rank
 ),
 prev_vers AS (
     SELECT v.event_type, v.event_version, coalesce(o.events, 0) AS events
@@ -130,8 +143,7 @@ missing AS (
     JOIN vers nv USING (event_type, event_version)
     WHERE pv.events > 0 AND p.seen >= pv.events
       AND EXISTS (SELECT 1 FROM read_paths r WHERE r.path = p.path
-                    AND (r.event_type IS NULL OR r.event_type = p.event_type)
-                    AND (r.event_version IS NULL OR r.event_version = p.event_version))
+                    AND r.event_type = p.event_type AND r.event_version = p.event_version)
       AND coalesce((SELECT sum(o.n) FROM obs o
                     WHERE o.event_type = p.event_type AND o.event_version = p.event_version
                       AND o.path = p.path), 0) < nv.n
@@ -142,8 +154,7 @@ missing AS (
     FROM obs o JOIN prev_vers pv USING (event_type, event_version)
     WHERE pv.events = 0 AND o.first_without > 1
       AND EXISTS (SELECT 1 FROM read_paths r WHERE r.path = o.path
-                    AND (r.event_type IS NULL OR r.event_type = o.event_type)
-                    AND (r.event_version IS NULL OR r.event_version = o.event_version))
+                    AND r.event_type = o.event_type AND r.event_version = o.event_version)
 ),
 drifted AS (
     INSERT INTO eventview.drift (source, event_type, event_version, path, change, old_type, new_type)
