@@ -35,7 +35,9 @@ $$;
 -- One row per event table.
 CREATE TABLE eventview._sources (
     source_id       serial PRIMARY KEY,
-    relid           regclass NOT NULL UNIQUE,
+    -- 0 (printed '-') once the table was dropped while views still read it: its OID must not
+    -- name it any more, as a later relation may get that OID (a restore, a wraparound).
+    relid           regclass NOT NULL,
     retention       interval,
     delta_retention interval NOT NULL DEFAULT '7 days',
     created_at      timestamptz NOT NULL DEFAULT now(),
@@ -44,6 +46,7 @@ CREATE TABLE eventview._sources (
     observed_own_xid  xid8 DEFAULT pg_current_xact_id_if_assigned(),
     observed_own_seq  bigint
 );
+CREATE UNIQUE INDEX _sources_relid_key ON eventview._sources (relid) WHERE relid::oid <> 0;
 COMMENT ON TABLE eventview._sources IS 'pg_eventview: registered event tables (see eventview.event_tables)';
 
 -- One row per incremental view.
@@ -561,10 +564,12 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM eventview._views w WHERE w.source_id OPERATOR(pg_catalog.=) t.source_id) THEN
             PERFORM eventview._forget_source(t.source_id);
         ELSE
-            -- What names the table by its OID goes now: a later relation may get that OID (a
-            -- restore, a wraparound), whose owner must not see the old table's events.
+            -- Nothing names the table by its OID any more: a later relation may get that OID (a
+            -- restore, a wraparound), which must not pass for the table, nor its owner see the
+            -- table's events. The views go on failing their refreshes until they are dropped.
             DELETE FROM eventview.quarantine WHERE source OPERATOR(pg_catalog.=) t.relid;
             DELETE FROM eventview.drift WHERE source OPERATOR(pg_catalog.=) t.relid;
+            UPDATE eventview._sources SET relid = 0 WHERE source_id OPERATOR(pg_catalog.=) t.source_id;
         END IF;
     END LOOP;
 END

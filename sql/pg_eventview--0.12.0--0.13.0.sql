@@ -180,29 +180,41 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM eventview._views w WHERE w.source_id OPERATOR(pg_catalog.=) t.source_id) THEN
             PERFORM eventview._forget_source(t.source_id);
         ELSE
-            -- What names the table by its OID goes now: a later relation may get that OID (a
-            -- restore, a wraparound), whose owner must not see the old table's events.
+            -- Nothing names the table by its OID any more: a later relation may get that OID (a
+            -- restore, a wraparound), which must not pass for the table, nor its owner see the
+            -- table's events. The views go on failing their refreshes until they are dropped.
             DELETE FROM eventview.quarantine WHERE source OPERATOR(pg_catalog.=) t.relid;
             DELETE FROM eventview.drift WHERE source OPERATOR(pg_catalog.=) t.relid;
+            UPDATE eventview._sources SET relid = 0 WHERE source_id OPERATOR(pg_catalog.=) t.source_id;
         END IF;
     END LOOP;
 END
 $$;
+-- A table dropped while views still read it keeps its catalog row with relid 0 (see
+-- _follow_drop): only live tables need a unique relid.
+ALTER TABLE eventview._sources DROP CONSTRAINT _sources_relid_key;
+CREATE UNIQUE INDEX _sources_relid_key ON eventview._sources (relid) WHERE relid::oid <> 0;
+
 -- Event tables dropped before this update: forgotten when no view reads them (else by drop_view
--- with the last of their views).
--- (What envelope::forget_source does, spelled out: the library refuses to run inside an update.)
+-- with the last of their views), as _follow_drop does now. What envelope::forget_source does,
+-- spelled out: the library refuses to run inside an update.
 DO $$
 DECLARE
     gone record;
 BEGIN
     FOR gone IN
-        SELECT s.source_id, s.relid FROM eventview._sources s
+        SELECT s.source_id, s.relid,
+               EXISTS (SELECT 1 FROM eventview._views v WHERE v.source_id = s.source_id) AS read
+        FROM eventview._sources s
         WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid)
-          AND NOT EXISTS (SELECT 1 FROM eventview._views v WHERE v.source_id = s.source_id)
         ORDER BY s.source_id
     LOOP
         DELETE FROM eventview.drift WHERE source = gone.relid;
         DELETE FROM eventview.quarantine WHERE source = gone.relid;
+        IF gone.read THEN
+            UPDATE eventview._sources SET relid = 0 WHERE source_id = gone.source_id;
+            CONTINUE;
+        END IF;
         EXECUTE format('DROP FUNCTION IF EXISTS eventview._capture_%s_insert() CASCADE', gone.source_id);
         EXECUTE format('DROP FUNCTION IF EXISTS eventview._capture_%s_update() CASCADE', gone.source_id);
         EXECUTE format('DROP FUNCTION IF EXISTS eventview._capture_%s_delete() CASCADE', gone.source_id);

@@ -166,6 +166,7 @@ pub fn event_table_sql(name: &str) -> Result<String, ErrorReport> {
 /// today's). Not in the current SQL (`sql = false`): the symbol stays because the install
 /// scripts of earlier releases declare the function, and a database is created at such a
 /// version with the current library (tests/test_upgrade.py does) before it is updated.
+#[allow(clippy::type_complexity)] // pgrx reads the column names from the type as written
 #[pg_extern(name = "_payload_shapes", immutable, parallel_safe, sql = false)]
 fn payload_shapes(
     event_types: Vec<Option<String>>,

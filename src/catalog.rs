@@ -255,7 +255,7 @@ pub fn lock_view(unlocked: &ViewRecord, name: &str) -> EvResult<ViewRecord> {
 fn load_view(view_id: i32) -> EvResult<ViewRecord> {
     let row = Spi::connect(|client| {
         let t = crate::plan_cache::select(
-            &client,
+            client,
             "SELECT v.relid::oid, v.source_id, s.relid::oid,
                     (v.definition -> 'group_by')::text, (v.definition -> 'measures')::text,
                     CASE WHEN json_typeof(v.definition -> 'event_types') = 'array'
@@ -312,7 +312,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         source: Source {
             source_id: source_id.ok_or_else(missing)?,
             relid: source_relid,
-            table_sql: relation::qualified(source_relid).map_err(|_| event_table_gone(relid, source_relid))?,
+            table_sql: relation::qualified(source_relid).map_err(|_| event_table_gone(relid))?,
         },
         definition,
         time_bucket: bucket,
@@ -324,13 +324,13 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
 
 /// The event table of view `relid` is gone: dropped by a plain DROP TABLE while the view read it
 /// (see `eventview._follow_drop`).
-pub fn event_table_gone(relid: pg_sys::Oid, source_relid: pg_sys::Oid) -> EvError {
+pub fn event_table_gone(relid: pg_sys::Oid) -> EvError {
     let view = relation::regclass_text(relid).unwrap_or_else(|_| relid.to_u32().to_string());
     // Not 42P01 (undefined_table): refresh_all takes that for a view dropped while it ran and
     // goes on silently; this view is there, and fails.
     EvError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-        format!("the event table of view {view} was dropped (it had OID {})", source_relid.to_u32()),
+        format!("the event table of view {view} was dropped"),
     )
     .with_hint("The view can no longer be refreshed: drop it with eventview.drop_view. Drop event tables with eventview.drop_event_table.")
 }
@@ -349,7 +349,7 @@ pub fn view_ref_by_name(name: &str) -> EvResult<ViewRef> {
     let relid = relation::resolve(name)?;
     let row = Spi::connect(|client| {
         let t = crate::plan_cache::select(
-            &client,
+            client,
             "SELECT v.owner::oid, s.relid::oid FROM eventview._views v JOIN eventview._sources s USING (source_id)
              WHERE v.relid = $1::regclass",
             Some(1),
@@ -383,7 +383,7 @@ pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     Ok(Spi::connect(|client| {
         let mut out = Vec::new();
         for row in crate::plan_cache::select(
-            &client,
+            client,
             "SELECT view_id, relid::oid FROM eventview._views WHERE source_id = $1 ORDER BY view_id",
             None,
             &[source_id.into()],
@@ -403,7 +403,7 @@ pub fn all_sources() -> EvResult<Vec<Source>> {
     let rows = Spi::connect(|client| {
         let mut out = Vec::new();
         for row in crate::plan_cache::select(
-            &client,
+            client,
             "SELECT s.source_id, s.relid::oid FROM eventview._sources s
              WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid)
              ORDER BY s.source_id",
@@ -425,7 +425,7 @@ pub fn all_sources() -> EvResult<Vec<Source>> {
 pub fn all_views() -> EvResult<Vec<pg_sys::Oid>> {
     Ok(Spi::connect(|client| {
         let mut out = Vec::new();
-        for row in crate::plan_cache::select(&client, "SELECT relid::oid FROM eventview._views ORDER BY view_id", None, &[])? {
+        for row in crate::plan_cache::select(client, "SELECT relid::oid FROM eventview._views ORDER BY view_id", None, &[])? {
             if let Some(relid) = row.get::<pg_sys::Oid>(1)? {
                 out.push(relid);
             }
@@ -453,7 +453,7 @@ pub fn fields_of_source(source_id: i32) -> EvResult<Vec<LogicalField>> {
     let rows = Spi::connect(|client| {
         let mut out = Vec::new();
         for row in crate::plan_cache::select(
-            &client,
+            client,
             "SELECT field, event_type, event_version, path, field_type FROM eventview._fields
              WHERE source_id = $1 ORDER BY field, event_type NULLS LAST, event_version NULLS LAST",
             None,

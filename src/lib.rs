@@ -12,6 +12,10 @@
 //!   progress       NOTICEs from inside long recomputations
 //!   scheduler, gucs  the background worker and configuration parameters
 
+// Every SQL-callable function returns pgrx's `ErrorReport` as its error (the type pgrx raises
+// as a Postgres error), which is large; boxing it is not an option there.
+#![allow(clippy::result_large_err)]
+
 use pgrx::prelude::*;
 
 pub mod core;

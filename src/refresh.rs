@@ -96,7 +96,10 @@ pub fn apply(
     // Read as the view's owner (an idle refresh reads nothing, so waits for no lock above): not a table whose owner gave an envelope column a type of theirs
     // (see envelope::require_intact), unless that owner has the view owner's rights anyway.
     crate::envelope::lock_for_reading(view.source.relid);
-    if !privileges::has_privileges_of(privileges::table_owner(view.source.relid)?, view.owner) {
+    // (Dropped while this waited for the lock: as if it had been before.)
+    let table_owner =
+        privileges::table_owner(view.source.relid).map_err(|_| catalog::event_table_gone(view.relid))?;
+    if !privileges::has_privileges_of(table_owner, view.owner) {
         crate::envelope::require_intact(view.source.relid)?;
     }
     crate::relation::require_same_storage_as_snapshot(view.source.relid)?;

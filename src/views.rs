@@ -289,7 +289,7 @@ pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
 pub fn refresh_problem(view_id: i32) -> EvResult<Option<String>> {
     let row = Spi::connect(|client| {
         let t = crate::plan_cache::select(
-            &client,
+            client,
             "SELECT v.relid::oid, v.owner::oid, s.relid::oid,
                     EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid)
              FROM eventview._views v JOIN eventview._sources s USING (source_id)
@@ -312,7 +312,7 @@ pub fn refresh_problem(view_id: i32) -> EvResult<Option<String>> {
         return Ok(None);
     };
     if !table_exists {
-        return Ok(Some(catalog::event_table_gone(relid, source_relid).message));
+        return Ok(Some(catalog::event_table_gone(relid).message));
     }
     Ok(privileges::require_owner_reads(relid, owner, source_relid).err().map(|e| e.message))
 }

@@ -136,14 +136,16 @@ def test_a_plain_drop_table_of_an_event_table_is_followed(db):
         a.execute("SELECT eventview.create_view('gone_1', 'gone')")
         a.execute("SELECT eventview.create_view('gone_2', 'gone')")
         a.execute("DROP TABLE gone")
-        assert _one(a, "SELECT last_error FROM eventview.views WHERE name = 'gone_1'::regclass").startswith(
-            "the event table of view public.gone_1 was dropped (it had OID ")
+        assert _one(a, "SELECT last_error FROM eventview.views WHERE name = 'gone_1'::regclass") == \
+            "the event table of view public.gone_1 was dropped"
+        # Its OID names it no more (a later relation may get it).
+        assert _one(a, "SELECT count(*) FROM eventview._sources WHERE relid::oid = 0") == 1
         a.execute("INSERT INTO kept (event_type, payload) VALUES ('t', '{}')")
         assert _one(a, "SELECT eventview.refresh_all()") == 1
         assert _one(a, "SELECT count(*) FROM kept_view") == 1
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as e:
             a.execute("SELECT eventview.refresh('gone_1')")
-        assert e.value.diag.message_primary.startswith("the event table of view public.gone_1 was dropped (it had OID ")
+        assert e.value.diag.message_primary == "the event table of view public.gone_1 was dropped"
         assert "drop_view" in e.value.diag.message_hint
         a.execute("SELECT eventview.drop_view('gone_1')")
         assert _source_rows(a) == (2, 2, 8)

@@ -8,6 +8,7 @@
 //!   because the refresh must retract exactly what the old row contributed.
 //! - TRUNCATE: a BEFORE trigger logs every row as deleted, so views empty at their next refresh
 //!   through the ordinary retraction path.
+//!
 //! Every record carries the writer's top-level `xid` (for snapshot batching at refresh) and a
 //! per-table `seq` (ordering of the changes to one row within a batch).
 
