@@ -564,11 +564,19 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM eventview._views w WHERE w.source_id OPERATOR(pg_catalog.=) t.source_id) THEN
             PERFORM eventview._forget_source(t.source_id);
         ELSE
-            -- Nothing names the table by its OID any more: a later relation may get that OID (a
-            -- restore, a wraparound), which must not pass for the table, nor its owner see the
-            -- table's events. The views go on failing their refreshes until they are dropped.
+            -- The views go on failing their refreshes until they are dropped; what was kept of
+            -- the table's events (changelog, quarantine) and about them (drift, observed fields)
+            -- goes now, and nothing names the table by its OID any more: a later relation may
+            -- get that OID (a restore, a wraparound), which must not pass for the table, nor
+            -- its owner see the table's events. (Its field declarations stay: the views' own
+            -- definitions read them until they are dropped.)
             DELETE FROM eventview.quarantine WHERE source OPERATOR(pg_catalog.=) t.relid;
             DELETE FROM eventview.drift WHERE source OPERATOR(pg_catalog.=) t.relid;
+            DELETE FROM eventview._observed WHERE source_id OPERATOR(pg_catalog.=) t.source_id;
+            DELETE FROM eventview._observed_versions WHERE source_id OPERATOR(pg_catalog.=) t.source_id;
+            IF pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', t.source_id)) IS NOT NULL THEN
+                EXECUTE pg_catalog.format('TRUNCATE eventview._changes_%s', t.source_id);
+            END IF;
             UPDATE eventview._sources SET relid = 0 WHERE source_id OPERATOR(pg_catalog.=) t.source_id;
         END IF;
     END LOOP;

@@ -244,7 +244,12 @@ pub fn view_by_name(name: &str, lock: bool) -> EvResult<ViewRecord> {
 /// waits for a refresh or change of it in progress. Dropped meanwhile (by the transaction
 /// waited for): SQLSTATE 42P01, as if the name had not resolved (`refresh_all` skips it).
 pub fn lock_view(unlocked: &ViewRecord, name: &str) -> EvResult<ViewRecord> {
-    view_by_relid(unlocked.relid, true)?.ok_or_else(|| {
+    lock_view_by_relid(unlocked.relid, name)
+}
+
+/// `lock_view` for a view whose relation is `relid` (found unlocked by `view_ref_by_name`).
+pub fn lock_view_by_relid(relid: pg_sys::Oid, name: &str) -> EvResult<ViewRecord> {
+    view_by_relid(relid, true)?.ok_or_else(|| {
         EvError::new(
             PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
             format!("view \"{name}\" was dropped by another transaction"),
@@ -344,7 +349,8 @@ pub struct ViewRef {
 }
 
 /// The view named `name`, without loading its definition or its event table: what dropping it
-/// takes, also when its event table is gone.
+/// takes (also when its event table is gone), and a refresh's check of the caller's rights
+/// before it takes the view's row and loads the view once.
 pub fn view_ref_by_name(name: &str) -> EvResult<ViewRef> {
     let relid = relation::resolve(name)?;
     let row = Spi::connect(|client| {

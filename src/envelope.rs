@@ -61,7 +61,7 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
         .with_hint("Drop the views first, or call drop_event_table with cascade => true."));
     }
     for (_, relid) in readers {
-        views::drop_view_by_relid(relid, true)?;
+        views::drop_view_by_relid(relid)?;
     }
     // The DROP fires eventview._follow_drop, which forgets the table; forgotten here again in
     // case event triggers did not fire (session_replication_role = replica).

@@ -216,9 +216,10 @@ fn lock_for_refresh(name: &str) -> EvResult<ViewRecord> {
     // then the apply's), as drop_event_table and run_maintenance take them. (Observing first
     // held the table while waiting for the row: a deadlock with drop_event_table, which holds
     // the row while waiting for the table.) The observer's own catalog row is taken SKIP LOCKED.
-    let unlocked = catalog::view_by_name(name, false)?;
+    // The rights from the catalog row alone; the definition is loaded once, under the lock.
+    let unlocked = catalog::view_ref_by_name(name)?;
     privileges::require_view_owner(unlocked.relid, unlocked.owner, "refresh")?;
-    catalog::lock_view(&unlocked, name)
+    catalog::lock_view_by_relid(unlocked.relid, name)
 }
 
 fn refresh_locked(view: &ViewRecord) -> EvResult<i64> {

@@ -158,10 +158,9 @@ pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
     privileges::as_role(view.owner, || spi_util::run_all(&[statement]))
 }
 
-/// Drops the view whose relation is `relid`. Views others built on its relation: with
-/// `cascade`, dropped too (drop_event_table's cascade, a drop by the event table's owner);
-/// else the drop is refused, naming them.
-pub fn drop_view_by_relid(relid: pg_sys::Oid, cascade: bool) -> EvResult<()> {
+/// Drops the view whose relation is `relid`; refused, naming them, while other objects depend on
+/// that relation (never dropped with it: they may be anyone's).
+pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     // Its row locked (a refresh in progress finishes first), its definition not loaded: a view
     // whose event table is gone is dropped all the same.
     let view_id = spi_util::one::<i32>("SELECT view_id FROM eventview._views WHERE relid = $1::regclass FOR UPDATE", &[relid.into()])?
@@ -172,50 +171,51 @@ pub fn drop_view_by_relid(relid: pg_sys::Oid, cascade: bool) -> EvResult<()> {
     // that already took the relation: a no-op otherwise.
     let names_it = spi_util::one::<bool>("SELECT eventview._names_its_relation($1)", &[view_id.into()])?;
     if names_it == Some(true) {
-        if !cascade {
-            require_no_dependent_views(relid)?;
-        }
-        let how = if cascade { " CASCADE" } else { "" };
-        spi_util::run_all(&[format!("DROP VIEW {}{how}", relation::qualified(relid)?)])?;
+        require_no_dependents(relid)?;
+        spi_util::run_all(&[format!("DROP VIEW {}", relation::qualified(relid)?)])?;
     }
     spi_util::run("SELECT eventview._forget_view($1)", &[view_id.into()])
 }
 
-/// No other view reads the view's relation: its DROP VIEW would fail with PostgreSQL's hint to
-/// use DROP ... CASCADE, which drop_view does not take. Named here, with what to do instead.
-fn require_no_dependent_views(relid: pg_sys::Oid) -> EvResult<()> {
+/// No other object depends on the view's relation (another view reads it, a function's body, a
+/// materialized view): its DROP VIEW would fail with PostgreSQL's hint to use DROP ... CASCADE,
+/// which drop_view does not take (the objects may be anyone's). Named here, with what to do.
+fn require_no_dependents(relid: pg_sys::Oid) -> EvResult<()> {
     let dependents = spi_util::one::<String>(
-        "SELECT pg_catalog.string_agg(DISTINCT r.ev_class::regclass::text, ', ')
-         FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite r ON r.oid = d.objid
-         WHERE d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.refclassid = 'pg_catalog.pg_class'::regclass
-           AND d.refobjid = $1 AND r.ev_class <> $1",
+        "SELECT pg_catalog.string_agg(DISTINCT CASE WHEN d.classid = 'pg_catalog.pg_rewrite'::regclass
+                                                   THEN pg_catalog.format('%s %s', CASE c.relkind WHEN 'm' THEN 'materialized view' ELSE 'view' END, r.ev_class::regclass)
+                                                   ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END, ', ')
+         FROM pg_catalog.pg_depend d
+         LEFT JOIN pg_catalog.pg_rewrite r ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND r.oid = d.objid
+         LEFT JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
+         WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = $1 AND d.deptype = 'n'
+           AND NOT (d.classid = 'pg_catalog.pg_rewrite'::regclass AND r.ev_class = $1)
+           AND NOT (d.classid = 'pg_catalog.pg_trigger'::regclass
+                    AND (SELECT t.tgrelid FROM pg_catalog.pg_trigger t WHERE t.oid = d.objid) = $1)",
         &[relid.into()],
     )?;
     match dependents {
         None => Ok(()),
         Some(names) => Err(EvError::new(
             PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
-            format!("cannot drop view {} because other views read it", relation::regclass_text(relid)?),
+            format!("cannot drop view {} because other objects depend on it", relation::regclass_text(relid)?),
         )
-        .with_detail(format!("Views reading it: {names}."))
-        .with_hint("Drop those views first (DROP VIEW), then drop this one.")),
+        .with_detail(format!("Depending on it: {names}."))
+        .with_hint("Drop those objects first, then drop this view.")),
     }
 }
 
 /// Drops a view: by its owner, or by the owner of its event table (a view another role made
 /// while it could read the table holds back the pruning of the table's changelog, and must not
-/// outlive that role's access for good). The view's owner is told of views built on it; the
-/// table's owner drops them with it, as drop_event_table(cascade => true) does.
+/// outlive that role's access for good). Objects that depend on the view's relation are never
+/// dropped with it (`require_no_dependents`).
 pub fn drop_view(name: &str) -> EvResult<()> {
     let view = catalog::view_ref_by_name(name)?;
-    if privileges::caller_acts_as(view.owner) {
-        return drop_view_by_relid(view.relid, false);
-    }
     let by_table_owner = privileges::table_owner(view.source_relid).is_ok_and(privileges::caller_acts_as);
     if !by_table_owner {
         privileges::require_view_owner(view.relid, view.owner, "drop")?;
     }
-    drop_view_by_relid(view.relid, true)
+    drop_view_by_relid(view.relid)
 }
 
 pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str>) -> EvResult<()> {
@@ -267,11 +267,21 @@ pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
     // read of eventview.views fail (their functions run as the owner, but may raise).
     // SAFETY: locks a relation of the extension's schema by OID, as the count below would.
     unsafe { pg_sys::LockRelationOid(storage, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
-    let plain = spi_util::one::<bool>(
-        "SELECT c.relkind = 'r' AND NOT c.relrowsecurity FROM pg_catalog.pg_class c WHERE c.oid = $1",
-        &[storage.into()],
-    )?;
-    if plain != Some(true) {
+    // (From the relation cache, current once the lock is taken: a catalog query would read it
+    // with the transaction's snapshot under REPEATABLE READ, older than what the count plans with.)
+    // SAFETY: opens and closes a relcache entry of a relation this backend holds locked.
+    let plain = unsafe {
+        let rel = pg_sys::RelationIdGetRelation(storage);
+        if rel.is_null() {
+            false
+        } else {
+            let form = (*rel).rd_rel;
+            let plain = (*form).relkind == pg_sys::RELKIND_RELATION as std::ffi::c_char && !(*form).relrowsecurity;
+            pg_sys::RelationClose(rel);
+            plain
+        }
+    };
+    if !plain {
         return Ok(None);
     }
     privileges::as_role(owner, || {

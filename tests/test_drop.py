@@ -135,11 +135,17 @@ def test_a_plain_drop_table_of_an_event_table_is_followed(db):
         a.execute("INSERT INTO gone (event_type, payload) VALUES ('t', '{}')")
         a.execute("SELECT eventview.create_view('gone_1', 'gone')")
         a.execute("SELECT eventview.create_view('gone_2', 'gone')")
+        a.execute("INSERT INTO gone (event_type, payload) VALUES ('t', '{\"k\": 1}')")
+        a.execute("SELECT eventview.refresh('gone_1')")
+        a.execute("INSERT INTO gone (event_type, payload) VALUES ('t', '{}')")
+        assert _one(a, "SELECT count(*) FROM eventview._observed o JOIN eventview._sources s USING (source_id) WHERE s.relid = 'gone'::regclass") > 0
         a.execute("DROP TABLE gone")
         assert _one(a, "SELECT last_error FROM eventview.views WHERE name = 'gone_1'::regclass") == \
             "the event table of view public.gone_1 was dropped"
-        # Its OID names it no more (a later relation may get it).
-        assert _one(a, "SELECT count(*) FROM eventview._sources WHERE relid::oid = 0") == 1
+        # Its OID names it no more (a later relation may get it), and its events are gone.
+        gone_id = _one(a, "SELECT source_id FROM eventview._sources WHERE relid::oid = 0")
+        assert _one(a, f"SELECT count(*) FROM eventview._changes_{gone_id}") == 0
+        assert _one(a, "SELECT count(*) FROM eventview._observed WHERE source_id = %s", (gone_id,)) == 0
         a.execute("INSERT INTO kept (event_type, payload) VALUES ('t', '{}')")
         assert _one(a, "SELECT eventview.refresh_all()") == 1
         assert _one(a, "SELECT count(*) FROM kept_view") == 1

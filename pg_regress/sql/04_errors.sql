@@ -88,8 +88,11 @@ SELECT try($$SELECT eventview.rebuild('no_bucket', '2026-11-08 00:00+00', '2026-
 \set VERBOSITY default
 SELECT eventview.create_view('v', 'err_events', measures => '{"x": "median($.a)"}');
 SELECT eventview.drop_event_table('err_events');
--- drop_view takes no CASCADE: a view reading an incremental view is named, not "use CASCADE".
+-- drop_view takes no CASCADE: what depends on an incremental view (anyone's) is named, not
+-- "use CASCADE".
 CREATE VIEW reads_no_bucket AS SELECT * FROM no_bucket;
+CREATE FUNCTION counts_no_bucket() RETURNS bigint BEGIN ATOMIC SELECT count(*) FROM no_bucket; END;
 SELECT eventview.drop_view('no_bucket');
 \set VERBOSITY terse
 DROP VIEW reads_no_bucket;
+DROP FUNCTION counts_no_bucket();
