@@ -251,12 +251,6 @@ mod tests {
     }
 }
 
-/// Before anyone but the table's owner reads an event table (the field observer as the
-/// extension owner, after `lock_for_reading_if_free`; a refresh as the view's owner, after
-/// `lock_for_reading`): the table must still be a plain table whose envelope columns have their
-/// built-in types. Its owner can alter it; a column of a type of theirs would run their
-/// functions (implicit casts to jsonb, casts to json in the quarantine's copy of the event)
-/// with the reader's rights.
 /// Takes the lock a read of the event table takes (ACCESS SHARE), waiting for it as the read
 /// would: checks made after it (`require_intact`) hold until the transaction ends.
 pub fn lock_for_reading(relid: pg_sys::Oid) {
@@ -264,6 +258,12 @@ pub fn lock_for_reading(relid: pg_sys::Oid) {
     unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
 }
 
+/// Before anyone but the table's owner reads an event table (the field observer as the
+/// extension owner, after `lock_for_reading_if_free`; a refresh as the view's owner, after
+/// `lock_for_reading`): the table must still be a plain table whose envelope columns have their
+/// built-in types. Its owner can alter it; a column of a type of theirs would run their
+/// functions (implicit casts to jsonb, casts to json in the quarantine's copy of the event)
+/// with the reader's rights.
 pub fn require_intact(relid: pg_sys::Oid) -> EvResult<()> {
     let altered = spi_util::one::<String>(
         "SELECT string_agg(format('%I is %s', e.name, coalesce(pg_catalog.format_type(a.atttypid, a.atttypmod), 'missing')), ', ')

@@ -93,8 +93,10 @@ pub fn apply(
             return Ok(Applied { consumed: 0, groups_written: 0 });
         }
     }
-    // Read as the view's owner (an idle refresh reads nothing, so waits for no lock above): not a table whose owner gave an envelope column a type of theirs
-    // (see envelope::require_intact), unless that owner has the view owner's rights anyway.
+    // The table is read as the view's owner: not one whose owner gave an envelope column a
+    // type of theirs (see envelope::require_intact), unless that owner has the view owner's
+    // rights anyway. (After the idle return above: an idle refresh reads nothing, and waits for
+    // no lock on the table.)
     crate::envelope::lock_for_reading(view.source.relid);
     // (Dropped while this waited for the lock: as if it had been before.)
     let table_owner =

@@ -659,3 +659,25 @@ def test_a_refresh_does_not_read_an_event_table_whose_envelope_its_owner_retyped
     assert admin.one("SELECT s FROM dba_view") == 1
     for who in (admin, bob):
         who.conn.close()
+
+
+def test_a_view_renamed_where_event_triggers_do_not_fire_still_files_its_quarantine(cluster, roles):
+    """The quarantine's policies find a view by the name its catalog row keeps (known_name),
+    which a rename updates through an event trigger. Renamed where event triggers do not fire
+    (session_replication_role = replica), the view's refresh still files and finds its entries
+    under that kept name: it files by known_name too, not by the relation's current name."""
+    admin, bob = As(cluster, roles, "postgres"), As(cluster, roles, "bob")
+    bob.q("SELECT eventview.create_event_table('bev')")
+    bob.q("""SELECT eventview.create_view('bq', 'bev', measures => '{"s": "sum($.v)"}')""")
+    admin.q("SET session_replication_role = replica")
+    admin.q("ALTER VIEW bq RENAME TO bq2")
+    admin.q("RESET session_replication_role")
+    bob.q("INSERT INTO bev (event_type, payload) VALUES ('e', '{\"v\": \"x\"}'), ('e', '{\"v\": 2}')")
+    assert bob.one("SELECT eventview.refresh('bq2')") == 2
+    assert bob.q("SELECT view_name FROM eventview.quarantine") == [("public.bq",)]
+    assert bob.one("SELECT quarantined FROM eventview.views WHERE name = 'bq2'::regclass") == 1
+    # The next DDL the event trigger sees brings the name up to date.
+    bob.q("ALTER VIEW bq2 RENAME TO bq3")
+    assert bob.q("SELECT view_name FROM eventview.quarantine") == [("public.bq3",)]
+    for who in (admin, bob):
+        who.conn.close()

@@ -902,10 +902,10 @@ delta_rows AS (
             ctes.push(format!(
                 "unq AS (
     DELETE FROM eventview.quarantine q
-    WHERE q.view_name = eventview._view_name({vid})
+    WHERE q.view_name = {known}
       AND q.event_id IN (SELECT event_id FROM chg WHERE op <> 'I')
 )",
-                vid = self.view_id
+                known = self.known_name()
             ));
         }
         match def.on_type_error {
@@ -914,7 +914,7 @@ delta_rows AS (
                     "q AS (
     INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
     SELECT (SELECT relid FROM eventview._sources WHERE source_id = {sid}),
-           eventview._view_name({vid}),
+           {known},
            b.event_id, b.bad,
            jsonb_build_object('event_id', e.event_id, 'event_key', e.event_key,
                               'event_type', e.event_type, 'event_version', e.event_version,
@@ -923,7 +923,7 @@ delta_rows AS (
     FROM bad_rows b LEFT JOIN ONLY {src} e ON e.event_id = b.event_id
 )",
                     sid = self.source_id,
-                    vid = self.view_id,
+                    known = self.known_name(),
                     src = self.source_table
                 ));
             }
@@ -1021,12 +1021,23 @@ WHERE view_id = {}",
         out
     }
 
+    /// The name the view's quarantine entries carry (`_views.known_name`, kept up to date on
+    /// renames), as the quarantine's row-level policies and `eventview.views.quarantined` find
+    /// them.
+    fn known_name(&self) -> String {
+        format!(
+            "coalesce((SELECT known_name FROM eventview._views WHERE view_id = {vid}), eventview._view_name({vid}))",
+            vid = self.view_id
+        )
+    }
+
     /// Before a full rebuild: forget the view's quarantine entries and its `skipped` count,
     /// which the rebuild records again.
     pub fn forget_type_errors(&self) -> String {
         format!(
-            "WITH gone AS (DELETE FROM eventview.quarantine WHERE view_name = eventview._view_name({vid}))
+            "WITH gone AS (DELETE FROM eventview.quarantine WHERE view_name = {known})
 UPDATE eventview._views SET skipped = 0 WHERE view_id = {vid}",
+            known = self.known_name(),
             vid = self.view_id
         )
     }
@@ -1036,10 +1047,10 @@ UPDATE eventview._views SET skipped = 0 WHERE view_id = {vid}",
     pub fn forget_type_errors_in_window(&self) -> String {
         format!(
             "DELETE FROM eventview.quarantine
-WHERE view_name = eventview._view_name({vid})
+WHERE view_name = {known}
   AND pg_catalog.date_bin($1::interval, (event->>'occurred_at')::timestamptz, '2000-01-01 00:00:00+00'::timestamptz) >= $2
   AND pg_catalog.date_bin($1::interval, (event->>'occurred_at')::timestamptz, '2000-01-01 00:00:00+00'::timestamptz) < $3",
-            vid = self.view_id
+            known = self.known_name()
         )
     }
 
