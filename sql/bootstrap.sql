@@ -212,7 +212,7 @@ LANGUAGE c STABLE STRICT PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'group_count_wrapper';
 
 -- What keeps a view from being refreshed now, as its refresh would say (NULL: nothing): its
--- owner may no longer read its event table, or the table was dropped. Checked in Rust
+-- owner may no longer read its event table, or the table was dropped or altered. Checked in Rust
 -- (views::refresh_problem) with the refresh's own checks, so that eventview.views.last_error
 -- shows it also after a refresh called directly failed (its transaction, and whatever it
 -- would have recorded, rolled back).
@@ -326,6 +326,11 @@ GRANT SELECT, INSERT ON eventview.quarantine TO PUBLIC;
 CREATE POLICY filers_take_back ON eventview.quarantine FOR DELETE
     USING (view_name IS NOT NULL AND eventview._may_file_quarantine(source, view_name));
 GRANT DELETE ON eventview.quarantine TO PUBLIC;
+-- The ingest gate's rejects stay until the event table's owner deletes them (once the producer
+-- has sent them again, corrected).
+CREATE POLICY table_owners_clear_rejects ON eventview.quarantine FOR DELETE
+    USING (view_name IS NULL
+           AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = source), 'MEMBER'));
 
 -- A view's owner reads the changelog of its event table only while it may SELECT the table (the
 -- changelog holds the old contents of updated and deleted events). Called by the DDL trigger

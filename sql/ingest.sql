@@ -30,6 +30,15 @@ BEGIN
         RAISE EXCEPTION 'argument "%" must not be NULL', CASE WHEN source IS NULL THEN 'source' ELSE 'events' END
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    -- Before the statement: its own "permission denied for table" names the table unqualified,
+    -- under the whole statement as context.
+    IF NOT pg_catalog.has_table_privilege(v_table, 'INSERT') THEN
+        RAISE EXCEPTION 'permission denied to ingest into event table %: INSERT on it is needed', v_table::regclass
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = pg_catalog.format('Its owner, role %s, may grant it: GRANT INSERT ON %s TO %I.',
+                                           (SELECT c.relowner::regrole FROM pg_catalog.pg_class c WHERE c.oid = v_table::regclass),
+                                           v_table::regclass, current_user);
+    END IF;
     IF jsonb_typeof(events) <> 'array' THEN
         RAISE EXCEPTION 'invalid events: expected a JSON array of envelopes, found %', jsonb_typeof(events)
             USING ERRCODE = 'invalid_parameter_value',
@@ -44,7 +53,9 @@ BEGIN
             INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
             SELECT %2$L::regclass, NULL, NULL, CASE problem
                 WHEN 1 THEN 'envelope is a JSON ' || jsonb_typeof(envelope) || ', not an object'
-                WHEN 2 THEN 'envelope has no "type" (a non-empty string)'
+                WHEN 2 THEN CASE WHEN NOT envelope ? 'type' THEN 'envelope has no "type" (a non-empty string)'
+                                 WHEN jsonb_typeof(envelope->'type') = 'string' THEN '"type" is an empty string'
+                                 ELSE 'bad "type": a JSON ' || jsonb_typeof(envelope->'type') || ', not a string' END
                 WHEN 3 THEN 'bad "version": ' || left((envelope->'version')::text, 100) || ' is not an integer from 1 to 2147483647'
                 WHEN 4 THEN 'bad "producer": a JSON ' || jsonb_typeof(envelope->'producer') || ', not a string'
                 WHEN 5 THEN 'unparsable "occurred_at": ' || left((envelope->'occurred_at')::text, 100) || ' is not an RFC 3339 timestamp'

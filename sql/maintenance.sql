@@ -70,7 +70,8 @@ DECLARE
 BEGIN
     IF source IS NOT NULL AND NOT pg_catalog.pg_has_role(
             (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = source::oid), 'MEMBER') THEN
-        RAISE EXCEPTION 'permission denied to prune event table %', source
+        RAISE EXCEPTION 'permission denied to prune event table %: it belongs to role %', source,
+                (SELECT c.relowner::regrole FROM pg_catalog.pg_class c WHERE c.oid = source::oid)
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Only members of the table''s owner role (and superusers) may prune it.';
     END IF;

@@ -129,7 +129,7 @@ pub fn source_by_relid(relid: pg_sys::Oid) -> EvResult<Option<Source>> {
 pub fn source_by_name(name: &str) -> EvResult<Source> {
     let relid = relation::resolve(name)?;
     source_by_relid(relid)?.ok_or_else(|| {
-        EvError::invalid(format!("relation \"{name}\" is not an event table"))
+        EvError::invalid(format!("relation \"{}\" is not an event table", crate::core::quote::shown_name(name)))
             .with_hint("Create event tables with eventview.create_event_table().")
     })
 }
@@ -235,7 +235,7 @@ pub fn view_by_relid(relid: pg_sys::Oid, lock: bool) -> EvResult<Option<ViewReco
 pub fn view_by_name(name: &str, lock: bool) -> EvResult<ViewRecord> {
     let relid = relation::resolve(name)?;
     view_by_relid(relid, lock)?.ok_or_else(|| {
-        EvError::invalid(format!("relation \"{name}\" is not an incremental view"))
+        EvError::invalid(format!("relation \"{}\" is not an incremental view", crate::core::quote::shown_name(name)))
             .with_hint("Create incremental views with eventview.create_view().")
     })
 }
@@ -252,7 +252,7 @@ pub fn lock_view_by_relid(relid: pg_sys::Oid, name: &str) -> EvResult<ViewRecord
     view_by_relid(relid, true)?.ok_or_else(|| {
         EvError::new(
             PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
-            format!("view \"{name}\" was dropped by another transaction"),
+            format!("view \"{}\" was dropped by another transaction", crate::core::quote::shown_name(name)),
         )
     })
 }
@@ -368,7 +368,7 @@ pub fn view_ref_by_name(name: &str) -> EvResult<ViewRef> {
         Ok(row.get::<pg_sys::Oid>(1)?.zip(row.get::<pg_sys::Oid>(2)?))
     })?;
     let (owner, source_relid) = row.ok_or_else(|| {
-        EvError::invalid(format!("relation \"{name}\" is not an incremental view"))
+        EvError::invalid(format!("relation \"{}\" is not an incremental view", crate::core::quote::shown_name(name)))
             .with_hint("Create incremental views with eventview.create_view().")
     })?;
     Ok(ViewRef { relid, owner, source_relid })

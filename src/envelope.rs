@@ -24,6 +24,7 @@ pub fn create_event_table(
         }
     }
     let quoted = relation::qualified_for_create(name)?;
+    refuse_schema(&quoted)?;
     // The table is the caller's: created in their name, with their rights on the schema.
     privileges::as_caller(|| spi_util::run_all(&[envelope_sql::create_event_table(&quoted)]))?;
     let relid = relation::created(&quoted)?;
@@ -41,6 +42,25 @@ pub fn create_event_table(
     Ok(relid)
 }
 
+/// Schemas an event table cannot be in: the extension's own (`DROP EXTENSION ... CASCADE` and
+/// `DROP SCHEMA eventview CASCADE` remove what is in it, events included) and a temporary one
+/// (the table would go with the session, leaving its changelog and catalog row behind).
+fn refuse_schema(quoted: &str) -> EvResult<()> {
+    let parts = crate::core::quote::split_name(quoted).unwrap_or_default();
+    let Some(schema) = parts.first().filter(|_| parts.len() == 2) else {
+        return Ok(());
+    };
+    if schema == names::SCHEMA {
+        return Err(EvError::invalid(format!("cannot create an event table in schema {}", names::SCHEMA))
+            .with_hint("That schema holds the extension's own objects and goes with DROP EXTENSION; use a schema of your own."));
+    }
+    if schema == "pg_temp" || schema.starts_with("pg_temp_") {
+        return Err(EvError::new(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, "an event table cannot be temporary")
+            .with_hint("Its changelog and catalog entry outlive the session: create it in a permanent schema."));
+    }
+    Ok(())
+}
+
 pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
     let source = catalog::source_by_name(name)?;
     privileges::require_table_owner(source.relid, "drop")?;
@@ -55,7 +75,7 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
             .join(", ");
         return Err(EvError::new(
             PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
-            format!("cannot drop event table \"{name}\" because views read it"),
+            format!("cannot drop event table \"{}\" because views read it", crate::core::quote::shown_name(name)),
         )
         .with_detail(format!("Views reading it: {names}."))
         .with_hint("Drop the views first, or call drop_event_table with cascade => true."));
@@ -63,6 +83,7 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
     for (_, relid) in readers {
         views::drop_view_by_relid(relid)?;
     }
+    views::require_no_dependents(source.relid, "event table")?;
     // The DROP fires eventview._follow_drop, which forgets the table; forgotten here again in
     // case event triggers did not fire (session_replication_role = replica).
     privileges::as_caller(|| spi_util::run_all(&[format!("DROP TABLE {}", source.table_sql)]))?;
@@ -73,12 +94,19 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
 /// quarantine, observed fields, field declarations; its regclass would dangle), its changelog
 /// and its capture functions. No view may read it any more. A no-op for a forgotten table.
 pub fn forget_source(source_id: i32) -> EvResult<()> {
-    let still_there = spi_util::one::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM eventview._sources s JOIN pg_catalog.pg_class c ON c.oid = s.relid::oid
-                        WHERE s.source_id = $1)",
+    // Forgotten already (by the sql_drop event trigger of the DROP TABLE drop_event_table ran):
+    // nothing left to drop, and no "does not exist, skipping" notices.
+    let state = spi_util::one::<i32>(
+        "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM eventview._sources WHERE source_id = $1) THEN 0
+                     WHEN EXISTS (SELECT 1 FROM eventview._sources s JOIN pg_catalog.pg_class c ON c.oid = s.relid::oid
+                                  WHERE s.source_id = $1) THEN 2
+                     ELSE 1 END",
         &[source_id.into()],
     )?;
-    if still_there == Some(true) {
+    if state == Some(0) {
+        return Ok(());
+    }
+    if state == Some(2) {
         return Err(EvError::new(
             PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
             format!("event table {source_id} still exists"),
@@ -258,22 +286,22 @@ pub fn lock_for_reading(relid: pg_sys::Oid) {
     unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
 }
 
-/// Before anyone but the table's owner reads an event table (the field observer as the
-/// extension owner, after `lock_for_reading_if_free`; a refresh as the view's owner, after
-/// `lock_for_reading`): the table must still be a plain table whose envelope columns have their
-/// built-in types. Its owner can alter it; a column of a type of theirs would run their
+/// Before an event table is read (by the field observer as the extension owner, after
+/// `lock_for_reading_if_free`; by a refresh as the view's owner, after `lock_for_reading`): the
+/// table must still be a plain table with every envelope column. With `types`, also with their
+/// built-in types: its owner can alter them, and a column of a type of theirs would run their
 /// functions (implicit casts to jsonb, casts to json in the quarantine's copy of the event)
-/// with the reader's rights.
-pub fn require_intact(relid: pg_sys::Oid) -> EvResult<()> {
+/// with the reader's rights. (Without, for a reader with the owner's rights anyway.)
+pub fn require_intact(relid: pg_sys::Oid, types: bool) -> EvResult<()> {
     let altered = spi_util::one::<String>(
         "SELECT string_agg(format('%I is %s', e.name, coalesce(pg_catalog.format_type(a.atttypid, a.atttypmod), 'missing')), ', ')
          FROM (VALUES ('event_id', 'int8'::regtype), ('event_type', 'text'), ('event_version', 'int4'),
                       ('producer', 'text'), ('occurred_at', 'timestamptz'), ('payload', 'jsonb'),
                       ('event_key', 'text')) e(name, type)
          LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = $1 AND a.attname = e.name AND NOT a.attisdropped
-         WHERE a.atttypid IS DISTINCT FROM e.type::oid
+         WHERE (a.atttypid IS DISTINCT FROM e.type::oid AND ($2 OR a.atttypid IS NULL))
             OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = $1) <> 'r'",
-        &[relid.into()],
+        &[relid.into(), types.into()],
     )?;
     match altered {
         None => Ok(()),

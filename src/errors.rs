@@ -24,9 +24,10 @@ impl EvError {
         Self::new(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, message)
     }
 
-    /// 42P01: a relation that does not exist.
+    /// 42P01: a relation that does not exist, named as Postgres would name it.
     pub fn undefined_table(name: &str) -> Self {
-        Self::new(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"))
+        let shown = crate::core::quote::shown_name(name);
+        Self::new(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, format!("relation \"{shown}\" does not exist"))
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {

@@ -39,30 +39,43 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
     }
     let existing = catalog::fields_of_source(source.source_id)?;
     let current = existing.iter().find(|f| f.name == d.field);
-    if let Some(f) = current {
-        let replaces_only_variant = f.variants.len() == 1
-            && f.variants[0].event_type.as_deref() == d.event_type
-            && f.variants[0].version == d.version;
-        if f.sql_type != sql_type && !replaces_only_variant {
+    // Every declaration of a field has one type. A new declaration must take it; declaring an
+    // existing one again with another type changes the field's type, every declaration's, while
+    // no view reads the field (there is no call that removes a declaration, so this is how a
+    // field of several declarations is retyped).
+    let retyped = current.filter(|f| f.sql_type != sql_type);
+    if let Some(f) = retyped {
+        let redeclares = f.variants.iter().any(|v| v.event_type.as_deref() == d.event_type && v.version == d.version);
+        if !redeclares {
             return Err(EvError::invalid(format!(
                 "field \"{}\" is declared {}, not {}",
                 d.field,
                 f.sql_type.name(),
                 sql_type.name()
             ))
-            .with_hint("Every declaration of one logical field has the same type."));
+            .with_hint("Every declaration of one logical field has the same type. To change it, declare one of the field's declarations again with the new type."));
         }
     }
     let readers = views_reading(source.source_id, d.field)?;
-    if let Some(f) = current {
-        if f.sql_type != sql_type && !readers.is_empty() {
-            return Err(EvError::invalid(format!(
-                "cannot change the type of field \"{}\" while views read it: {}",
-                d.field,
-                readers.join(", ")
-            ))
-            .with_hint("Drop those views first, or declare a new field name."));
-        }
+    if retyped.is_some() && !readers.is_empty() {
+        return Err(EvError::invalid(format!(
+            "cannot change the type of field \"{}\" while views read it: {}",
+            d.field,
+            readers.join(", ")
+        ))
+        .with_hint("Drop those views first, or declare a new field name."));
+    }
+    if let Some(f) = retyped.filter(|f| f.variants.len() > 1) {
+        crate::spi_util::run(
+            "UPDATE eventview._fields SET field_type = $3 WHERE source_id = $1 AND field = $2",
+            &[source.source_id.into(), d.field.into(), sql_type.name().into()],
+        )?;
+        pgrx::notice!(
+            "field \"{}\" is now {} in all its {} declarations",
+            d.field,
+            sql_type.name(),
+            f.variants.len()
+        );
     }
     let canonical_type = sql_type.name();
     catalog::upsert_field(source.source_id, d.field, d.path, d.event_type, d.version, canonical_type)?;

@@ -11,19 +11,28 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Observes the source's pending changes once. When another session is observing the same
-/// source right now, or holds its event table locked against reading, this one skips (that session, or the next refresh, covers the changes):
-/// refreshes of different views never wait on each other here. NO KEY UPDATE: the weakest lock
-/// that keeps a second observer out.
-pub fn observe(source: &catalog::Source) -> EvResult<()> {
+/// source right now, or holds its event table locked against reading, this one skips (that
+/// session, or the next refresh, covers the changes): refreshes of different views never wait
+/// on each other here. NO KEY UPDATE: the weakest lock that keeps a second observer out.
+///
+/// A table whose owner dropped or retyped an envelope column is not observed, with a WARNING
+/// for a retyped one (a dropped one fails the view's refresh with the same message); `repeated`
+/// (from `run_maintenance`, which the worker runs every few seconds, and from `refresh_all`)
+/// notes it at DEBUG1 instead, not in the server log at every run.
+pub fn observe(source: &catalog::Source, repeated: bool) -> EvResult<()> {
     let source_id = source.source_id;
     // Not waited for: another session holds the table locked (the next refresh observes it).
     if !crate::envelope::lock_for_reading_if_free(source.relid)? {
         return Ok(());
     }
-    // The observer reads the table as the extension owner: not one its owner has altered (the
-    // views still refresh, each as its owner; only observation waits for the table's repair).
-    if let Err(e) = crate::envelope::require_intact(source.relid) {
-        pgrx::warning!("{}; observed_fields and drift are not updated for it", e.message);
+    // The observer reads the table as the extension owner: not one its owner has altered.
+    if let Err(e) = crate::envelope::require_intact(source.relid, true) {
+        // A column missing fails the view's refresh with this message anyway.
+        if repeated || crate::envelope::require_intact(source.relid, false).is_err() {
+            pgrx::debug1!("{}; observed_fields and drift are not updated for it", e.message);
+        } else {
+            pgrx::warning!("{}; observed_fields and drift are not updated for it", e.message);
+        }
         return Ok(());
     }
     // Nothing new since the observer's position: nothing to do (not even the paths the views

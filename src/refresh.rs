@@ -94,16 +94,16 @@ pub fn apply(
         }
     }
     // The table is read as the view's owner: not one whose owner gave an envelope column a
-    // type of theirs (see envelope::require_intact), unless that owner has the view owner's
-    // rights anyway. (After the idle return above: an idle refresh reads nothing, and waits for
-    // no lock on the table.)
+    // type of theirs, whose casts would run with the view owner's rights (unless that owner
+    // has the view owner's rights anyway), nor one missing an envelope column, which the apply
+    // statement would fail on with a bare "column does not exist" (see envelope::require_intact).
+    // (After the idle return above: an idle refresh reads nothing, and waits for no lock on
+    // the table.)
     crate::envelope::lock_for_reading(view.source.relid);
     // (Dropped while this waited for the lock: as if it had been before.)
     let table_owner =
         privileges::table_owner(view.source.relid).map_err(|_| catalog::event_table_gone(view.relid))?;
-    if !privileges::has_privileges_of(table_owner, view.owner) {
-        crate::envelope::require_intact(view.source.relid)?;
-    }
+    crate::envelope::require_intact(view.source.relid, !privileges::has_privileges_of(table_owner, view.owner))?;
     crate::relation::require_same_storage_as_snapshot(view.source.relid)?;
     let statement = sql.apply(mode);
     if mode == Mode::Full {
@@ -193,7 +193,7 @@ fn relname(view: &ViewRecord) -> EvResult<String> {
 /// (changed event rows) it consumed.
 pub fn refresh(name: &str) -> EvResult<i64> {
     let view = lock_for_refresh(name)?;
-    observer::observe(&view.source)?;
+    observer::observe(&view.source, false)?;
     refresh_locked(&view)
 }
 
@@ -208,7 +208,7 @@ pub fn refresh_unless_locked(name: &str) -> EvResult<Option<i64>> {
     if !crate::envelope::lock_for_reading_if_free(view.source.relid)? {
         return Ok(None);
     }
-    observer::observe(&view.source)?;
+    observer::observe(&view.source, true)?;
     refresh_locked(&view).map(Some)
 }
 
@@ -251,7 +251,7 @@ pub fn observe_all() -> EvResult<()> {
         if catalog::caller_owns_a_view_of(source.source_id)?
             || privileges::caller_acts_as(privileges::table_owner(source.relid)?)
         {
-            observer::observe(&source)?;
+            observer::observe(&source, true)?;
         }
     }
     Ok(())

@@ -171,16 +171,18 @@ pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     // that already took the relation: a no-op otherwise.
     let names_it = spi_util::one::<bool>("SELECT eventview._names_its_relation($1)", &[view_id.into()])?;
     if names_it == Some(true) {
-        require_no_dependents(relid)?;
+        require_no_dependents(relid, "view")?;
         spi_util::run_all(&[format!("DROP VIEW {}", relation::qualified(relid)?)])?;
     }
     spi_util::run("SELECT eventview._forget_view($1)", &[view_id.into()])
 }
 
-/// No other object depends on the view's relation (another view reads it, a function's body, a
-/// materialized view): its DROP VIEW would fail with PostgreSQL's hint to use DROP ... CASCADE,
-/// which drop_view does not take (the objects may be anyone's). Named here, with what to do.
-fn require_no_dependents(relid: pg_sys::Oid) -> EvResult<()> {
+/// No other object depends on the relation, a view or an event table (another view reads it, a
+/// function's body, a materialized view): its DROP would fail with PostgreSQL's hint to use
+/// DROP ... CASCADE, which drop_view and drop_event_table do not take (the objects may be
+/// anyone's). Named here, with what to do. (The relation's own triggers and rules, and what is
+/// dropped with it automatically, are not dependents.)
+pub fn require_no_dependents(relid: pg_sys::Oid, kind: &str) -> EvResult<()> {
     let dependents = spi_util::one::<String>(
         "SELECT pg_catalog.string_agg(DISTINCT CASE WHEN d.classid = 'pg_catalog.pg_rewrite'::regclass
                                                    THEN pg_catalog.format('%s %s', CASE c.relkind WHEN 'm' THEN 'materialized view' ELSE 'view' END, r.ev_class::regclass)
@@ -191,17 +193,23 @@ fn require_no_dependents(relid: pg_sys::Oid) -> EvResult<()> {
          WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = $1 AND d.deptype = 'n'
            AND NOT (d.classid = 'pg_catalog.pg_rewrite'::regclass AND r.ev_class = $1)
            AND NOT (d.classid = 'pg_catalog.pg_trigger'::regclass
-                    AND (SELECT t.tgrelid FROM pg_catalog.pg_trigger t WHERE t.oid = d.objid) = $1)",
+                    AND (SELECT t.tgrelid FROM pg_catalog.pg_trigger t WHERE t.oid = d.objid) = $1)
+           AND NOT (d.classid = 'pg_catalog.pg_constraint'::regclass
+                    AND (SELECT co.conrelid FROM pg_catalog.pg_constraint co WHERE co.oid = d.objid) = $1)
+           AND NOT (d.classid = 'pg_catalog.pg_policy'::regclass
+                    AND (SELECT po.polrelid FROM pg_catalog.pg_policy po WHERE po.oid = d.objid) = $1)
+           AND NOT (d.classid = 'pg_catalog.pg_attrdef'::regclass
+                    AND (SELECT ad.adrelid FROM pg_catalog.pg_attrdef ad WHERE ad.oid = d.objid) = $1)",
         &[relid.into()],
     )?;
     match dependents {
         None => Ok(()),
         Some(names) => Err(EvError::new(
             PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
-            format!("cannot drop view {} because other objects depend on it", relation::regclass_text(relid)?),
+            format!("cannot drop {kind} {} because other objects depend on it", relation::regclass_text(relid)?),
         )
         .with_detail(format!("Depending on it: {names}."))
-        .with_hint("Drop those objects first, then drop this view.")),
+        .with_hint(format!("Drop those objects first, then drop this {kind}."))),
     }
 }
 
@@ -294,7 +302,8 @@ pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
 }
 
 /// What keeps the view with id `view_id` from being refreshed now, as its refresh would say:
-/// its event table was dropped, or its owner may no longer read it (`eventview.views.last_error`,
+/// its event table was dropped or altered (an envelope column dropped or retyped), or its owner
+/// may no longer read it (`eventview.views.last_error`,
 /// which everyone may read; only catalogs are read). None for an unknown view.
 pub fn refresh_problem(view_id: i32) -> EvResult<Option<String>> {
     let row = Spi::connect(|client| {
@@ -324,5 +333,10 @@ pub fn refresh_problem(view_id: i32) -> EvResult<Option<String>> {
     if !table_exists {
         return Ok(Some(catalog::event_table_gone(relid).message));
     }
-    Ok(privileges::require_owner_reads(relid, owner, source_relid).err().map(|e| e.message))
+    if let Err(e) = privileges::require_owner_reads(relid, owner, source_relid) {
+        return Ok(Some(e.message));
+    }
+    // As the refresh checks it (see refresh::apply).
+    let types = !privileges::has_privileges_of(privileges::table_owner(source_relid)?, owner);
+    Ok(crate::envelope::require_intact(source_relid, types).err().map(|e| e.message))
 }

@@ -53,5 +53,8 @@ WHERE n.nspname = 'eventview' AND c.relname ~ '^_(changes|v)[0-9_]';
 SET search_path = shop, public;
 SELECT eventview.create_event_table('clicks');
 SELECT 'shop.clicks'::regclass;
+-- Quietly: no "does not exist, skipping" notices for what the DROP TABLE already took along.
+SET client_min_messages = notice;
 SELECT eventview.drop_event_table('clicks');
+RESET client_min_messages;
 RESET search_path;

@@ -10,6 +10,9 @@ SELECT count(*) AS views_before FROM eventview._views \gset
 SELECT try($$SELECT eventview.create_view('v', 'no_such_table')$$);
 SELECT try($$SELECT eventview.refresh('no_such_view')$$);
 SELECT try($$SELECT eventview.drop_event_table('no_such_table')$$);
+-- Named as PostgreSQL names them (a quoted name without its quotes, an unquoted one folded).
+SELECT try($$SELECT eventview.refresh('"No Such View"')$$);
+SELECT try($$SELECT eventview.refresh('Err.No_Such')$$);
 -- Relations that are not ours: 22023.
 CREATE TABLE plain_table (id int);
 SELECT try($$SELECT eventview.create_view('v', 'plain_table')$$);
@@ -25,6 +28,7 @@ SELECT try($$SELECT eventview.create_view('v', 'err_events', measures => '{"x": 
 SELECT try($$SELECT eventview.create_view('v', 'err_events', measures => '{"x": 5}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"k": "$.a["}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"k": "sku"}')$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"k": "event_id"}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"k": "$.a", "k": "$.b"}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"n": "$.a"}', measures => '{"n": "count(*)"}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"bucket": "$.a"}', time_bucket => '1 hour')$$);
@@ -58,6 +62,9 @@ SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"$.a": 
 SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"$.a": 1e-20000}')$$);
 SELECT try($$SELECT eventview.create_event_table('e2', retention => '-1 day')$$);
 SELECT try($$SELECT eventview.create_event_table('a.b.c')$$);
+-- Not in the extension's own schema (DROP EXTENSION takes what is in it), nor temporary.
+SELECT try($$SELECT eventview.create_event_table('eventview.mine')$$);
+SELECT try($$SELECT eventview.create_event_table('pg_temp.mine')$$);
 -- Names that are no identifier at all: 42602, as a cast to regclass says.
 SELECT try($$SELECT eventview.create_event_table('')$$);
 SELECT try($$SELECT eventview.create_event_table('My Events')$$);
@@ -66,7 +73,7 @@ SELECT try($$SELECT eventview.refresh('')$$);
 
 -- Nothing half-created by any of the refusals above.
 SELECT count(*) = :views_before AS no_view_registered FROM eventview._views;
-SELECT to_regclass('v') AS v, to_regclass('e2') AS e2;
+SELECT to_regclass('v') AS v, to_regclass('e2') AS e2, to_regclass('eventview.mine') AS mine;
 SELECT count(*) = :storage_before AS no_storage_left FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'eventview' AND c.relname ~ '^_v[0-9]';
 
@@ -88,6 +95,11 @@ SELECT try($$SELECT eventview.rebuild('no_bucket', '2026-11-08 00:00+00', '2026-
 \set VERBOSITY default
 SELECT eventview.create_view('v', 'err_events', measures => '{"x": "median($.a)"}');
 SELECT eventview.drop_event_table('err_events');
+-- Objects of the user's own on the table are named too, cascade or not (they are not views of
+-- the extension's, which cascade => true drops).
+CREATE VIEW reads_err_events AS SELECT event_id FROM err_events;
+SELECT eventview.drop_event_table('err_events', cascade => true);
+DROP VIEW reads_err_events;
 -- drop_view takes no CASCADE: what depends on an incremental view (anyone's) is named, not
 -- "use CASCADE".
 CREATE VIEW reads_no_bucket AS SELECT * FROM no_bucket;
@@ -96,3 +108,27 @@ SELECT eventview.drop_view('no_bucket');
 \set VERBOSITY terse
 DROP VIEW reads_no_bucket;
 DROP FUNCTION counts_no_bucket();
+
+-- An envelope column dropped by the table's owner: every refresh says so (55000),
+-- and so does last_error, instead of failing on a bare "column does not exist".
+SELECT eventview.create_event_table('altered_events');
+SELECT eventview.create_view('altered_counts', 'altered_events', measures => '{"n": "count(*)"}');
+ALTER TABLE altered_events DROP COLUMN payload;
+INSERT INTO altered_events (event_type, event_version, producer, occurred_at) VALUES ('t', 1, 'p', now());
+SELECT try($$SELECT eventview.refresh('altered_counts')$$);
+SELECT try($$SELECT eventview.rebuild('altered_counts')$$);
+SELECT last_error FROM eventview.views WHERE name = 'altered_counts'::regclass;
+SELECT eventview.refresh_all();
+SELECT eventview.drop_event_table('altered_events', cascade => true);
+-- Retyped by the owner of the table and the view: the view refreshes (the owner's own casts),
+-- the field observer does not read it, and says so: with a WARNING from refresh, not from
+-- maintenance, which the worker runs every few seconds.
+SELECT eventview.create_event_table('retyped_events');
+SELECT eventview.create_view('retyped_counts', 'retyped_events', measures => '{"n": "count(*)"}');
+ALTER TABLE retyped_events ALTER COLUMN producer TYPE varchar(50);
+INSERT INTO retyped_events (event_type, event_version, producer, occurred_at, payload) VALUES ('t', 1, 'p', now(), '{"new": 1}');
+SELECT eventview.refresh('retyped_counts');
+INSERT INTO retyped_events (event_type, event_version, producer, occurred_at, payload) VALUES ('t', 1, 'p', now(), '{"new": 1}');
+SELECT eventview.run_maintenance();
+SELECT count(*) AS observed FROM eventview.observed_fields WHERE source = 'retyped_events'::regclass;
+SELECT eventview.drop_event_table('retyped_events', cascade => true);

@@ -78,3 +78,19 @@ SELECT try($$SELECT eventview.create_view('v_bad', 'carts', group_by => '{"k": "
 SELECT try($$SELECT eventview.create_view('v_bad', 'carts', measures => '{"s": "sum(sku)"}')$$);
 SELECT try($$SELECT eventview.create_view('v_bad', 'carts', measures => '{"s": "max(gift)"}')$$);
 SELECT try($$SELECT eventview.create_view('v_bad', 'carts', measures => '{"s": "count_distinct()"}')$$);
+
+-- A field of several declarations read by no view changes its type when one of them is
+-- declared again with another type: all of them take it. A new declaration must take the
+-- field's type.
+SELECT eventview.define_field('carts', 'amount', '$.amount', type => 'numeric');
+SELECT eventview.define_field('carts', 'amount', '$.amt', 'cart', 2, 'numeric');
+SELECT try($$SELECT eventview.define_field('carts', 'amount', '$.a', 'cart', 3, 'double precision')$$);
+SET client_min_messages = notice;
+SELECT eventview.define_field('carts', 'amount', '$.amt', 'cart', 2, 'double precision');
+RESET client_min_messages;
+SELECT event_type, event_version, path, field_type FROM eventview._fields
+WHERE field = 'amount' ORDER BY event_type NULLS LAST, event_version;
+-- Once a view reads it, its type stays.
+SELECT eventview.create_view('by_amount', 'carts', measures => '{"m": "max(amount)"}');
+SELECT try($$SELECT eventview.define_field('carts', 'amount', '$.amount', type => 'numeric')$$);
+SELECT eventview.drop_view('by_amount');

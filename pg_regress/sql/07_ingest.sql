@@ -52,6 +52,9 @@ SELECT * FROM eventview.ingest('gate', jsonb_build_array(
                      'key', (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 100) i))));
 SELECT reason FROM eventview.quarantine ORDER BY id DESC LIMIT 1;
 SELECT count(*) AS long_keys_in FROM gate WHERE event_type = 'long';
+-- A "type" that is there but not a non-empty string says what it is.
+SELECT * FROM eventview.ingest('gate', '[{"type": 5, "payload": {}}, {"type": null, "payload": {}}]');
+SELECT reason FROM eventview.quarantine ORDER BY id DESC LIMIT 2;
 -- Errors.
 SELECT try($$SELECT * FROM eventview.ingest('gate', '{"type": "a"}')$$);
 SELECT try($$SELECT * FROM eventview.ingest('no_such', '[]')$$);

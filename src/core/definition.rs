@@ -225,6 +225,12 @@ impl FieldRef {
             if let Some(field) = fields.lookup(trimmed) {
                 return Ok(FieldRef::Logical(field));
             }
+            if matches!(trimmed, "event_id" | "event_key" | "payload" | "ingested_at") {
+                return refuse_with_hint(
+                    format!("\"{trimmed}\" is a column of the event table that views do not read"),
+                    "A view reads the envelope columns event_type, event_version, producer and occurred_at, JSONPaths into the payload (such as $.sku) and logical fields declared with define_field.",
+                );
+            }
             return refuse_with_hint(
                 format!("undeclared logical field \"{trimmed}\""),
                 "Declare it for this event table with eventview.define_field(), or use a JSONPath such as $.sku.",
@@ -643,6 +649,8 @@ mod tests {
             (r#"{"k": "$.["}"#, "{}", "invalid JSONPath"),
             (r#"{"k": "Nope"}"#, "{}", "unknown field reference \"Nope\""),
             (r#"{"k": "nope"}"#, "{}", "undeclared logical field \"nope\""),
+            (r#"{"k": "event_id"}"#, "{}", "\"event_id\" is a column of the event table that views do not read"),
+            ("{}", r#"{"x": "max(ingested_at)"}"#, "\"ingested_at\" is a column of the event table"),
             (r#"{"k": 1}"#, "{}", "expected a string, found number"),
             ("[]", "{}", "expected a JSON object, found array"),
             (r#"{"": "$.a"}"#, "{}", "must not be empty"),

@@ -47,34 +47,55 @@ pub fn typed_literal(value: &str, type_name: &str) -> String {
 /// sure refusals: a name that passes may still be refused by `parse_ident` (for a character
 /// an unquoted identifier cannot hold).
 pub fn malformed_name(name: &str) -> bool {
+    split_name(name).is_none()
+}
+
+/// The parts of a (possibly qualified) name as Postgres reads them: a quoted part as written
+/// (quotes doubled inside it undone), an unquoted one with ASCII letters lower-cased; None when
+/// `malformed_name` says so.
+pub fn split_name(name: &str) -> Option<Vec<String>> {
     // Postgres' scanner_isspace: other characters (a no-break space among them) are identifier
     // characters to it.
     let space = |c: &char| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0c');
+    let mut parts = Vec::new();
     let mut chars = name.chars().peekable();
     loop {
         while chars.next_if(space).is_some() {}
+        let mut part = String::new();
         match chars.peek() {
-            None | Some('.') => return true, // a part left empty
+            None | Some('.') => return None, // a part left empty
             Some('"') => {
                 chars.next();
                 loop {
                     match chars.next() {
-                        None => return true, // unterminated
-                        Some('"') if chars.next_if_eq(&'"').is_some() => {}
+                        None => return None, // unterminated
+                        Some('"') if chars.next_if_eq(&'"').is_some() => part.push('"'),
                         Some('"') => break,
-                        Some(_) => {}
+                        Some(c) => part.push(c),
                     }
                 }
             }
-            Some(_) => while chars.next_if(|c| !space(c) && *c != '.' && *c != '"').is_some() {},
+            Some(_) => {
+                while let Some(c) = chars.next_if(|c| !space(c) && *c != '.' && *c != '"') {
+                    part.push(c.to_ascii_lowercase());
+                }
+            }
         }
+        parts.push(part);
         while chars.next_if(space).is_some() {}
         match chars.next() {
-            None => return false,
+            None => return Some(parts),
             Some('.') => continue,
-            Some(_) => return true, // more after a part
+            Some(_) => return None, // more after a part
         }
     }
+}
+
+/// A name the user passed, for an error message: as Postgres prints the relation it would name
+/// (`'"My Events"'` as `My Events`, `'Shop.Events'` as `shop.events`), so that the message's own
+/// quotes are not doubled; a malformed name as it was passed.
+pub fn shown_name(name: &str) -> String {
+    split_name(name).map(|parts| parts.join(".")).unwrap_or_else(|| name.to_string())
 }
 
 /// `sql` with every `from` that lies outside its quoted parts replaced by `to`: outside string
@@ -148,6 +169,16 @@ mod tests {
         assert_eq!(replace_outside_quotes("'open f(x)", "f(x)", "t"), "'open f(x)");
     }
     use super::*;
+
+    #[test]
+    fn names_are_shown_as_postgres_reads_them() {
+        assert_eq!(shown_name(r#""My Events""#), "My Events");
+        assert_eq!(shown_name("Shop.Events"), "shop.events");
+        assert_eq!(shown_name(r#" shop . "a""b" "#), r#"shop.a"b"#);
+        assert_eq!(shown_name("\u{c9}v"), "\u{c9}v");
+        assert_eq!(shown_name("a..b"), "a..b");
+        assert_eq!(split_name(r#""x".y"#), Some(vec!["x".to_string(), "y".to_string()]));
+    }
 
     #[test]
     fn names_sure_to_be_refused() {
