@@ -233,7 +233,10 @@ $$;
 CREATE VIEW eventview.views AS
 SELECT v.relid                                  AS name,
        s.relid                                  AS source,
-       v.definition,
+       -- With the type policy as it is now (alter_view changes it).
+       pg_catalog.json_build_object('group_by', v.definition -> 'group_by', 'measures', v.definition -> 'measures',
+                                    'event_types', v.definition -> 'event_types', 'time_bucket', v.definition -> 'time_bucket',
+                                    'filter', v.definition -> 'filter', 'on_type_error', v.on_type_error) AS definition,
        v.realtime,
        v.schedule,
        v.last_refresh_at,

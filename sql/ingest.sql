@@ -31,8 +31,11 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
     -- Before the statement: its own "permission denied for table" names the table unqualified,
-    -- under the whole statement as context.
-    IF NOT pg_catalog.has_table_privilege(v_table, 'INSERT') THEN
+    -- under the whole statement as context. (The columns the statement inserts: a producer may
+    -- have been granted INSERT on those only.)
+    IF NOT (SELECT pg_catalog.bool_and(pg_catalog.has_column_privilege(v_table, c, 'INSERT'))
+            FROM pg_catalog.unnest(ARRAY['event_key', 'event_type', 'event_version', 'producer',
+                                         'occurred_at', 'payload']) c) THEN
         RAISE EXCEPTION 'permission denied to ingest into event table %: INSERT on it is needed', v_table::regclass
             USING ERRCODE = 'insufficient_privilege',
                   HINT = pg_catalog.format('Its owner, role %s, may grant it: GRANT INSERT ON %s TO %I.',

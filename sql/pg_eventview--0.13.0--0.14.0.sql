@@ -19,8 +19,11 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
     -- Before the statement: its own "permission denied for table" names the table unqualified,
-    -- under the whole statement as context.
-    IF NOT pg_catalog.has_table_privilege(v_table, 'INSERT') THEN
+    -- under the whole statement as context. (The columns the statement inserts: a producer may
+    -- have been granted INSERT on those only.)
+    IF NOT (SELECT pg_catalog.bool_and(pg_catalog.has_column_privilege(v_table, c, 'INSERT'))
+            FROM pg_catalog.unnest(ARRAY['event_key', 'event_type', 'event_version', 'producer',
+                                         'occurred_at', 'payload']) c) THEN
         RAISE EXCEPTION 'permission denied to ingest into event table %: INSERT on it is needed', v_table::regclass
             USING ERRCODE = 'insufficient_privilege',
                   HINT = pg_catalog.format('Its owner, role %s, may grant it: GRANT INSERT ON %s TO %I.',
@@ -202,3 +205,28 @@ $$;
 CREATE POLICY table_owners_clear_rejects ON eventview.quarantine FOR DELETE
     USING (view_name IS NULL
            AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = source), 'MEMBER'));
+
+-- eventview.views.definition shows the view's type policy too (on_type_error, which alter_view
+-- changes). As in sql/bootstrap.sql:
+CREATE OR REPLACE VIEW eventview.views AS
+SELECT v.relid                                  AS name,
+       s.relid                                  AS source,
+       -- With the type policy as it is now (alter_view changes it).
+       pg_catalog.json_build_object('group_by', v.definition -> 'group_by', 'measures', v.definition -> 'measures',
+                                    'event_types', v.definition -> 'event_types', 'time_bucket', v.definition -> 'time_bucket',
+                                    'filter', v.definition -> 'filter', 'on_type_error', v.on_type_error) AS definition,
+       v.realtime,
+       v.schedule,
+       v.last_refresh_at,
+       v.last_refresh_ms,
+       p.changes                                AS pending_changes,
+       CASE WHEN p.oldest IS NULL THEN interval '0'
+            ELSE greatest(now() - p.oldest, interval '0') END AS lag,
+       eventview._group_count(v.view_id)        AS groups,
+       eventview._quarantined(v.view_id)        AS quarantined,
+       v.skipped,
+       coalesce(eventview._refresh_problem(v.view_id), v.last_error, v.rebuild_note) AS last_error
+FROM eventview._views v
+JOIN eventview._sources s USING (source_id)
+CROSS JOIN LATERAL eventview._pending(v.view_id) p;
+COMMENT ON VIEW eventview.views IS 'pg_eventview: incremental views, their freshness and counters';

@@ -75,7 +75,7 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
             .join(", ");
         return Err(EvError::new(
             PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
-            format!("cannot drop event table \"{}\" because views read it", crate::core::quote::shown_name(name)),
+            format!("cannot drop event table {} because views read it", crate::relation::regclass_text(source.relid)?),
         )
         .with_detail(format!("Views reading it: {names}."))
         .with_hint("Drop the views first, or call drop_event_table with cascade => true."));

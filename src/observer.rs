@@ -10,16 +10,21 @@ use crate::spi_util;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+thread_local! {
+    /// Event tables this session has warned about (see `observe`).
+    static WARNED: RefCell<std::collections::HashSet<i32>> = RefCell::new(std::collections::HashSet::new());
+}
+
 /// Observes the source's pending changes once. When another session is observing the same
 /// source right now, or holds its event table locked against reading, this one skips (that
 /// session, or the next refresh, covers the changes): refreshes of different views never wait
 /// on each other here. NO KEY UPDATE: the weakest lock that keeps a second observer out.
 ///
-/// A table whose owner dropped or retyped an envelope column is not observed, with a WARNING
-/// for a retyped one (a dropped one fails the view's refresh with the same message); `repeated`
-/// (from `run_maintenance`, which the worker runs every few seconds, and from `refresh_all`)
-/// notes it at DEBUG1 instead, not in the server log at every run.
-pub fn observe(source: &catalog::Source, repeated: bool) -> EvResult<()> {
+/// A table whose owner dropped or retyped an envelope column is not observed. A retyped one is
+/// said with a WARNING, once per session for as long as it stays so (the worker's session
+/// comes back to it every few seconds, `refresh_all` once per view); a dropped one fails the
+/// view's refresh with the same message, so it is only noted at DEBUG1.
+pub fn observe(source: &catalog::Source) -> EvResult<()> {
     let source_id = source.source_id;
     // Not waited for: another session holds the table locked (the next refresh observes it).
     if !crate::envelope::lock_for_reading_if_free(source.relid)? {
@@ -27,14 +32,15 @@ pub fn observe(source: &catalog::Source, repeated: bool) -> EvResult<()> {
     }
     // The observer reads the table as the extension owner: not one its owner has altered.
     if let Err(e) = crate::envelope::require_intact(source.relid, true) {
-        // A column missing fails the view's refresh with this message anyway.
-        if repeated || crate::envelope::require_intact(source.relid, false).is_err() {
+        let missing = crate::envelope::require_intact(source.relid, false).is_err();
+        if missing || !WARNED.with_borrow_mut(|warned| warned.insert(source_id)) {
             pgrx::debug1!("{}; observed_fields and drift are not updated for it", e.message);
         } else {
             pgrx::warning!("{}; observed_fields and drift are not updated for it", e.message);
         }
         return Ok(());
     }
+    WARNED.with_borrow_mut(|warned| warned.remove(&source_id));
     // Nothing new since the observer's position: nothing to do (not even the paths the views
     // read, which loading every view's definition costs). A position from elsewhere goes on to
     // the warning below.

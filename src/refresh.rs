@@ -193,7 +193,7 @@ fn relname(view: &ViewRecord) -> EvResult<String> {
 /// (changed event rows) it consumed.
 pub fn refresh(name: &str) -> EvResult<i64> {
     let view = lock_for_refresh(name)?;
-    observer::observe(&view.source, false)?;
+    observer::observe(&view.source)?;
     refresh_locked(&view)
 }
 
@@ -208,7 +208,7 @@ pub fn refresh_unless_locked(name: &str) -> EvResult<Option<i64>> {
     if !crate::envelope::lock_for_reading_if_free(view.source.relid)? {
         return Ok(None);
     }
-    observer::observe(&view.source, true)?;
+    observer::observe(&view.source)?;
     refresh_locked(&view).map(Some)
 }
 
@@ -251,7 +251,7 @@ pub fn observe_all() -> EvResult<()> {
         if catalog::caller_owns_a_view_of(source.source_id)?
             || privileges::caller_acts_as(privileges::table_owner(source.relid)?)
         {
-            observer::observe(&source, true)?;
+            observer::observe(&source)?;
         }
     }
     Ok(())

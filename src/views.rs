@@ -190,7 +190,12 @@ pub fn require_no_dependents(relid: pg_sys::Oid, kind: &str) -> EvResult<()> {
          FROM pg_catalog.pg_depend d
          LEFT JOIN pg_catalog.pg_rewrite r ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND r.oid = d.objid
          LEFT JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
-         WHERE d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = $1 AND d.deptype = 'n'
+         WHERE ((d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid = $1)
+                -- A function taking its row type, a column or type of that type.
+                OR (d.refclassid = 'pg_catalog.pg_type'::regclass
+                    AND d.refobjid IN (SELECT t.oid FROM pg_catalog.pg_type t
+                                       WHERE t.typrelid = $1 OR t.typelem IN (SELECT t2.oid FROM pg_catalog.pg_type t2 WHERE t2.typrelid = $1))))
+           AND d.deptype = 'n'
            AND NOT (d.classid = 'pg_catalog.pg_rewrite'::regclass AND r.ev_class = $1)
            AND NOT (d.classid = 'pg_catalog.pg_trigger'::regclass
                     AND (SELECT t.tgrelid FROM pg_catalog.pg_trigger t WHERE t.oid = d.objid) = $1)

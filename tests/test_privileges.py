@@ -686,3 +686,19 @@ def test_a_view_renamed_where_event_triggers_do_not_fire_still_files_its_quarant
     assert bob.q("SELECT view_name FROM eventview.quarantine") == [("public.bq3",)]
     for who in (admin, bob):
         who.conn.close()
+
+
+def test_ingest_takes_insert_on_the_envelope_columns_only(cluster, roles):
+    """ingest checks INSERT before its statement, to say which table and grant: on the columns it
+    inserts, so a producer granted INSERT on those only (not on the table) still ingests."""
+    alice, pat = As(cluster, roles, "alice"), As(cluster, roles, "pat")
+    alice.q("SELECT eventview.create_event_table('colgrant')")
+    alice.q(f"""GRANT INSERT (event_key, event_type, event_version, producer, occurred_at, payload),
+                      SELECT (event_key) ON colgrant TO {role('pat')}""")
+    ok = '[{"type": "e", "key": "k1", "payload": {"v": 1}}]'
+    assert pat.q(f"SELECT * FROM eventview.ingest('colgrant', '{ok}')") == [(1, 0, 0)]
+    alice.q(f"REVOKE INSERT (payload) ON colgrant FROM {role('pat')}")
+    msg = pat.denied(f"SELECT * FROM eventview.ingest('colgrant', '{ok}')")
+    assert msg == "permission denied to ingest into event table colgrant: INSERT on it is needed", msg
+    for who in (alice, pat):
+        who.conn.close()

@@ -45,6 +45,7 @@ SELECT * FROM strict_view;
 SELECT pending_changes FROM eventview.views WHERE name = 'strict_view'::regclass;
 -- alter_view changes the policy in place; the bad event then goes to quarantine.
 SELECT eventview.alter_view('strict_view', on_type_error => 'quarantine');
+SELECT definition FROM eventview.views WHERE name = 'strict_view'::regclass;
 SELECT eventview.refresh('strict_view');
 SELECT * FROM strict_view;
 SELECT reason FROM eventview.quarantine WHERE view_name = 'public.strict_view';

@@ -98,8 +98,10 @@ SELECT eventview.drop_event_table('err_events');
 -- Objects of the user's own on the table are named too, cascade or not (they are not views of
 -- the extension's, which cascade => true drops).
 CREATE VIEW reads_err_events AS SELECT event_id FROM err_events;
+CREATE FUNCTION takes_err_event(e err_events) RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint';
 SELECT eventview.drop_event_table('err_events', cascade => true);
 DROP VIEW reads_err_events;
+DROP FUNCTION takes_err_event(err_events);
 -- drop_view takes no CASCADE: what depends on an incremental view (anyone's) is named, not
 -- "use CASCADE".
 CREATE VIEW reads_no_bucket AS SELECT * FROM no_bucket;
@@ -121,8 +123,8 @@ SELECT last_error FROM eventview.views WHERE name = 'altered_counts'::regclass;
 SELECT eventview.refresh_all();
 SELECT eventview.drop_event_table('altered_events', cascade => true);
 -- Retyped by the owner of the table and the view: the view refreshes (the owner's own casts),
--- the field observer does not read it, and says so: with a WARNING from refresh, not from
--- maintenance, which the worker runs every few seconds.
+-- the field observer does not read it, and says so with a WARNING once per session (the
+-- worker runs maintenance every few seconds).
 SELECT eventview.create_event_table('retyped_events');
 SELECT eventview.create_view('retyped_counts', 'retyped_events', measures => '{"n": "count(*)"}');
 ALTER TABLE retyped_events ALTER COLUMN producer TYPE varchar(50);
@@ -130,5 +132,6 @@ INSERT INTO retyped_events (event_type, event_version, producer, occurred_at, pa
 SELECT eventview.refresh('retyped_counts');
 INSERT INTO retyped_events (event_type, event_version, producer, occurred_at, payload) VALUES ('t', 1, 'p', now(), '{"new": 1}');
 SELECT eventview.run_maintenance();
+SELECT eventview.refresh_all();
 SELECT count(*) AS observed FROM eventview.observed_fields WHERE source = 'retyped_events'::regclass;
 SELECT eventview.drop_event_table('retyped_events', cascade => true);

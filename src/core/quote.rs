@@ -41,7 +41,7 @@ pub fn typed_literal(value: &str, type_name: &str) -> String {
 }
 
 /// Whether `name` cannot be a (possibly qualified) identifier in any case: empty, a part left
-/// empty (`a..b`, `.a`), an unterminated quote, or something other than a dot or the end after a
+/// empty (`a..b`, `.a`, `""`), an unterminated quote, or something other than a dot or the end after a
 /// part (`two words`, `"a"b`). Postgres refuses such a name as relation input with SQLSTATE 42602;
 /// its `parse_ident`, which splits the names the API takes, refuses them too, but with 22023. Only
 /// sure refusals: a name that passes may still be refused by `parse_ident` (for a character
@@ -73,6 +73,9 @@ pub fn split_name(name: &str) -> Option<Vec<String>> {
                         Some('"') => break,
                         Some(c) => part.push(c),
                     }
+                }
+                if part.is_empty() {
+                    return None; // a zero-length quoted identifier
                 }
             }
             Some(_) => {
@@ -177,6 +180,7 @@ mod tests {
         assert_eq!(shown_name(r#" shop . "a""b" "#), r#"shop.a"b"#);
         assert_eq!(shown_name("\u{c9}v"), "\u{c9}v");
         assert_eq!(shown_name("a..b"), "a..b");
+        assert_eq!(split_name(r#""".x"#), None);
         assert_eq!(split_name(r#""x".y"#), Some(vec!["x".to_string(), "y".to_string()]));
     }
 
