@@ -352,7 +352,11 @@ pub struct ViewRef {
 /// takes (also when its event table is gone), and a refresh's check of the caller's rights
 /// before it takes the view's row and loads the view once.
 pub fn view_ref_by_name(name: &str) -> EvResult<ViewRef> {
-    let relid = relation::resolve(name)?;
+    view_ref(relation::resolve(name)?, name)
+}
+
+/// The view whose relation is `relid`, named `name` by the caller (22023 when it is none).
+pub fn view_ref(relid: pg_sys::Oid, name: &str) -> EvResult<ViewRef> {
     let row = Spi::connect(|client| {
         let t = crate::plan_cache::select(
             client,

@@ -65,6 +65,25 @@ pub fn resolve(name: &str) -> EvResult<pg_sys::Oid> {
     .ok_or_else(|| EvError::undefined_table(name))
 }
 
+/// `resolve` for a call whose right to the relation does not come from its schema (drop_view by
+/// the owner of the view's event table, who may have no USAGE on the schema of another role's
+/// view): a qualified name is looked up in the catalog, which everyone may read, without the
+/// caller's USAGE on its schema. An unqualified one goes through the caller's search_path.
+pub fn resolve_without_usage(name: &str) -> EvResult<pg_sys::Oid> {
+    let parts = name_parts(name)?;
+    if parts.len() == 2 {
+        let found = spi_util::one::<pg_sys::Oid>(
+            "SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2",
+            &[parts[0].as_str().into(), parts[1].as_str().into()],
+        )?;
+        if let Some(relid) = found {
+            return Ok(relid);
+        }
+    }
+    resolve(name)
+}
+
 /// `"schema"."name"` of a relation, for generated SQL that must not depend on search_path.
 pub fn qualified(relid: pg_sys::Oid) -> EvResult<String> {
     let parts = spi_util::one::<Vec<String>>(

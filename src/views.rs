@@ -223,7 +223,8 @@ pub fn require_no_dependents(relid: pg_sys::Oid, kind: &str) -> EvResult<()> {
 /// outlive that role's access for good). Objects that depend on the view's relation are never
 /// dropped with it (`require_no_dependents`).
 pub fn drop_view(name: &str) -> EvResult<()> {
-    let view = catalog::view_ref_by_name(name)?;
+    // (The table's owner may have no USAGE on the schema of another role's view over it.)
+    let view = catalog::view_ref(relation::resolve_without_usage(name)?, name)?;
     let by_table_owner = privileges::table_owner(view.source_relid).is_ok_and(privileges::caller_acts_as);
     if !by_table_owner {
         privileges::require_view_owner(view.relid, view.owner, "drop")?;
