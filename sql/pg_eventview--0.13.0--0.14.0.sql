@@ -88,7 +88,8 @@ BEGIN
 END
 $$;
 
--- prune: a refusal names the role that owns the table. As in sql/maintenance.sql:
+-- prune: a refusal names the role that owns the table; pruning every table skips a changelog
+-- another session holds locked instead of waiting for it. As in sql/maintenance.sql:
 CREATE OR REPLACE FUNCTION eventview._prune(source regclass) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -124,6 +125,17 @@ BEGIN
     LOOP
         -- A view being created on the table: next time.
         CONTINUE WHEN NOT eventview._lock_source_for_prune(s.source_id);
+        -- Pruning every table (run_maintenance's): a changelog another session holds (a VACUUM
+        -- FULL or LOCK TABLE of it) is left to a later run, not waited for up to the worker's
+        -- lock_timeout at every run with every other table's pruning after it.
+        IF source IS NULL THEN
+            BEGIN
+                EXECUTE format('LOCK TABLE eventview._changes_%s IN ROW EXCLUSIVE MODE NOWAIT', s.source_id);
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE NOTICE 'pg_eventview: changelog of % not pruned: another session holds it locked', s.relid;
+                CONTINUE;
+            END;
+        END IF;
         -- Walk the (xid, seq) index upwards in windows of batch_size records below the
         -- smallest xmax of the consumers: each window is found by an index scan that starts
         -- where the previous one ended, then its applied records older than delta_retention

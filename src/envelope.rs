@@ -190,6 +190,13 @@ pub fn lock_for_reading_if_free(relid: pg_sys::Oid) -> EvResult<bool> {
     lock_with_parts_if_free(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE)
 }
 
+/// The same for an event table's changelog, which the field observer reads: another session
+/// holding it (a VACUUM FULL or LOCK TABLE of it) must not stall the observation of every
+/// other table, up to the worker's lock_timeout at every run.
+pub fn lock_changelog_if_free(changelog: pg_sys::Oid) -> EvResult<bool> {
+    lock_with_parts_if_free(changelog, pg_sys::AccessShareLock as pg_sys::LOCKMODE)
+}
+
 /// The same for deleting rows (ROW EXCLUSIVE, which CREATE INDEX also blocks): pruning every
 /// table (`run_maintenance`'s) skips the raw events of a table it would have to wait for.
 pub fn lock_for_writing_if_free(relid: pg_sys::Oid) -> EvResult<bool> {

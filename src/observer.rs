@@ -26,8 +26,11 @@ thread_local! {
 /// view's refresh with the same message, so it is only noted at DEBUG1.
 pub fn observe(source: &catalog::Source) -> EvResult<()> {
     let source_id = source.source_id;
-    // Not waited for: another session holds the table locked (the next refresh observes it).
-    if !crate::envelope::lock_for_reading_if_free(source.relid)? {
+    // Not waited for: another session holds the table or its changelog locked (the next
+    // refresh observes it).
+    if !crate::envelope::lock_for_reading_if_free(source.relid)?
+        || !crate::envelope::lock_changelog_if_free(source.changelog_relid())?
+    {
         return Ok(());
     }
     // The observer reads the table as the extension owner: not one its owner has altered.

@@ -39,6 +39,8 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
     let db = BackgroundWorker::get_extra().to_string();
     BackgroundWorker::connect_worker_to_spi(Some(&db), None);
     log!("pg_eventview worker started in database \"{db}\"");
+    // The catalog version last found behind this library's, said once (not at every naptime).
+    let mut told_behind: Option<String> = None;
     while BackgroundWorker::wait_latch(Some(gucs::naptime())) {
         if BackgroundWorker::sighup_received() {
             // SAFETY: called from the worker's main loop, outside any transaction, as the
@@ -48,27 +50,43 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
         if !gucs::WORKER_ENABLED.get() {
             continue;
         }
-        BackgroundWorker::transaction(|| {
-            let installed = Spi::get_one::<bool>(
-                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview')",
-            );
-            if let Ok(Some(true)) = installed {
-                // One relation locked by another session must not stall every view's
-                // maintenance. run_maintenance skips the views and the raw-event pruning of a
-                // locked event table without waiting; a wait for anything else (a view's storage,
-                // a changelog) ends here, and run_maintenance records it and goes on.
-                let timeout_ms = gucs::MAINTENANCE_LOCK_TIMEOUT_MS.get().to_string();
-                if let Err(e) = Spi::run_with_args(
-                    "SELECT pg_catalog.set_config('lock_timeout', $1, true)",
-                    &[timeout_ms.into()],
-                ) {
-                    warning!("pg_eventview worker: setting lock_timeout failed: {e}");
+        let library = env!("CARGO_PKG_VERSION");
+        // The catalog's version when it is behind this library's.
+        let behind: Option<String> = BackgroundWorker::transaction(|| {
+            let installed =
+                Spi::get_one::<String>("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview'");
+            match installed {
+                // A new library before ALTER EXTENSION ... UPDATE: the API refuses until then
+                // (catalog::require_current_version); capture keeps recording.
+                Ok(Some(version)) if version != library => Some(version),
+                Ok(Some(_)) => {
+                    // One relation locked by another session must not stall every view's
+                    // maintenance. run_maintenance skips the views and the raw-event pruning of a
+                    // locked event table without waiting; a wait for anything else (a view's storage,
+                    // a changelog) ends here, and run_maintenance records it and goes on.
+                    let timeout_ms = gucs::MAINTENANCE_LOCK_TIMEOUT_MS.get().to_string();
+                    if let Err(e) = Spi::run_with_args(
+                        "SELECT pg_catalog.set_config('lock_timeout', $1, true)",
+                        &[timeout_ms.into()],
+                    ) {
+                        warning!("pg_eventview worker: setting lock_timeout failed: {e}");
+                    }
+                    if let Err(e) = Spi::run("SELECT eventview.run_maintenance()") {
+                        warning!("pg_eventview worker: run_maintenance failed: {e}");
+                    }
+                    None
                 }
-                if let Err(e) = Spi::run("SELECT eventview.run_maintenance()") {
-                    warning!("pg_eventview worker: run_maintenance failed: {e}");
-                }
+                _ => None,
             }
         });
+        // Said once, not at every naptime.
+        if behind.is_some() && behind != told_behind {
+            log!(
+                "pg_eventview worker: database \"{db}\" has pg_eventview {}, the library is {library}: maintenance waits for ALTER EXTENSION pg_eventview UPDATE",
+                behind.as_deref().unwrap_or_default()
+            );
+        }
+        told_behind = behind;
     }
     // Exit code 1: a worker terminated on its own (pg_terminate_backend) is restarted by the
     // postmaster after RESTART_AFTER; during server shutdown nothing is restarted anyway.

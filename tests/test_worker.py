@@ -196,6 +196,61 @@ def test_a_locked_event_table_does_not_stall_the_other_views(worker_cluster, evw
             admin.execute("SELECT pg_reload_conf()")
 
 
+def test_a_locked_changelog_does_not_stall_the_other_tables(worker_cluster, evw):
+    """(Session 16's operations audit.) A changelog another session holds (a VACUUM FULL or LOCK
+    TABLE of it) is left to a later run by run_maintenance's field observer and pruning, not
+    waited for: with no lock_timeout at all, the other tables are still observed and pruned."""
+    evw.execute("SET lock_timeout = '5s'")  # this test's own reads must never hang on the lock
+    evw.execute("SELECT eventview.create_event_table('ev')")
+    evw.execute("SELECT eventview.create_event_table('ev2')")
+    evw.execute("SELECT eventview.create_event_table('ev3', delta_retention => '100 milliseconds')")
+    evw.execute("SELECT eventview.create_view('v2', 'ev2')")
+    evw.execute("INSERT INTO ev (event_type, payload) VALUES ('a', '{\"x\": 1}')")
+    source_id = "SELECT source_id FROM eventview._sources WHERE relid = %s::regclass"
+    locked = f"eventview._changes_{one(evw, source_id, 'ev')}"
+    ev3_log = f"eventview._changes_{one(evw, source_id, 'ev3')}"
+    with worker_cluster.connect() as admin, worker_cluster.connect("evw") as holder:
+        admin.execute("ALTER SYSTEM SET eventview.maintenance_lock_timeout = 0")  # waits for ever
+        admin.execute("SELECT pg_reload_conf()")
+        try:
+            holder.execute("BEGIN")
+            holder.execute(f"LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE")
+            evw.execute("SELECT eventview.schedule('v2', '100 milliseconds')")
+            evw.execute("INSERT INTO ev2 (event_type, payload) VALUES ('a', '{\"y\": 1}')")
+            evw.execute("INSERT INTO ev3 (event_type, payload) VALUES ('a', '{\"z\": 1}')")
+            wait_for(lambda: one(evw, "SELECT coalesce(sum(events), 0) FROM v2") == 1, 15, "v2 to refresh")
+            wait_for(lambda: one(evw, "SELECT count(*) FROM eventview.observed_fields WHERE source = 'ev3'::regclass") == 1,
+                     15, "ev3's fields to be observed past ev's locked changelog")
+            wait_for(lambda: one(evw, f"SELECT count(*) FROM {ev3_log}") == 0, 15, "ev3's changelog to be pruned")
+            holder.execute("ROLLBACK")
+            wait_for(lambda: one(evw, "SELECT count(*) FROM eventview.observed_fields WHERE source = 'ev'::regclass") == 1,
+                     15, "ev's fields to be observed once its changelog is free")
+        finally:
+            holder.execute("ROLLBACK")
+            admin.execute("ALTER SYSTEM RESET eventview.maintenance_lock_timeout")
+            admin.execute("SELECT pg_reload_conf()")
+
+
+def test_a_database_not_updated_yet_is_said_once(worker_cluster, evw):
+    """A new library over a database still at the older version: the worker says once that
+    maintenance waits for ALTER EXTENSION ... UPDATE (it said "observing fields failed" at every
+    naptime), and maintains it again once updated."""
+    evw.execute("DROP EXTENSION pg_eventview CASCADE")
+    evw.execute("DROP SCHEMA IF EXISTS eventview CASCADE")
+    evw.execute("CREATE EXTENSION pg_eventview VERSION '0.13.0'")
+    said = "database \"evw\" has pg_eventview 0.13.0"
+    wait_for(lambda: said in worker_cluster.log(), 15, "the worker to say the database is behind")
+    time.sleep(1)  # five more naptimes
+    assert worker_cluster.log().count(said) == 1
+    assert "observing fields failed" not in worker_cluster.log()
+    evw.execute("ALTER EXTENSION pg_eventview UPDATE")
+    evw.execute("SELECT eventview.create_event_table('ev')")
+    evw.execute("SELECT eventview.create_view('v', 'ev')")
+    evw.execute("SELECT eventview.schedule('v', '100 milliseconds')")
+    evw.execute("INSERT INTO ev (event_type, payload) VALUES ('a', '{}')")
+    wait_for(lambda: one(evw, "SELECT coalesce(sum(events), 0) FROM v") == 1, 15, "maintenance after the update")
+
+
 def test_pg_cron_keeps_views_fresh_without_the_worker():
     c = PreloadedCluster(
         "/tmp/pg_eventview_it_cron", 55452,
