@@ -49,7 +49,8 @@ pub fn tick() -> bool {
         if let Some(run) = r.borrow_mut().as_mut() {
             run.read += 1;
             if run.read % REPORT_EVERY == 0 {
-                match run.estimate.filter(|e| *e > 0) {
+                // (Past the estimate, which statistics gave: the count alone.)
+                match run.estimate.filter(|e| *e > 0 && *e > run.read) {
                     Some(total) => pgrx::notice!(
                         "{}: {} events read of about {} ({}%)",
                         run.label,

@@ -107,8 +107,16 @@ pub fn apply(
     crate::relation::require_same_storage_as_snapshot(view.source.relid)?;
     let statement = sql.apply(mode);
     if mode == Mode::Full {
-        let estimate: Option<f32> =
-            spi_util::one("SELECT reltuples FROM pg_catalog.pg_class WHERE oid = $1::regclass", &[view.source.table_sql.as_str().into()])?;
+        // As the planner estimates it: rows per page from the last ANALYZE or VACUUM, times the
+        // table's pages now (stale statistics, after a crash or a bulk load, are off by far).
+        let estimate: Option<f32> = spi_util::one(
+                "SELECT (CASE WHEN c.reltuples < 0 THEN NULL
+                              WHEN c.relpages > 0 THEN c.reltuples / c.relpages
+                                   * (pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::integer)
+                              ELSE c.reltuples END)::real
+                 FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass",
+                &[view.source.table_sql.as_str().into()],
+            )?;
         progress::start(format!("recomputing {}", relname(view)?), estimate.map(|e| e as i64));
     }
     let (consumed, groups_written, dirty, first_error, logged) = privileges::as_role(view.owner, || {
