@@ -177,6 +177,7 @@ $$;
 
 -- Change records of one source that the view has not applied yet, as (event rows, oldest time).
 -- Counts only what this transaction can see: an uncommitted producer's changes are not pending yet.
+-- NULL while another session holds the changelog locked.
 -- SECURITY DEFINER (pinned search_path): counts for eventview.views, which everyone may read,
 -- over changelogs and storage that only their owners may. "Applied" is spelled as in the Rust
 -- core::batch::applied_by.
@@ -193,6 +194,10 @@ BEGIN
     FROM eventview._views WHERE view_id = p_view_id;
     IF NOT FOUND OR to_regclass(format('eventview._changes_%s', v_source)) IS NULL THEN
         changes := 0;
+        RETURN;
+    END IF;
+    -- Unknown (NULL) while another session holds the changelog: not a wait for every reader.
+    IF NOT eventview._changelog_free(v_source) THEN
         RETURN;
     END IF;
     EXECUTE format(
@@ -242,7 +247,8 @@ SELECT v.relid                                  AS name,
        v.last_refresh_at,
        v.last_refresh_ms,
        p.changes                                AS pending_changes,
-       CASE WHEN p.oldest IS NULL THEN interval '0'
+       CASE WHEN p.changes IS NULL THEN NULL
+            WHEN p.oldest IS NULL THEN interval '0'
             ELSE greatest(now() - p.oldest, interval '0') END AS lag,
        eventview._group_count(v.view_id)        AS groups,
        eventview._quarantined(v.view_id)        AS quarantined,
@@ -263,7 +269,8 @@ CREATE VIEW eventview.event_tables AS
 SELECT s.relid AS name,
        s.retention,
        s.delta_retention,
-       coalesce(max(p.changes), 0)::bigint AS pending_changes,
+       CASE WHEN bool_or(v.view_id IS NOT NULL AND p.changes IS NULL) THEN NULL
+            ELSE coalesce(max(p.changes), 0) END::bigint AS pending_changes,
        min(p.oldest)                       AS oldest_pending
 FROM eventview._sources s
 LEFT JOIN eventview._views v USING (source_id)

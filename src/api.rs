@@ -94,6 +94,21 @@ fn forget_source(p_source_id: i32) -> Result<(), ErrorReport> {
     at_boundary(|| envelope::forget_source(p_source_id))
 }
 
+/// Whether the changelog of event table `p_source_id` can be read now without waiting (taking
+/// ACCESS SHARE on it if so; true when it is gone). eventview._pending (as the extension owner;
+/// not executable by PUBLIC) leaves `pending_changes` NULL rather than make every reader of
+/// eventview.views wait for a session holding the changelog (a VACUUM FULL or LOCK TABLE of it).
+#[pg_extern(name = "_changelog_free", stable, strict, parallel_unsafe)]
+fn changelog_free(p_source_id: i32) -> Result<bool, ErrorReport> {
+    at_boundary(|| {
+        let relid = crate::relation::extension_relid(&crate::core::names::changelog_table(p_source_id));
+        if relid == pg_sys::InvalidOid {
+            return Ok(true);
+        }
+        envelope::lock_changelog_if_free(relid)
+    })
+}
+
 #[pg_extern(name = "_define_field", volatile, parallel_unsafe)]
 fn define_field(
     source: Option<&str>,

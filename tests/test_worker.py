@@ -205,6 +205,7 @@ def test_a_locked_changelog_does_not_stall_the_other_tables(worker_cluster, evw)
     evw.execute("SELECT eventview.create_event_table('ev2')")
     evw.execute("SELECT eventview.create_event_table('ev3', delta_retention => '100 milliseconds')")
     evw.execute("SELECT eventview.create_view('v2', 'ev2')")
+    evw.execute("SELECT eventview.create_view('v', 'ev')")  # not scheduled
     evw.execute("INSERT INTO ev (event_type, payload) VALUES ('a', '{\"x\": 1}')")
     source_id = "SELECT source_id FROM eventview._sources WHERE relid = %s::regclass"
     locked = f"eventview._changes_{one(evw, source_id, 'ev')}"
@@ -222,7 +223,13 @@ def test_a_locked_changelog_does_not_stall_the_other_tables(worker_cluster, evw)
             wait_for(lambda: one(evw, "SELECT count(*) FROM eventview.observed_fields WHERE source = 'ev3'::regclass") == 1,
                      15, "ev3's fields to be observed past ev's locked changelog")
             wait_for(lambda: one(evw, f"SELECT count(*) FROM {ev3_log}") == 0, 15, "ev3's changelog to be pruned")
+            # The catalog views do not wait for it either (lock_timeout 5s above): unknown, NULL.
+            assert evw.execute("SELECT pending_changes, lag FROM eventview.views WHERE name = 'v'::regclass").fetchone() \
+                == (None, None)
+            assert one(evw, "SELECT pending_changes FROM eventview.event_tables WHERE name = 'ev'::regclass") is None
+            assert one(evw, "SELECT pending_changes FROM eventview.views WHERE name = 'v2'::regclass") == 0
             holder.execute("ROLLBACK")
+            assert one(evw, "SELECT pending_changes FROM eventview.views WHERE name = 'v'::regclass") == 1
             wait_for(lambda: one(evw, "SELECT count(*) FROM eventview.observed_fields WHERE source = 'ev'::regclass") == 1,
                      15, "ev's fields to be observed once its changelog is free")
         finally:
