@@ -105,7 +105,7 @@ fn changelog_free(p_source_id: i32) -> Result<bool, ErrorReport> {
         if relid == pg_sys::InvalidOid {
             return Ok(true);
         }
-        envelope::lock_changelog_if_free(relid)
+        envelope::lock_for_reading_if_free(relid)
     })
 }
 

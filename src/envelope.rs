@@ -185,16 +185,10 @@ pub fn upgrade_captures() -> EvResult<()> {
 /// index it rebuilds exclusively, and a read plans with every index). The field observer skips a
 /// table it would have to wait for (the next refresh observes it), and so does
 /// `run_maintenance`'s refresh: a table locked for long must not stall the observation of every
-/// other table, nor the views of the others.
+/// other table, nor the views of the others. The same for a changelog (a VACUUM FULL or LOCK
+/// TABLE of it), which the observer and `eventview.views` read.
 pub fn lock_for_reading_if_free(relid: pg_sys::Oid) -> EvResult<bool> {
     lock_with_parts_if_free(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE)
-}
-
-/// The same for an event table's changelog, which the field observer reads: another session
-/// holding it (a VACUUM FULL or LOCK TABLE of it) must not stall the observation of every
-/// other table, up to the worker's lock_timeout at every run.
-pub fn lock_changelog_if_free(changelog: pg_sys::Oid) -> EvResult<bool> {
-    lock_with_parts_if_free(changelog, pg_sys::AccessShareLock as pg_sys::LOCKMODE)
 }
 
 /// The same for deleting rows (ROW EXCLUSIVE, which CREATE INDEX also blocks): pruning every
@@ -299,6 +293,13 @@ pub fn lock_for_reading(relid: pg_sys::Oid) {
 /// built-in types: its owner can alter them, and a column of a type of theirs would run their
 /// functions (implicit casts to jsonb, casts to json in the quarantine's copy of the event)
 /// with the reader's rights. (Without, for a reader with the owner's rights anyway.)
+/// `require_intact` for a reader acting as `reader`: the types left out when the table's owner
+/// has the reader's rights anyway (a refresh as the view's owner, and `last_error`, which says
+/// what that refresh would).
+pub fn require_intact_for(relid: pg_sys::Oid, table_owner: pg_sys::Oid, reader: pg_sys::Oid) -> EvResult<()> {
+    require_intact(relid, !privileges::has_privileges_of(table_owner, reader))
+}
+
 pub fn require_intact(relid: pg_sys::Oid, types: bool) -> EvResult<()> {
     let altered = spi_util::one::<String>(
         "SELECT string_agg(format('%I is %s', e.name, coalesce(pg_catalog.format_type(a.atttypid, a.atttypmod), 'missing')), ', ')

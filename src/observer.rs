@@ -29,7 +29,7 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     // Not waited for: another session holds the table or its changelog locked (the next
     // refresh observes it).
     if !crate::envelope::lock_for_reading_if_free(source.relid)?
-        || !crate::envelope::lock_changelog_if_free(source.changelog_relid())?
+        || !crate::envelope::lock_for_reading_if_free(source.changelog_relid())?
     {
         return Ok(());
     }

@@ -103,7 +103,7 @@ pub fn apply(
     // (Dropped while this waited for the lock: as if it had been before.)
     let table_owner =
         privileges::table_owner(view.source.relid).map_err(|_| catalog::event_table_gone(view.relid))?;
-    crate::envelope::require_intact(view.source.relid, !privileges::has_privileges_of(table_owner, view.owner))?;
+    crate::envelope::require_intact_for(view.source.relid, table_owner, view.owner)?;
     crate::relation::require_same_storage_as_snapshot(view.source.relid)?;
     let statement = sql.apply(mode);
     if mode == Mode::Full {

@@ -343,6 +343,6 @@ pub fn refresh_problem(view_id: i32) -> EvResult<Option<String>> {
         return Ok(Some(e.message));
     }
     // As the refresh checks it (see refresh::apply).
-    let types = !privileges::has_privileges_of(privileges::table_owner(source_relid)?, owner);
-    Ok(crate::envelope::require_intact(source_relid, types).err().map(|e| e.message))
+    let table_owner = privileges::table_owner(source_relid)?;
+    Ok(crate::envelope::require_intact_for(source_relid, table_owner, owner).err().map(|e| e.message))
 }
