@@ -4,7 +4,8 @@
 //! declared in `sql/api.sql`, which wraps these `_`-prefixed functions.
 
 use crate::errors::{EvError, EvResult};
-use crate::{envelope, fields, jsonpath_eval, refresh, views};
+use crate::{envelope, fields, refresh, views};
+use eventview_core::jsonpath_eval;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
@@ -101,7 +102,7 @@ fn forget_source(p_source_id: i32) -> Result<(), ErrorReport> {
 #[pg_extern(name = "_changelog_free", stable, strict, parallel_unsafe)]
 fn changelog_free(p_source_id: i32) -> Result<bool, ErrorReport> {
     at_boundary(|| {
-        let relid = crate::relation::extension_relid(&crate::core::names::changelog_table(p_source_id));
+        let relid = crate::relation::extension_relid(&eventview_core::names::changelog_table(p_source_id));
         if relid == pg_sys::InvalidOid {
             return Ok(true);
         }
@@ -205,7 +206,7 @@ fn payload_shapes(
         if unsafe { pg_sys::get_element_type(payloads.oid()) } != pg_sys::JSONBOID {
             return Err(crate::errors::EvError::invalid("eventview._payload_shapes takes a jsonb[]"));
         }
-        let mut counter = crate::shapes::ShapeCounter::default();
+        let mut counter = eventview_core::shapes::ShapeCounter::default();
         let mut docs = payloads.into_iter();
         for (t, v) in event_types.iter().zip(&event_versions) {
             let Some(doc) = docs.next() else { break };
@@ -213,7 +214,7 @@ fn payload_shapes(
             pgrx::check_for_interrupts!();
             // SAFETY: a non-null element of a jsonb[] argument, alive for this call.
             let root = unsafe { crate::stored_jsonb::jsonb_root(doc.datum()) };
-            counter.add_shaped(t, *v, || crate::core::jsonb_bytes::JsonbBytes::new(root));
+            counter.add_shaped(t, *v, || eventview_core::jsonb_bytes::JsonbBytes::new(root));
         }
         Ok(TableIterator::new(counter.rows().into_iter().map(|r| (r.event_type, r.event_version, r.path, r.kind.to_string(), r.events))))
     })
@@ -240,7 +241,7 @@ fn shapes_step(
         // SAFETY: the state lives in the aggregate's context (dropped with it), so it survives
         // the per-row context this call runs in.
         let counter = unsafe {
-            pgrx::PgMemoryContexts::For(context).switch_to(|_| state.get_or_insert_default::<crate::shapes::ShapeCounter>())
+            pgrx::PgMemoryContexts::For(context).switch_to(|_| state.get_or_insert_default::<eventview_core::shapes::ShapeCounter>())
         };
         if let (Some(t), Some(v), Some(doc)) = (event_type, event_version, payload) {
             if doc.oid() != pg_sys::JSONBOID {
@@ -248,7 +249,7 @@ fn shapes_step(
             }
             // SAFETY: a non-null jsonb argument, alive for this call.
             let root = unsafe { crate::stored_jsonb::jsonb_root(doc.datum()) };
-            counter.add_shaped(t, v, || crate::core::jsonb_bytes::JsonbBytes::new(root));
+            counter.add_shaped(t, v, || eventview_core::jsonb_bytes::JsonbBytes::new(root));
         }
         Ok(state)
     })
@@ -263,7 +264,7 @@ fn shapes_step(
 fn shapes_final(mut state: pgrx::Internal) -> Option<String> {
     // SAFETY: the state `_shapes_step` made (the aggregate is FINALFUNC_MODIFY = READ_WRITE:
     // the final function runs once per state, so it may take it).
-    let counter = unsafe { state.get_mut::<crate::shapes::ShapeCounter>() }?;
+    let counter = unsafe { state.get_mut::<eventview_core::shapes::ShapeCounter>() }?;
     let rows = std::mem::take(counter).rows();
     let json: Vec<serde_json::Value> =
         rows.into_iter().map(|r| {
@@ -275,11 +276,11 @@ fn shapes_final(mut state: pgrx::Internal) -> Option<String> {
 }
 
 /// The runs of consecutive ids among `ids`, as (lo, hi) with a chunk number, for reading a
-/// batch's changed rows by index range scans (see `core::batch::touched_rows` and `id_runs`).
+/// batch's changed rows by index range scans (see `eventview_core::batch::touched_rows` and `id_runs`).
 #[pg_extern(name = "_id_runs", immutable, strict, parallel_safe)]
 fn id_runs(ids: Vec<Option<i64>>) -> TableIterator<'static, (name!(lo, i64), name!(hi, i64), name!(chunk, i32))> {
     let mut ids: Vec<i64> = ids.into_iter().flatten().collect();
-    TableIterator::new(crate::core::batch::id_runs(&mut ids))
+    TableIterator::new(eventview_core::batch::id_runs(&mut ids))
 }
 
 /// `eventview.views.groups` (see `views::group_count`). Not an API call: a read of the catalog
@@ -304,7 +305,7 @@ pub fn view_id(name: &str) -> Result<i32, ErrorReport> {
     lookup(|| crate::catalog::view_by_name(name, false).map(|v| v.view_id))
 }
 
-/// First match of a JSONPath that native operators cannot evaluate (see `core::jsonpath`), as
+/// First match of a JSONPath that native operators cannot evaluate (see `eventview_core::jsonpath`), as
 /// a refresh evaluates it: NULL for a payload nested too deep to evaluate, which the refresh then
 /// tells apart from a missing value with `_jsonpath_too_deep` and handles per its type policy.
 #[pg_extern(name = "_jsonpath_match", immutable, strict, parallel_safe)]
@@ -344,13 +345,13 @@ fn prune_events(source: pg_sys::Oid, retention: pgrx::datum::Interval, max_rows:
     lookup(|| envelope::prune_events(source, retention, max_rows))
 }
 
-/// Whether a string is an RFC 3339 timestamp (see `core::rfc3339`); `eventview._rfc3339` uses it.
+/// Whether a string is an RFC 3339 timestamp (see `eventview_core::rfc3339`); `eventview._rfc3339` uses it.
 #[pg_extern(name = "_rfc3339_valid", immutable, strict, parallel_safe)]
 pub fn rfc3339_valid(s: &str) -> bool {
-    crate::core::rfc3339::is_valid(s)
+    eventview_core::rfc3339::is_valid(s)
 }
 
-/// The ingest gate's check of one envelope (see `core::envelope_check`): NULL when it is good,
+/// The ingest gate's check of one envelope (see `eventview_core::envelope_check`): NULL when it is good,
 /// else the number of its first problem. `envelope` is a jsonb, declared anyelement so that the
 /// stored value reaches the check as it is (pgrx would pass a jsonb argument through its text).
 #[pg_extern(name = "_envelope_problem", immutable, strict, parallel_safe)]
@@ -366,7 +367,7 @@ pub fn envelope_problem(envelope: pgrx::AnyElement, max_payload_bytes: i64) -> R
         // SAFETY: a non-null jsonb argument (the function is strict), alive for this call.
         let root = unsafe { crate::stored_jsonb::jsonb_root(envelope.datum()) };
         let limit = u64::try_from(max_payload_bytes).unwrap_or(0);
-        Ok(crate::core::envelope_check::check(root, limit).map(|problem| problem as i32))
+        Ok(eventview_core::envelope_check::check(root, limit).map(|problem| problem as i32))
     })
 }
 
@@ -376,13 +377,13 @@ fn progress_tick() -> bool {
     crate::progress::tick()
 }
 
-/// Whether a payload nests deeper than rich JSONPaths can evaluate (`core::jsonpath::RICH_MAX_NESTING`).
+/// Whether a payload nests deeper than rich JSONPaths can evaluate (`eventview_core::jsonpath::RICH_MAX_NESTING`).
 #[pg_extern(name = "_jsonpath_too_deep", immutable, strict, parallel_safe)]
 fn jsonpath_too_deep(doc: &str) -> bool {
     jsonpath_eval::too_deep(doc)
 }
 
-/// First match of a JSONPath that native operators cannot evaluate (see `core::jsonpath`),
+/// First match of a JSONPath that native operators cannot evaluate (see `eventview_core::jsonpath`),
 /// taking the document as JSON text: a document too deep to evaluate gets a clear 22023 error
 /// naming the path, not an internal one. `eventview.jsonpath_first(jsonb, text)` wraps it.
 #[pg_extern(name = "_jsonpath_first", immutable, strict, parallel_safe)]

@@ -1,10 +1,10 @@
 //! The only code that reads and writes the extension's own tables (`eventview._sources`,
 //! `eventview._views`).
 
-use crate::core::definition::{
+use eventview_core::definition::{
     parse_definition, DefinitionInput, FieldVariant, LogicalField, SqlType, ViewDefinition,
 };
-use crate::core::jsonpath;
+use eventview_core::jsonpath;
 use crate::errors::{EvError, EvResult};
 use crate::relation;
 use crate::spi_util;
@@ -61,7 +61,7 @@ pub fn position_from_elsewhere(xmax: Option<i64>) -> bool {
     xmax.is_some_and(|x| x as u64 > next)
 }
 
-/// What a `core::batch::pending_check` statement found for one consumer of a changelog.
+/// What a `eventview_core::batch::pending_check` statement found for one consumer of a changelog.
 pub struct Pending {
     /// Some record is in the consumer's batch.
     pub any: bool,
@@ -71,7 +71,7 @@ pub struct Pending {
     pub extra: i64,
 }
 
-/// Runs a `core::batch::pending_check` statement. Read without the consumer's lock: a
+/// Runs a `eventview_core::batch::pending_check` statement. Read without the consumer's lock: a
 /// concurrent run only moves the position on, and a batch empty from an older position is
 /// empty from a newer one.
 pub fn pending(sql: &str, plans: crate::plan_cache::Plans) -> EvResult<Pending> {
@@ -100,14 +100,14 @@ impl Source {
 
     /// The changelog table (InvalidOid if missing).
     pub fn changelog_relid(&self) -> pg_sys::Oid {
-        relation::extension_relid(&crate::core::names::changelog_table(self.source_id))
+        relation::extension_relid(&eventview_core::names::changelog_table(self.source_id))
     }
 
     /// Whether the changelog holds a record whose transaction id this cluster has not given out
     /// yet: restored from another cluster and not renumbered.
     pub fn changelog_from_elsewhere(&self) -> EvResult<bool> {
         let newest = spi_util::one::<i64>(
-            &format!("SELECT max(xid)::text::bigint FROM {}", crate::core::names::changelog(self.source_id)),
+            &format!("SELECT max(xid)::text::bigint FROM {}", eventview_core::names::changelog(self.source_id)),
             &[],
         )?;
         Ok(position_from_elsewhere(newest.map(|x| x + 1)))
@@ -129,7 +129,7 @@ pub fn source_by_relid(relid: pg_sys::Oid) -> EvResult<Option<Source>> {
 pub fn source_by_name(name: &str) -> EvResult<Source> {
     let relid = relation::resolve(name)?;
     source_by_relid(relid)?.ok_or_else(|| {
-        EvError::invalid(format!("relation \"{}\" is not an event table", crate::core::quote::shown_name(name)))
+        EvError::invalid(format!("relation \"{}\" is not an event table", eventview_core::quote::shown_name(name)))
             .with_hint("Create event tables with eventview.create_event_table().")
     })
 }
@@ -235,7 +235,7 @@ pub fn view_by_relid(relid: pg_sys::Oid, lock: bool) -> EvResult<Option<ViewReco
 pub fn view_by_name(name: &str, lock: bool) -> EvResult<ViewRecord> {
     let relid = relation::resolve(name)?;
     view_by_relid(relid, lock)?.ok_or_else(|| {
-        EvError::invalid(format!("relation \"{}\" is not an incremental view", crate::core::quote::shown_name(name)))
+        EvError::invalid(format!("relation \"{}\" is not an incremental view", eventview_core::quote::shown_name(name)))
             .with_hint("Create incremental views with eventview.create_view().")
     })
 }
@@ -252,7 +252,7 @@ pub fn lock_view_by_relid(relid: pg_sys::Oid, name: &str) -> EvResult<ViewRecord
     view_by_relid(relid, true)?.ok_or_else(|| {
         EvError::new(
             PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
-            format!("view \"{}\" was dropped by another transaction", crate::core::quote::shown_name(name)),
+            format!("view \"{}\" was dropped by another transaction", eventview_core::quote::shown_name(name)),
         )
     })
 }
@@ -372,7 +372,7 @@ pub fn view_ref(relid: pg_sys::Oid, name: &str) -> EvResult<ViewRef> {
         Ok(row.get::<pg_sys::Oid>(1)?.zip(row.get::<pg_sys::Oid>(2)?))
     })?;
     let (owner, source_relid) = row.ok_or_else(|| {
-        EvError::invalid(format!("relation \"{}\" is not an incremental view", crate::core::quote::shown_name(name)))
+        EvError::invalid(format!("relation \"{}\" is not an incremental view", eventview_core::quote::shown_name(name)))
             .with_hint("Create incremental views with eventview.create_view().")
     })?;
     Ok(ViewRef { relid, owner, source_relid })

@@ -1,7 +1,7 @@
 //! Event tables: creating one (envelope DDL, changelog, capture triggers) and dropping it.
 
 use crate::catalog;
-use crate::core::{envelope_sql, names};
+use eventview_core::{envelope_sql, names};
 use crate::errors::{EvError, EvResult};
 use crate::privileges;
 use crate::relation;
@@ -46,7 +46,7 @@ pub fn create_event_table(
 /// `DROP SCHEMA eventview CASCADE` remove what is in it, events included) and a temporary one
 /// (the table would go with the session, leaving its changelog and catalog row behind).
 fn refuse_schema(quoted: &str) -> EvResult<()> {
-    let parts = crate::core::quote::split_name(quoted).unwrap_or_default();
+    let parts = eventview_core::quote::split_name(quoted).unwrap_or_default();
     let Some(schema) = parts.first().filter(|_| parts.len() == 2) else {
         return Ok(());
     };
@@ -364,7 +364,7 @@ pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> E
              SELECT pg_catalog.unnest(c.event_ids) FROM {log} c
              WHERE c.xid IN (SELECT xid FROM updates) AND c.op = 'I'
          )",
-        applied = crate::core::batch::applied_by("k.s", "k.own", "k.own_seq"),
+        applied = eventview_core::batch::applied_by("k.s", "k.own", "k.own_seq"),
         sid = source.source_id,
         log = names::changelog(source.source_id)
     );

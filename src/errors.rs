@@ -1,6 +1,6 @@
 //! One error type for the extension, mapped to a SQLSTATE at the SQL boundary.
 
-use crate::core::definition::DefinitionError;
+use eventview_core::definition::DefinitionError;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgSqlErrorCode;
 
@@ -26,7 +26,7 @@ impl EvError {
 
     /// 42P01: a relation that does not exist, named as Postgres would name it.
     pub fn undefined_table(name: &str) -> Self {
-        let shown = crate::core::quote::shown_name(name);
+        let shown = eventview_core::quote::shown_name(name);
         Self::new(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, format!("relation \"{shown}\" does not exist"))
     }
 

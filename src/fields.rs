@@ -1,8 +1,8 @@
 //! Logical fields: one name across event types and versions (`define_field`).
 
 use crate::catalog;
-use crate::core::definition::{is_valid_field_name, FieldRef, SqlType};
-use crate::core::jsonpath;
+use eventview_core::definition::{is_valid_field_name, FieldRef, SqlType};
+use eventview_core::jsonpath;
 use crate::errors::{EvError, EvResult};
 
 pub struct FieldDeclaration<'a> {
@@ -22,7 +22,7 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
         return Err(EvError::invalid(format!("invalid field name \"{}\"", d.field))
             .with_hint("A logical field name matches [a-z_][a-z0-9_]* and has at most 63 bytes."));
     }
-    if crate::core::definition::Envelope::from_name(d.field).is_some() {
+    if eventview_core::definition::Envelope::from_name(d.field).is_some() {
         return Err(EvError::invalid(format!("invalid field name \"{}\": it is an envelope column", d.field)));
     }
     jsonpath::plan(d.path)

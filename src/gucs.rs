@@ -17,7 +17,7 @@ pub static NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// Rows `prune` deletes per event table and call, for the changelog and for raw events each.
 pub static PRUNE_MAX_ROWS: GucSetting<i32> = GucSetting::<i32>::new(200_000);
 /// Min/max values a stored view may hold in its append-only logs before a refresh merges them
-/// into its value multisets (see `core::sqlgen`).
+/// into its value multisets (see `eventview_core::sqlgen`).
 pub static EXTREME_LOG_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(100_000);
 /// How long the worker's maintenance waits for a lock, in milliseconds (0: as long as it takes).
 pub static MAINTENANCE_LOCK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);

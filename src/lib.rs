@@ -18,15 +18,12 @@
 
 use pgrx::prelude::*;
 
-pub mod core;
-
 mod api;
 mod catalog;
 mod envelope;
 mod errors;
 mod fields;
 mod gucs;
-mod jsonpath_eval;
 mod observer;
 mod plan_cache;
 mod privileges;
@@ -34,7 +31,6 @@ mod progress;
 mod refresh;
 mod relation;
 mod scheduler;
-mod shapes;
 mod spi_util;
 mod stored_jsonb;
 mod views;

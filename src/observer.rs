@@ -1,9 +1,9 @@
 //! The field observer: brings `eventview.observed_fields` and `eventview.drift` up to date with
-//! the changes of one source (see `core::observe_sql`). Runs inside refresh, never on insert.
+//! the changes of one source (see `eventview_core::observe_sql`). Runs inside refresh, never on insert.
 
 use crate::catalog;
-use crate::core::definition::FieldRef;
-use crate::core::observe_sql;
+use eventview_core::definition::FieldRef;
+use eventview_core::observe_sql;
 use crate::errors::EvResult;
 use crate::plan_cache::Plans;
 use crate::spi_util;

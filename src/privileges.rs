@@ -81,7 +81,7 @@ fn switch_to(role: pg_sys::Oid, search_path: &std::ffi::CStr, as_someone_else: b
         crate::gucs::set_in_nest_level(c"search_path", search_path);
         if as_someone_else {
             // The extension's own statements are short and planned from rough estimates (see
-            // `core::batch::touched_rows`): JIT would spend longer compiling than they run, and
+            // `eventview_core::batch::touched_rows`): JIT would spend longer compiling than they run, and
             // a Memoize over the range scan of each run of ids (which the planner believes
             // repeat) copies every row read into a cache that is never hit.
             crate::gucs::set_in_nest_level(c"jit", c"off");

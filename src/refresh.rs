@@ -12,16 +12,16 @@
 //! Transaction boundaries: `refresh` runs inside the caller's transaction; the statements are
 //!   1. lock the view row (SELECT ... FOR UPDATE), then observe the source's fields (`observer`);
 //!   2. the min/max value logs created if missing (storage restored from an older dump);
-//!   3. whether anything is pending (`core::batch::pending_check`): when nothing is, only the
+//!   3. whether anything is pending (`eventview_core::batch::pending_check`): when nothing is, only the
 //!      logs are merged (if they hold values) and the refresh goes on at 6;
-//!   4. the apply statement (see `core::sqlgen`);
+//!   4. the apply statement (see `eventview_core::sqlgen`);
 //!   5. when a group took a retraction or the logs passed `eventview.extreme_log_limit`: the
 //!      logs merged into the multisets; when a group took a retraction, the fix-up statements;
 //!   6. bookkeeping (last_refresh_at, last_refresh_ms).
 
 use crate::catalog::{self, ViewRecord};
-use crate::core::definition::TypePolicy;
-use crate::core::sqlgen::{Mode, ViewSql};
+use eventview_core::definition::TypePolicy;
+use eventview_core::sqlgen::{Mode, ViewSql};
 use crate::errors::{EvError, EvResult};
 use crate::gucs;
 use crate::observer;
@@ -181,13 +181,13 @@ pub fn create_missing_logs(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
     .unwrap_or_default();
     let owner = privileges::role_ident(view.owner)?;
     for (name, ddl) in logs.into_iter().filter(|(name, _)| missing.contains(name)) {
-        let [own, private] = crate::core::sqlgen::storage_grants(&name, &owner);
+        let [own, private] = eventview_core::sqlgen::storage_grants(&name, &owner);
         spi_util::run_all(&[ddl, own, private])?;
     }
     Ok(())
 }
 
-/// Moves the view's min/max value logs into its multisets (see `core::sqlgen`). The caller
+/// Moves the view's min/max value logs into its multisets (see `eventview_core::sqlgen`). The caller
 /// holds the view's row lock.
 pub fn merge_logs(view: &ViewRecord) -> EvResult<()> {
     privileges::as_role(view.owner, || spi_util::run_all(&sql_of(view).merge_logs()))

@@ -1,7 +1,7 @@
 //! Relation names as users pass them ('events', 'shop.events', '"My Events"'): split and
 //! case-folded by Postgres' own `parse_ident`, resolved through the caller's search_path.
 
-use crate::core::quote;
+use eventview_core::quote;
 use crate::errors::{EvError, EvResult};
 use crate::spi_util;
 use pgrx::prelude::*;
@@ -103,7 +103,7 @@ pub fn regclass_text(relid: pg_sys::Oid) -> EvResult<String> {
 
 /// A relation of the extension's schema (`_changes_1`), or InvalidOid when there is none.
 pub fn extension_relid(name: &str) -> pg_sys::Oid {
-    let (Ok(schema), Ok(name)) = (std::ffi::CString::new(crate::core::names::SCHEMA), std::ffi::CString::new(name)) else {
+    let (Ok(schema), Ok(name)) = (std::ffi::CString::new(eventview_core::names::SCHEMA), std::ffi::CString::new(name)) else {
         return pg_sys::InvalidOid;
     };
     // SAFETY: catalog cache lookups with valid C strings; missing_ok for the schema.

@@ -1,4 +1,4 @@
-//! Stored jsonb datums as the bytes `core::jsonb_bytes` reads.
+//! Stored jsonb datums as the bytes `eventview_core::jsonb_bytes` reads.
 
 /// The bytes of a jsonb datum's root container.
 ///

@@ -354,7 +354,7 @@ mod tests {
         let deep = scalar_i64(
             r#"SELECT jsonb_array_length(eventview._shapes_agg('d', 1, (repeat('{"a":', 10000) || '1' || repeat('}', 10000))::jsonb)::jsonb) - 1"#,
         );
-        assert_eq!(deep, crate::core::observe_sql::MAX_DEPTH as i64);
+        assert_eq!(deep, eventview_core::observe_sql::MAX_DEPTH as i64);
         // Nothing walked: NULL.
         assert_eq!(Spi::get_one::<String>("SELECT eventview._shapes_agg('d', 1, p) FROM docs WHERE false").unwrap(), None);
     }
@@ -445,13 +445,13 @@ mod tests {
     /// strings with their escapes.
     #[pg_test]
     fn payload_sizes_are_the_length_of_the_json_text() {
-        let mut rng = crate::core::fuzz::Rng(0x0517_e5_0f_7e47);
+        let mut rng = eventview_core::fuzz::Rng(0x0517_e5_0f_7e47);
         const SCALARS: &[&str] = &[
             "0", "-0", "1", "-1", "9999", "10000", "-123.4500", "0.0001", "1e1000", "-1e-300", "123456789012345678901234567890",
             "0.000000000000000000001", "1.5e3", "2e-2", "100000000", "true", "false", "null", "\"\"",
             r#""a\"b\\c\n\t\r\b\f\u0001\u001f é😀""#, "\"plain text\"", "[]", "{}",
         ];
-        fn doc(rng: &mut crate::core::fuzz::Rng, depth: u32) -> String {
+        fn doc(rng: &mut eventview_core::fuzz::Rng, depth: u32) -> String {
             match if depth > 4 { 0 } else { rng.below(4) } {
                 0 | 1 => rng.pick(SCALARS).to_string(),
                 2 => format!("[{}]", (0..rng.below(5)).map(|_| doc(rng, depth + 1)).collect::<Vec<_>>().join(", ")),

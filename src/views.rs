@@ -2,9 +2,9 @@
 //! altering them. Refreshing lives in `refresh`.
 
 use crate::catalog;
-use crate::core::definition::{parse_definition, DefinitionInput, TypePolicy};
-use crate::core::names;
-use crate::core::sqlgen::{self, Mode, Reads, ViewSql};
+use eventview_core::definition::{parse_definition, DefinitionInput, TypePolicy};
+use eventview_core::names;
+use eventview_core::sqlgen::{self, Mode, Reads, ViewSql};
 use crate::errors::{EvError, EvResult};
 use crate::privileges;
 use crate::refresh;

@@ -4,10 +4,8 @@
 //! quoting is balanced. Deterministic: a failure names its seed and input.
 
 /// xorshift64*: small, deterministic, good enough to explore inputs (shared by the seeded tests).
-#[cfg(any(test, feature = "pg_test"))]
-pub(crate) struct Rng(pub u64);
+pub struct Rng(pub u64);
 
-#[cfg(any(test, feature = "pg_test"))]
 impl Rng {
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
@@ -26,9 +24,9 @@ impl Rng {
 #[cfg(test)]
 mod tests {
     use super::Rng;
-    use crate::core::definition::{parse_definition, DefinitionInput, NoFields};
-    use crate::core::jsonpath;
-    use crate::core::sqlgen::{Mode, Reads, ViewSql};
+    use crate::definition::{parse_definition, DefinitionInput, NoFields};
+    use crate::jsonpath;
+    use crate::sqlgen::{Mode, Reads, ViewSql};
 
     const PATH_ATOMS: &[&str] = &[
         "$", ".", "..", "a", "sku", "[", "]", "0", "-1", "*", "?", "@", "==", "'", "\"", "\\", ",", ":",

@@ -11,8 +11,8 @@
 //! MAX_MEMBERS) the iterator is told not to descend, so a payload nested thousands of levels deep
 //! costs no more stack or memory than one nested MAX_DEPTH levels.
 
-use crate::core::jsonb_bytes::{Kind, Token, Tokens, KINDS, OBJECT};
-use crate::core::observe_sql::{MAX_DEPTH, MAX_MEMBERS};
+use crate::jsonb_bytes::{Kind, Token, Tokens, KINDS, OBJECT};
+use crate::observe_sql::{MAX_DEPTH, MAX_MEMBERS};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 
@@ -513,7 +513,7 @@ fn push_member(path: &mut String, key: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::jsonb_bytes::*;
+    use crate::jsonb_bytes::*;
     use serde_json::Value;
 
     /// A parsed document as tokens, for testing the walk without a server.
@@ -703,7 +703,7 @@ mod tests {
         }
     }
 
-    fn random_json(rng: &mut crate::core::fuzz::Rng, depth: u32) -> String {
+    fn random_json(rng: &mut crate::fuzz::Rng, depth: u32) -> String {
         const KEYS: &[&str] = &["a", "sku", "it's", "k\\\"q", "\\u00e9", "x y", "_1", "\\ud83d\\ude00"];
         match if depth > 6 { rng.below(4) } else { rng.below(6) } {
             0 => "null".into(),
@@ -731,7 +731,7 @@ mod tests {
     /// fingerprints stop paying.
     #[test]
     fn counting_by_shape_equals_counting_every_event() {
-        let mut rng = crate::core::fuzz::Rng(0x5ba9_e5ee_d5);
+        let mut rng = crate::fuzz::Rng(0x5ba9_e5ee_d5);
         // Pairs that differ only in where a container ends, or in an element against a member.
         let mut docs: Vec<Value> = [
             r#"{"a": {"b": 1}, "c": 2}"#,
@@ -800,7 +800,7 @@ mod tests {
 
     #[test]
     fn walk_agrees_with_the_reference_on_random_documents() {
-        let mut rng = crate::core::fuzz::Rng(0x5eed_0f_0b5e_71ed);
+        let mut rng = crate::fuzz::Rng(0x5eed_0f_0b5e_71ed);
         for case in 0..2000 {
             let doc = format!("{{\"root\": {}}}", random_json(&mut rng, 0));
             let parsed: Value = serde_json::from_str(&doc).unwrap_or_else(|e| panic!("case {case}: {doc}: {e}"));
@@ -848,9 +848,9 @@ mod tests {
     /// bytes, truncations) end the walk early: no panic, no read outside the bytes, no loop.
     #[test]
     fn malformed_jsonb_bytes_end_the_walk() {
-        let mut rng = crate::core::fuzz::Rng(0x0bad_b17e_5eed);
+        let mut rng = crate::fuzz::Rng(0x0bad_b17e_5eed);
         for _ in 0..20_000 {
-            let doc = crate::core::jsonb_bytes::tests::malformed_document(&mut rng);
+            let doc = crate::jsonb_bytes::tests::malformed_document(&mut rng);
             let mut counter = ShapeCounter::default();
             counter.add("t", 1, &mut JsonbBytes::new(&doc));
             assert!(counter.rows().len() <= 2 * MAX_MEMBERS as usize * MAX_DEPTH as usize);

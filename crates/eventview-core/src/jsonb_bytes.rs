@@ -476,7 +476,7 @@ pub(crate) mod tests {
 
     /// Malformed stored bytes: random words, container headers and JEntries claiming more
     /// members or longer children than there are bytes, truncations.
-    pub(crate) fn malformed_document(rng: &mut crate::core::fuzz::Rng) -> Vec<u8> {
+    pub(crate) fn malformed_document(rng: &mut crate::fuzz::Rng) -> Vec<u8> {
         let flags = [0x2000_0000u32, 0x4000_0000, 0x5000_0000, 0x8000_0000, 0x1000_0000, 0x3000_0000, 0];
         let mut doc = Vec::new();
         for _ in 0..rng.below(24) {
@@ -495,12 +495,12 @@ pub(crate) mod tests {
     /// outside them.
     #[test]
     fn malformed_bytes_never_panic() {
-        let mut rng = crate::core::fuzz::Rng(0x7e47_1e4_5eed);
+        let mut rng = crate::fuzz::Rng(0x7e47_1e4_5eed);
         for _ in 0..20_000 {
             let doc = malformed_document(&mut rng);
             let _ = text_len(&doc, 1 << 20);
             let _ = Numeric::read(&doc).map(|n| (n.text_len(), n.as_integer()));
-            let _ = crate::core::envelope_check::check(&doc, 1 << 20);
+            let _ = crate::envelope_check::check(&doc, 1 << 20);
         }
     }
 }

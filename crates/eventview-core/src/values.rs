@@ -149,8 +149,8 @@ fn convert(raw: &str, t: SqlType) -> (String, Option<String>, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::definition::{FieldVariant, LogicalField};
-    use crate::core::jsonpath;
+    use crate::definition::{FieldVariant, LogicalField};
+    use crate::jsonpath;
 
     fn logical(t: SqlType) -> FieldRef {
         FieldRef::Logical(LogicalField::new(

@@ -1071,11 +1071,11 @@ pub fn storage_grants(table: &str, owner_ident: &str) -> [String; 2] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::definition::{parse_definition, DefinitionInput};
+    use crate::definition::{parse_definition, DefinitionInput};
 
     fn def(group_by: &str, measures: &str, filter: Option<&str>, bucketed: bool) -> ViewDefinition {
         parse_definition(&DefinitionInput {
-            fields: &crate::core::definition::NoFields,
+            fields: &crate::definition::NoFields,
             group_by,
             measures,
             event_types: Some(vec![Some("add'to".into())]),

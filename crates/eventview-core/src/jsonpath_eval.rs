@@ -6,7 +6,7 @@
 //! text, which is jsonb's own order, so "first match" agrees with `jsonb_path_query_first`) and
 //! `arbitrary_precision` (numbers keep their exact text: `12.50` stays `12.50`, `1e400` parses).
 
-use crate::core::jsonpath;
+use crate::jsonpath;
 use jsonpath_rust::parser::model::JpQuery;
 use jsonpath_rust::query::js_path_process;
 use std::cell::RefCell;

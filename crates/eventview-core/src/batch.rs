@@ -231,7 +231,7 @@ mod tests {
         assert_eq!(scattered.iter().filter(|r| r.2 == 0).count(), RUN_CHUNK);
         assert_eq!(scattered.last().unwrap().2, 2);
         // Every id is in exactly one run, and no run holds an id that was not given.
-        let mut rng = crate::core::fuzz::Rng(0x1d_5eed);
+        let mut rng = crate::fuzz::Rng(0x1d_5eed);
         for _ in 0..500 {
             let given: Vec<i64> = (0..rng.below(60)).map(|_| rng.below(80) as i64 - 40).collect();
             let runs: Vec<(i64, i64)> = id_runs(&mut given.clone()).into_iter().map(|(lo, hi, _)| (lo, hi)).collect();

@@ -667,7 +667,7 @@ mod tests {
             event_type: t.map(str::to_string),
             version: ver,
             path: p.to_string(),
-            plan: crate::core::jsonpath::plan(p).unwrap(),
+            plan: crate::jsonpath::plan(p).unwrap(),
         };
         let qty = LogicalField::new(
             "qty".into(),

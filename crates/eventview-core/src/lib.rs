@@ -1,0 +1,20 @@
+//! eventview-core: everything of pg_eventview that needs no running PostgreSQL. It imports
+//! nothing of pgrx, so it builds and tests with plain `cargo test -p eventview-core`, and the
+//! SQL it generates can be read and compared with golden files.
+
+pub mod batch;
+pub mod definition;
+pub mod fuzz;
+pub mod envelope_check;
+pub mod envelope_sql;
+pub mod jsonb_bytes;
+pub mod jsonpath;
+pub mod jsonpath_eval;
+pub mod names;
+pub mod observe_sql;
+pub mod ordered_json;
+pub mod quote;
+pub mod rfc3339;
+pub mod shapes;
+pub mod sqlgen;
+pub mod values;
