@@ -1,0 +1,27 @@
+CREATE OR REPLACE FUNCTION eventview._capture_2_delete() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $capture$
+BEGIN
+    INSERT INTO eventview._changes_2 (op, event_id, old_event_type, old_event_version, old_producer, old_occurred_at, old_payload)
+    SELECT 'D', event_id, event_type, event_version, producer, occurred_at, payload FROM old_rows
+    WHERE NOT coalesce(pg_catalog.current_setting('eventview.pruning', true) OPERATOR(pg_catalog.=) 'on'
+                       AND old_rows.occurred_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-)
+                           (SELECT s.retention FROM eventview._sources s WHERE s.source_id OPERATOR(pg_catalog.=) 2)),
+                       false);
+    RETURN NULL;
+END
+$capture$;
+
+CREATE OR REPLACE FUNCTION eventview._capture_2_truncate() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $capture$
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
+            MESSAGE = pg_catalog.format('TRUNCATE of event table %s needs a READ COMMITTED transaction, not %s',
+                                        TG_RELID::pg_catalog.regclass, pg_catalog.current_setting('transaction_isolation')),
+            HINT = 'Its views retract every row it removes; in this transaction it cannot see the rows committed after its snapshot. Run it in a READ COMMITTED transaction.';
+    END IF;
+    EXECUTE pg_catalog.format('INSERT INTO eventview._changes_2 (op, event_id, old_event_type, old_event_version, old_producer, old_occurred_at, old_payload) SELECT ''D'', event_id, event_type, event_version, producer, occurred_at, payload FROM %s',
+                   TG_RELID::pg_catalog.regclass);
+    RETURN NULL;
+END
+$capture$;

@@ -1,0 +1,180 @@
+WITH snap AS MATERIALIZED (
+    SELECT eventview._snapshot_without_own() AS s, pg_catalog.pg_current_xact_id_if_assigned() AS own
+),
+applied AS MATERIALIZED (
+    SELECT observed_snapshot AS s, observed_own_xid AS own, observed_own_seq AS own_seq
+    FROM eventview._sources WHERE source_id = 2
+),
+chg AS MATERIALIZED (
+    SELECT c.seq, c.xid, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
+           c.old_producer, c.old_occurred_at, c.old_payload
+    FROM eventview._changes_2 c
+    WHERE ((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
+            AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap)))
+           OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM applied))
+      AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
+           OR coalesce(c.xid = (SELECT own FROM snap), false))
+      AND NOT (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM applied))
+               OR coalesce(c.xid = (SELECT own FROM applied) AND c.seq <= (SELECT own_seq FROM applied), false))
+),
+ids AS MATERIALIZED (
+    SELECT seq, op, unnest(event_ids) AS event_id FROM chg WHERE op = 'I'
+    UNION ALL
+    SELECT seq, op, event_id FROM chg WHERE op <> 'I'
+),
+record_runs AS MATERIALIZED (
+    SELECT r.lo, r.hi
+    FROM chg CROSS JOIN LATERAL eventview._id_runs(chg.event_ids) r
+    WHERE (SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)
+),
+by_record AS MATERIALIZED (
+    SELECT (SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)
+           AND NOT EXISTS (SELECT 1 FROM (SELECT lo, lag(hi) OVER (ORDER BY lo) AS before FROM record_runs) o
+                           WHERE o.lo <= o.before) AS yes
+),
+-- The walk is an aggregate over the rows, read once: one call per event, walking its payload
+-- in place, and at the end the counts as JSON (besides the paths, per type and version, how
+-- many events it walked: path ''), with, in the order walked, the first and the last event
+-- with each path and type and the first event without each path.
+walked AS MATERIALIZED (
+    SELECT r.value ->> 0 AS event_type, (r.value ->> 1)::integer AS event_version,
+           r.value ->> 2 AS path, r.value ->> 3 AS json_type, (r.value ->> 4)::bigint AS events,
+           (r.value ->> 5)::bigint AS first, (r.value ->> 6)::bigint AS first_without,
+           (r.value ->> 7)::bigint AS last, nullif(r.value ->> 8, '') AS before, nullif(r.value ->> 9, '') AS before_without
+    FROM (
+        SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes
+        FROM (SELECT lo, hi FROM record_runs WHERE (SELECT yes FROM by_record)
+     UNION ALL
+     SELECT r.lo, r.hi
+      FROM (SELECT pg_catalog.array_agg(event_id) AS ids
+            FROM ids WHERE op = 'I' GROUP BY event_id OPERATOR(pg_catalog.>>) 20) blocks
+      CROSS JOIN LATERAL eventview._id_runs(blocks.ids) r
+      WHERE NOT (SELECT yes FROM by_record)
+     ORDER BY 1) runs
+    CROSS JOIN LATERAL (SELECT * FROM ONLY "shop"."cart_events" x
+                        WHERE x.event_id >= runs.lo AND x.event_id <= runs.hi
+                        LIMIT runs.hi - runs.lo + 1) e
+    ) f
+    CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(f.shapes::jsonb) r
+),
+vers AS (
+    SELECT event_type, event_version, sum(events)::bigint AS n FROM walked WHERE path = '' GROUP BY 1, 2
+),
+obs AS (
+    SELECT event_type, event_version, path, json_type, sum(events)::bigint AS n,
+           min(first) AS first, max(first_without) AS first_without, max(last) AS last,
+           max(before) AS before, max(before_without) AS before_without
+    FROM walked WHERE path <> ''
+    GROUP BY 1, 2, 3, 4
+),
+-- The declarations of the paths views read, with the event type and version each is for (NULL:
+-- any), numbered per field reference, most specific first.
+declared AS (
+    SELECT r.path, r.event_type, r.event_version, r.field, r.rank
+    FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::integer[]),
+                    pg_catalog.unnest($4::integer[]), pg_catalog.unnest($5::integer[]))
+         AS r(path, event_type, event_version, field, rank)
+),
+-- Per type and version with events in the batch, the paths read: of each field reference, the
+-- most specific declaration that applies (as resolution picks it).
+read_paths AS (
+    SELECT DISTINCT ON (v.event_type, v.event_version, d.field) d.path, v.event_type, v.event_version
+    FROM vers v JOIN declared d
+      ON (d.event_type IS NULL OR d.event_type = v.event_type)
+     AND (d.event_version IS NULL OR d.event_version = v.event_version)
+    ORDER BY v.event_type, v.event_version, d.field, d.rank
+),
+prev_vers AS (
+    SELECT v.event_type, v.event_version, coalesce(o.events, 0) AS events
+    FROM vers v LEFT JOIN eventview._observed_versions o
+      ON o.source_id = 2 AND o.event_type = v.event_type AND o.event_version = v.event_version
+),
+-- The type each path had last: by the number of its last event among those of its type and
+-- version ever observed (rows observed before 0.12.0 have none; last_seen is the same for every
+-- observation in one transaction); of two types in that event, the first by name, as the walk
+-- names them (shapes::kind_named).
+prev_paths AS (
+    SELECT o.event_type, o.event_version, o.path, sum(o.seen) AS seen,
+           (array_agg(o.json_type ORDER BY o.last_event DESC NULLS LAST, o.last_seen DESC, o.json_type))[1] AS last_type
+    FROM eventview._observed o JOIN vers v USING (event_type, event_version)
+    WHERE o.source_id = 2
+    GROUP BY 1, 2, 3
+),
+-- (`before`: the path's type in the batch's last event before this type's first that had it.)
+added AS (
+    SELECT o.event_type, o.event_version, o.path, o.json_type
+    FROM obs o LEFT JOIN prev_paths p USING (event_type, event_version, path)
+    WHERE p.path IS NULL AND o.before IS NULL
+),
+-- A type new for its path: after the one before it in this batch, or the last one seen before.
+changed AS (
+    SELECT o.event_type, o.event_version, o.path, coalesce(o.before, p.last_type) AS old_type, o.json_type AS new_type
+    FROM obs o LEFT JOIN prev_paths p USING (event_type, event_version, path)
+    WHERE (p.path IS NOT NULL OR o.before IS NOT NULL)
+      AND NOT EXISTS (
+        SELECT 1 FROM eventview._observed x
+        WHERE x.source_id = 2 AND x.event_type = o.event_type AND x.event_version = o.event_version
+          AND x.path = o.path AND x.json_type = o.json_type)
+),
+-- (The old type: the path's type in the last event before the first without it, in this batch
+-- if one had it, else the last seen before.)
+missing AS (
+    SELECT p.event_type, p.event_version, p.path,
+           coalesce((SELECT max(o.before_without) FROM obs o
+                     WHERE o.event_type = p.event_type AND o.event_version = p.event_version AND o.path = p.path),
+                    p.last_type) AS old_type
+    FROM prev_paths p
+    JOIN prev_vers pv USING (event_type, event_version)
+    JOIN vers nv USING (event_type, event_version)
+    WHERE pv.events > 0 AND p.seen >= pv.events
+      AND EXISTS (SELECT 1 FROM read_paths r WHERE r.path = p.path
+                    AND r.event_type = p.event_type AND r.event_version = p.event_version)
+      AND coalesce((SELECT sum(o.n) FROM obs o
+                    WHERE o.event_type = p.event_type AND o.event_version = p.event_version
+                      AND o.path = p.path), 0) < nv.n
+    UNION ALL
+    -- A type and version first seen in this batch: a path its first events all had, absent
+    -- from a later one.
+    SELECT DISTINCT o.event_type, o.event_version, o.path, o.before_without
+    FROM obs o JOIN prev_vers pv USING (event_type, event_version)
+    WHERE pv.events = 0 AND o.first_without > 1
+      AND EXISTS (SELECT 1 FROM read_paths r WHERE r.path = o.path
+                    AND r.event_type = o.event_type AND r.event_version = o.event_version)
+),
+drifted AS (
+    INSERT INTO eventview.drift (source, event_type, event_version, path, change, old_type, new_type)
+    SELECT (SELECT relid FROM eventview._sources WHERE source_id = 2), event_type, event_version, path, change, old_type, new_type
+    FROM (
+        SELECT event_type, event_version, path, 'added' AS change, NULL::text AS old_type, json_type AS new_type FROM added
+        UNION ALL
+        SELECT event_type, event_version, path, 'type_changed', old_type, new_type FROM changed
+        UNION ALL
+        SELECT event_type, event_version, path, 'missing', old_type, NULL FROM missing
+    ) d
+    ORDER BY event_type, event_version, path, change, new_type
+    RETURNING 1
+),
+seen_paths AS (
+    INSERT INTO eventview._observed AS t (source_id, event_type, event_version, path, json_type, first_seen, last_seen, seen, last_event)
+    SELECT 2, o.event_type, o.event_version, o.path, o.json_type, now(), now(), o.n, pv.events + o.last
+    FROM obs o JOIN prev_vers pv USING (event_type, event_version)
+    ON CONFLICT (source_id, event_type, event_version, path, json_type)
+    DO UPDATE SET last_seen = EXCLUDED.last_seen, seen = t.seen + EXCLUDED.seen, last_event = EXCLUDED.last_event
+    RETURNING 1
+),
+seen_versions AS (
+    INSERT INTO eventview._observed_versions AS t (source_id, event_type, event_version, events)
+    SELECT 2, event_type, event_version, n FROM vers
+    ON CONFLICT (source_id, event_type, event_version) DO UPDATE SET events = t.events + EXCLUDED.events
+    RETURNING 1
+),
+st AS (
+    UPDATE eventview._sources
+    SET observed_snapshot = (SELECT s FROM snap),
+        observed_own_xid = (SELECT own FROM snap),
+        observed_own_seq = CASE WHEN (SELECT own FROM snap) IS NOT NULL THEN greatest((SELECT max(seq) FROM chg WHERE xid = (SELECT own FROM snap)),
+                          (SELECT own_seq FROM applied WHERE own = (SELECT own FROM snap))) END
+    WHERE source_id = 2
+    RETURNING 1
+)
+SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows;

@@ -1,0 +1,196 @@
+WITH snap AS MATERIALIZED (
+    SELECT eventview._snapshot_without_own() AS s, pg_catalog.pg_current_xact_id_if_assigned() AS own
+),
+applied AS MATERIALIZED (
+    SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+    FROM eventview._views WHERE view_id = 3
+),
+chg AS MATERIALIZED (
+    SELECT c.seq, c.xid, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
+           c.old_producer, c.old_occurred_at, c.old_payload
+    FROM eventview._changes_2 c
+    WHERE ((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
+            AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap)))
+           OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM applied))
+      AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
+           OR coalesce(c.xid = (SELECT own FROM snap), false))
+      AND NOT (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM applied))
+               OR coalesce(c.xid = (SELECT own FROM applied) AND c.seq <= (SELECT own_seq FROM applied), false))
+),
+ids AS MATERIALIZED (
+    SELECT seq, op, unnest(event_ids) AS event_id FROM chg WHERE op = 'I'
+    UNION ALL
+    SELECT seq, op, event_id FROM chg WHERE op <> 'I'
+),
+record_runs AS MATERIALIZED (
+    SELECT r.lo, r.hi
+    FROM chg CROSS JOIN LATERAL eventview._id_runs(chg.event_ids) r
+    WHERE (SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)
+),
+by_record AS MATERIALIZED (
+    SELECT (SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)
+           AND NOT EXISTS (SELECT 1 FROM (SELECT lo, lag(hi) OVER (ORDER BY lo) AS before FROM record_runs) o
+                           WHERE o.lo <= o.before) AS yes
+),
+firsts AS (SELECT DISTINCT ON (event_id) event_id, seq, op FROM ids ORDER BY event_id, seq),
+delta_rows AS (
+    SELECT -1 AS sign, true AS from_delta, c.event_id, c.old_event_type AS event_type,
+           c.old_event_version AS event_version, c.old_producer AS producer,
+           c.old_occurred_at AS occurred_at, c.old_payload AS payload
+    FROM firsts f JOIN chg c ON c.seq = f.seq AND c.op <> 'I'
+    WHERE f.op <> 'I'
+    UNION ALL
+    SELECT 1, true, e.event_id, e.event_type, e.event_version, e.producer, e.occurred_at, e.payload
+    FROM (SELECT lo, hi FROM record_runs WHERE (SELECT yes FROM by_record)
+     UNION ALL
+     SELECT r.lo, r.hi
+      FROM (SELECT pg_catalog.array_agg(event_id) AS ids
+            FROM ids WHERE true GROUP BY event_id OPERATOR(pg_catalog.>>) 20) blocks
+      CROSS JOIN LATERAL eventview._id_runs(blocks.ids) r
+      WHERE NOT (SELECT yes FROM by_record)
+     ORDER BY 1) runs
+    CROSS JOIN LATERAL (SELECT * FROM ONLY "shop"."cart_events" x
+                        WHERE x.event_id >= runs.lo AND x.event_id <= runs.hi
+                        LIMIT runs.hi - runs.lo + 1) e
+),
+full_rows AS (
+    SELECT 1 AS sign, false AS from_delta, e.event_id, e.event_type, e.event_version,
+           e.producer, e.occurred_at, e.payload
+    FROM ONLY "shop"."cart_events" e
+    WHERE e.occurred_at >= $2 AND e.occurred_at < $3 + $1::interval
+      AND pg_catalog.date_bin($1::interval, e.occurred_at, '2000-01-01 00:00:00+00'::timestamptz) >= $2 AND pg_catalog.date_bin($1::interval, e.occurred_at, '2000-01-01 00:00:00+00'::timestamptz) < $3
+),
+f AS (
+    SELECT r.sign, r.from_delta, r.event_id, r.event_type, r.event_version, r.producer, r.occurred_at,
+           (r.payload -> 'item' -> 'sku') AS j1,
+           CASE WHEN r.event_version = 1 THEN (r.payload -> 'region') WHEN r.event_version = 2 THEN (r.payload -> 'shipping' -> 'region') END AS j2,
+           eventview._jsonpath_match(r.payload::text, '$..coupon') AS j3,
+           (r.payload -> 'qty') AS j4,
+           (r.payload -> 'price') AS j5,
+           (r.payload -> 'user_id') AS j6,
+           (r.payload -> 'channel') AS j7,
+           r.payload
+    FROM (SELECT * FROM delta_rows UNION ALL SELECT * FROM full_rows) r
+    WHERE r.event_type = ANY (ARRAY['cart_add', 'cart_remove']::text[])
+      AND NOT (r.from_delta AND pg_catalog.date_bin($1::interval, r.occurred_at, '2000-01-01 00:00:00+00'::timestamptz) >= $2 AND pg_catalog.date_bin($1::interval, r.occurred_at, '2000-01-01 00:00:00+00'::timestamptz) < $3)
+    OFFSET 0
+),
+ft AS (
+    SELECT f.*, jsonb_typeof(j1) AS t1, jsonb_typeof(j2) AS t2, jsonb_typeof(j3) AS t3, jsonb_typeof(j4) AS t4, jsonb_typeof(j5) AS t5, jsonb_typeof(j6) AS t6
+    FROM f
+    OFFSET 0
+),
+c0 AS (
+    SELECT sign,
+           event_id,
+           pg_catalog.date_bin($1::interval, occurred_at, '2000-01-01 00:00:00+00'::timestamptz) AS bucket,
+           CASE WHEN t1 IN ('string', 'number', 'boolean') THEN j1 #>> '{}' END AS g1,
+           CASE WHEN t2 IN ('string', 'number', 'boolean') THEN j2 #>> '{}' END AS g2,
+           coalesce(t3 <> 'null', false) AS m2,
+           CASE WHEN t4 = 'number' THEN j4::numeric END AS m3,
+           CASE WHEN t5 = 'number' THEN j5::numeric END AS m4,
+           CASE WHEN t5 = 'number' THEN j5::numeric END AS m5,
+           CASE WHEN t5 = 'number' THEN j5::numeric END AS m6,
+           CASE WHEN t6 <> 'null' THEN j6 END AS m7,
+           CASE WHEN (j3 IS NULL AND true AND eventview._jsonpath_too_deep(payload::text)) THEN 'JSONPath $..coupon cannot be evaluated: the payload is nested deeper than 127 levels' WHEN t1 IN ('object', 'array') THEN 'group column "sku": $.item.sku is a JSON ' || t1 || ', not a scalar' WHEN t2 IN ('object', 'array') THEN 'group column "region": field "region" is declared text and cannot take ' || 'a JSON ' || t2 WHEN t4 NOT IN ('number', 'null') THEN 'measure "quantity": sum($.qty) needs a JSON number, found ' || t4 WHEN t5 NOT IN ('number', 'null') THEN 'measure "avg_price": avg($.price) needs a JSON number, found ' || t5 END AS bad0
+    FROM ft
+    WHERE j7 IN ('"web"'::jsonb, '"app"'::jsonb)
+    OFFSET 0
+),
+c AS MATERIALIZED (
+    SELECT c0.*, coalesce(c0.bad0, CASE WHEN coalesce(pg_catalog.pg_column_size(c0.g1), 0) + coalesce(pg_catalog.pg_column_size(c0.g2), 0) > 2000 THEN 'group columns "sku", "region" take ' || (coalesce(pg_catalog.pg_column_size(c0.g1), 0) + coalesce(pg_catalog.pg_column_size(c0.g2), 0)) || ' bytes, more than the 2000 a group key may take' WHEN coalesce(pg_catalog.pg_column_size(c0.g1), 0) + coalesce(pg_catalog.pg_column_size(c0.g2), 0) + coalesce(pg_catalog.pg_column_size(c0.m5), 0) > 2000 THEN 'measure "lowest": min($.price) takes, with the group columns, ' || (coalesce(pg_catalog.pg_column_size(c0.g1), 0) + coalesce(pg_catalog.pg_column_size(c0.g2), 0) + coalesce(pg_catalog.pg_column_size(c0.m5), 0)) || ' bytes, more than the 2000 a stored value may take' WHEN coalesce(pg_catalog.pg_column_size(c0.g1), 0) + coalesce(pg_catalog.pg_column_size(c0.g2), 0) + coalesce(pg_catalog.pg_column_size(c0.m6), 0) > 2000 THEN 'measure "highest": max($.price) takes, with the group columns, ' || (coalesce(pg_catalog.pg_column_size(c0.g1), 0) + coalesce(pg_catalog.pg_column_size(c0.g2), 0) + coalesce(pg_catalog.pg_column_size(c0.m6), 0)) || ' bytes, more than the 2000 a stored value may take' WHEN coalesce(pg_catalog.pg_column_size(c0.g1), 0) + coalesce(pg_catalog.pg_column_size(c0.g2), 0) + coalesce(pg_catalog.pg_column_size(c0.m7), 0) > 2000 THEN 'measure "buyers": count_distinct($.user_id) takes, with the group columns, ' || (coalesce(pg_catalog.pg_column_size(c0.g1), 0) + coalesce(pg_catalog.pg_column_size(c0.g2), 0) + coalesce(pg_catalog.pg_column_size(c0.m7), 0)) || ' bytes, more than the 2000 a stored value may take' END) AS bad
+    FROM c0
+),
+bad_rows AS (SELECT event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0),
+good AS NOT MATERIALIZED (SELECT * FROM c WHERE bad IS NULL),
+d0 AS (
+    SELECT true AS __k,
+           bucket,
+           coalesce(g1, ''::text) AS g1,
+           (g1 IS NULL) AS g1_null,
+           coalesce(g2, ''::text) AS g2,
+           (g2 IS NULL) AS g2_null,
+           sum(sign)::bigint AS __count,
+           sum(CASE WHEN m2 THEN sign ELSE 0 END)::bigint AS m2_n,
+           sum(CASE WHEN m3 IS NOT NULL THEN sign ELSE 0 END)::bigint AS m3_n,
+           coalesce(sum(sign * m3), 0) AS m3_sum,
+           sum(CASE WHEN m4 IS NOT NULL THEN sign ELSE 0 END)::bigint AS m4_n,
+           coalesce(sum(sign * m4), 0) AS m4_sum,
+           min(m5) FILTER (WHERE sign > 0) AS m5_val,
+           max(m6) FILTER (WHERE sign > 0) AS m6_val,
+           bool_or(sign < 0) AS __dirty
+    FROM good
+    GROUP BY 1, 2, 3, 4, 5, 6
+),
+a5 AS (
+    INSERT INTO eventview._v3_m5 AS t (__k, bucket, g1, g1_null, g2, g2_null, v, n)
+    SELECT true AS __k, bucket, coalesce(g1, ''::text) AS g1, (g1 IS NULL) AS g1_null, coalesce(g2, ''::text) AS g2, (g2 IS NULL) AS g2_null, m5 AS v, sum(sign)::bigint AS n
+    FROM good WHERE m5 IS NOT NULL
+    GROUP BY 1, 2, 3, 4, 5, 6, 7
+    ON CONFLICT (__k, bucket, g1, g1_null, g2, g2_null, v) DO UPDATE SET n = t.n + EXCLUDED.n
+    RETURNING 1
+),
+a6 AS (
+    INSERT INTO eventview._v3_m6 AS t (__k, bucket, g1, g1_null, g2, g2_null, v, n)
+    SELECT true AS __k, bucket, coalesce(g1, ''::text) AS g1, (g1 IS NULL) AS g1_null, coalesce(g2, ''::text) AS g2, (g2 IS NULL) AS g2_null, m6 AS v, sum(sign)::bigint AS n
+    FROM good WHERE m6 IS NOT NULL
+    GROUP BY 1, 2, 3, 4, 5, 6, 7
+    ON CONFLICT (__k, bucket, g1, g1_null, g2, g2_null, v) DO UPDATE SET n = t.n + EXCLUDED.n
+    RETURNING 1
+),
+a7 AS (
+    INSERT INTO eventview._v3_m7 AS t (__k, bucket, g1, g1_null, g2, g2_null, v, n)
+    SELECT true AS __k, bucket, coalesce(g1, ''::text) AS g1, (g1 IS NULL) AS g1_null, coalesce(g2, ''::text) AS g2, (g2 IS NULL) AS g2_null, m7 AS v, sum(sign)::bigint AS n
+    FROM good WHERE m7 IS NOT NULL
+    GROUP BY 1, 2, 3, 4, 5, 6, 7
+    ON CONFLICT (__k, bucket, g1, g1_null, g2, g2_null, v) DO UPDATE SET prev_n = t.n, n = t.n + EXCLUDED.n
+    RETURNING __k, bucket, g1, g1_null, g2, g2_null, CASE WHEN t.n > 0 AND t.prev_n <= 0 THEN 1 WHEN t.n <= 0 AND t.prev_n > 0 THEN -1 ELSE 0 END AS dd
+),
+dd7 AS (SELECT __k, bucket, g1, g1_null, g2, g2_null, sum(dd)::bigint AS dd FROM a7 GROUP BY __k, bucket, g1, g1_null, g2, g2_null),
+d AS (SELECT d0.*, coalesce(dd7.dd, 0) AS m7_val FROM d0 LEFT JOIN dd7 USING (__k, bucket, g1, g1_null, g2, g2_null)),
+up AS (
+    INSERT INTO eventview._v3_data AS t (__k, bucket, g1, g1_null, g2, g2_null, __count, m2_n, m3_n, m3_sum, m4_n, m4_sum, m5_val, m6_val, m7_val, __dirty)
+    SELECT __k, bucket, g1, g1_null, g2, g2_null, __count, m2_n, m3_n, m3_sum, m4_n, m4_sum, m5_val, m6_val, m7_val, __dirty FROM d
+    ON CONFLICT (__k, bucket, g1, g1_null, g2, g2_null) DO UPDATE SET
+        __count = t.__count + EXCLUDED.__count,
+        m2_n = t.m2_n + EXCLUDED.m2_n,
+        m3_n = t.m3_n + EXCLUDED.m3_n,
+        m3_sum = t.m3_sum + EXCLUDED.m3_sum,
+        m4_n = t.m4_n + EXCLUDED.m4_n,
+        m4_sum = t.m4_sum + EXCLUDED.m4_sum,
+        m5_val = CASE WHEN EXCLUDED.__dirty THEN t.m5_val ELSE LEAST(t.m5_val, EXCLUDED.m5_val) END,
+        m6_val = CASE WHEN EXCLUDED.__dirty THEN t.m6_val ELSE GREATEST(t.m6_val, EXCLUDED.m6_val) END,
+        m7_val = t.m7_val + EXCLUDED.m7_val,
+        __dirty = EXCLUDED.__dirty
+    RETURNING t.__dirty
+),
+unq AS (
+    DELETE FROM eventview.quarantine q
+    WHERE q.view_name = coalesce((SELECT known_name FROM eventview._views WHERE view_id = 3), eventview._view_name(3))
+      AND q.event_id IN (SELECT event_id FROM chg WHERE op <> 'I')
+),
+q AS (
+    INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
+    SELECT (SELECT relid FROM eventview._sources WHERE source_id = 2),
+           coalesce((SELECT known_name FROM eventview._views WHERE view_id = 3), eventview._view_name(3)),
+           b.event_id, b.bad,
+           jsonb_build_object('event_id', e.event_id, 'event_key', e.event_key,
+                              'event_type', e.event_type, 'event_version', e.event_version,
+                              'producer', e.producer, 'occurred_at', e.occurred_at,
+                              'payload', e.payload)
+    FROM bad_rows b LEFT JOIN ONLY "shop"."cart_events" e ON e.event_id = b.event_id
+),
+st AS (
+    UPDATE eventview._views
+    SET applied_snapshot = (SELECT s FROM snap),
+        applied_own_xid = (SELECT own FROM snap),
+        applied_own_seq = CASE WHEN (SELECT own FROM snap) IS NOT NULL THEN greatest((SELECT max(seq) FROM chg WHERE xid = (SELECT own FROM snap)),
+                          (SELECT own_seq FROM applied WHERE own = (SELECT own FROM snap))) END
+    WHERE view_id = 3
+    RETURNING extremes_logged
+)
+SELECT (SELECT coalesce(sum(CASE WHEN op = 'I' THEN pg_catalog.cardinality(event_ids) ELSE 1 END), 0)::bigint FROM chg) AS consumed,
+       (SELECT count(*) FROM up) AS groups_written,
+       (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,
+       (SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1) AS first_error,
+       (SELECT extremes_logged FROM st) AS extremes_logged;
