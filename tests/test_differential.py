@@ -29,7 +29,7 @@ eventview.quarantine must be exactly the current events with a type error, once 
 `quarantined` their number; for 'skip' views `skipped` must be at least their number.
 
 A failure names the seed, the operation and the last steps. The deterministic tests at the end
-reduce the extension bugs found here to a few statements each.
+check, in a few statements each, cases a random workload meets rarely or not at all.
 
 Logical fields (define_field, declared in a shuffled order before the views): three views group,
 filter and aggregate by fields declared per type and version (sku, qty bigint, country) and by
@@ -348,7 +348,9 @@ def T_NUMERIC(x):
 
 def T_DOUBLE(x):
     # A JSON number beyond the double range (1E+400) is a type error. Numbers too small for a
-    # double (1E-400) are not generated: see test_bug_double_field_underflow_breaks_refresh.
+    # double (1E-400) are not generated: their cast below would fail this reference query, and
+    # the extension may take them as a type error or as 0 (see
+    # test_a_double_field_underflow_does_not_break_refresh).
     fits = f"(abs(({x})::numeric) <= {DBL_MAX})"
     return (f"(CASE WHEN jsonb_typeof({x}) = 'number' THEN CASE WHEN {fits} THEN ({x})::numeric::float8 END END)",
             f"(CASE WHEN {x} IS NULL OR jsonb_typeof({x}) = 'null' THEN false "
@@ -535,7 +537,8 @@ def gen_key(rng):
         return None
     if r < 0.92:
         # Numbers are valid text keys. (Not 12.50 here: the rich-path views also read sku, and
-        # eventview.jsonpath_first turns 12.50 into 12.5; see test_bug_rich_path_keeps_numbers.)
+        # how a rich path spells such a number is checked on its own by
+        # test_rich_path_keeps_numbers_as_written.)
         return rng.choice([42, Decimal("-0.5"), 7])
     if r < 0.94:
         return rng.choice([True, False])
@@ -586,8 +589,9 @@ def gen_tags(rng):
 def gen_qty(rng, big=False):
     """qty/item.quantity: mostly integers; sometimes numbers a bigint field cannot take (1.5,
     and with `big` one beyond int8) or can (2.0, 1E+1: integral), besides gen_num's strings,
-    objects, null... (`big` only where no view takes avg of the path: a quotient of 16 digits
-    or more shows the bug of test_bug_avg_depends_on_the_scale_of_retracted_values.)"""
+    objects, null... (`big` only where no view takes avg of the path: an avg of 16 digits or
+    more after retractions is checked on its own by
+    test_avg_does_not_depend_on_the_scale_of_retracted_values.)"""
     if rng.random() < 0.07:
         return rng.choice([Decimal("1.5"), Decimal("2.0"), Decimal("-0.5"), Decimal("1E+1"), -3] + ([10**19] if big else []))
     return gen_num(rng, lambda: rng.randint(0, 9))
@@ -624,7 +628,7 @@ def gen_amount(rng):
     if r < 0.99:
         return True
     # A JSON number beyond double precision: a type error for a double field. (Not 1E-400, which
-    # underflows: see test_bug_double_field_underflow_breaks_refresh.)
+    # underflows: see test_a_double_field_underflow_does_not_break_refresh.)
     return Decimal("1E+400")
 
 
@@ -1627,7 +1631,7 @@ def test_fail_policy_aborts_the_refresh_and_applies_nothing(db):
 
 def test_writes_after_refresh_in_the_same_transaction_are_applied(db):
     """A refresh applies its own open transaction's changes so far; the changes that transaction
-    makes after the refresh must still be applied (this was lost before commit 8afb0cc)."""
+    makes after the refresh must still be applied: the refresh does not count them as applied."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("SELECT eventview.create_view('v', 'ev')")
@@ -1697,13 +1701,14 @@ def test_concurrent_refreshes_of_two_views_of_one_source_do_not_deadlock(cluster
 
 
 # --------------------------------------------------------------------------------------------
-# Extension bugs found by this file, reduced to their smallest form. They fail until fixed.
+# Edge cases in their smallest form: rich paths, numbers at the edges of their types, and a
+# reader whose snapshot is older than a view's definition.
 
 
-def test_bug_rich_path_first_match_follows_jsonb_order(db):
-    """The first match of a rich path must be jsonb_path_query_first's: jsonb keeps object keys
-    shorter-first, so "item" comes before "details"; eventview.jsonpath_first walks keys in
-    alphabetical order (serde_json map) and picks details.sku."""
+def test_rich_path_first_match_follows_jsonb_order(db):
+    """The first match of a rich path is jsonb_path_query_first's: jsonb keeps object keys
+    shorter-first, so "item" comes before "details"; a walk of the keys in alphabetical order
+    (as a serde_json map keeps them) would pick details.sku."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"sku": "$..sku"}')""")
@@ -1715,9 +1720,10 @@ def test_bug_rich_path_first_match_follows_jsonb_order(db):
         assert a.execute("SELECT sku FROM v").fetchall() == [(expected,)]
 
 
-def test_bug_rich_path_keeps_numbers_as_written(db):
-    """A text group column holds what `payload #>> path` gives (12.50 stays 12.50). Through a rich
-    path the value goes through an f64: 12.50 becomes 12.5, 1.000000000000000001 becomes 1.0."""
+def test_rich_path_keeps_numbers_as_written(db):
+    """A text group column holds what `payload #>> path` gives (12.50 stays 12.50), also through a
+    rich path: a value taken through an f64 would lose its spelling (12.50 would become 12.5,
+    1.000000000000000001 would become 1.0)."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"t": "$.tags[*]"}')""")
@@ -1727,10 +1733,11 @@ def test_bug_rich_path_keeps_numbers_as_written(db):
         assert sorted(a.execute("SELECT t FROM v").fetchall()) == [("1.000000000000000001",), ("12.50",)]
 
 
-def test_bug_rich_path_view_breaks_on_a_number_beyond_f64(db):
-    """jsonb holds numbers of any size; one event with 1e400 anywhere in its payload makes every
-    refresh of a view with a rich path fail (pgrx: "a text version of jsonb must be a valid json:
-    number out of range"), whatever on_type_error says, so the view is stuck."""
+def test_a_rich_path_view_takes_a_number_beyond_f64(db):
+    """jsonb holds numbers of any size: one event with 1e400 anywhere in its payload is read by a
+    view with a rich path. Read through an f64 (pgrx: "a text version of jsonb must be a valid
+    json: number out of range"), it would fail every refresh of the view, whatever on_type_error
+    says, and leave the view stuck."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"t": "$.tags[*]"}', on_type_error => 'skip')""")
@@ -1739,12 +1746,13 @@ def test_bug_rich_path_view_breaks_on_a_number_beyond_f64(db):
         assert a.execute("SELECT t, events FROM v").fetchall() == [("x", 1)]
 
 
-def test_bug_double_field_underflow_breaks_refresh(db):
+def test_a_double_field_underflow_does_not_break_refresh(db):
     """A JSON number too small for a double (1e-400) in a field declared double precision: the
     conversion payload::numeric::double precision raises 'is out of range for type double
-    precision' and every refresh of the view fails, whatever on_type_error says (here 'skip'),
-    so the view is stuck. The range check only looks at abs() <= DBL_MAX, not at underflow.
-    Either a type error or 0 would do; an error of the refresh must not."""
+    precision', which a range check of abs() <= DBL_MAX alone does not foresee; raised in the
+    refresh, it would fail every refresh of the view whatever on_type_error says (here 'skip')
+    and leave the view stuck. Either a type error or 0 will do; an error of the refresh will
+    not."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("SELECT eventview.define_field('ev', 'amount', '$.amount', type => 'double precision')")
@@ -1755,13 +1763,13 @@ def test_bug_double_field_underflow_breaks_refresh(db):
         assert a.execute("SELECT n, s FROM v").fetchone() in [(1, Decimal("1.5")), (2, Decimal("1.5"))]
 
 
-def test_bug_avg_depends_on_the_scale_of_retracted_values(db):
-    """avg is shown as stored sum / stored count. The stored sum keeps the largest scale of every
-    value ever added, also after that value was retracted, and numeric division takes its result
-    scale from its operands: after 1e-21 came and went, avg of (1, 0, 0) shows 21 digits,
-    0.333333333333333333333, where avg() from scratch gives 0.33333333333333333333 (20). The
-    same with large magnitudes (the random workload met it with $.qty = 10^19 and a retracted
-    1.5: 200000000000000002.6 against 200000000000000003)."""
+def test_avg_does_not_depend_on_the_scale_of_retracted_values(db):
+    """avg is shown as stored sum / stored count, and numeric division takes its result scale
+    from its operands. A stored sum that kept the largest scale of every value ever added, also
+    after that value is retracted, would show avg of (1, 0, 0) after 1e-21 came and went with
+    21 digits, 0.333333333333333333333, where avg() from scratch gives 0.33333333333333333333
+    (20). The same with large magnitudes ($.qty = 10^19 and a retracted 1.5:
+    200000000000000002.6 against 200000000000000003)."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("""SELECT eventview.create_view('v', 'ev', measures => '{"a": "avg($.p)"}')""")

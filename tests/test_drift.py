@@ -1,9 +1,10 @@
 """Drift does not depend on how changes were split into refreshes: the same events give the same
-`eventview.drift` rows whether each is refreshed on its own or many at once (defect found in an
-audit, session 8: a batch was compared with the state before it as a whole, so a path new in a
-batch with two JSON types got no `type_changed`, and a path that went missing within the batch
-that first brought its type and version got no `missing`). Session 14's audit: the type a path
-had last was taken by last_seen, which every observation in one transaction shares."""
+`eventview.drift` rows whether each is refreshed on its own or many at once. A batch is not
+compared with the state before it as a whole (which would give no `type_changed` to a path new
+in a batch with two JSON types, and no `missing` to a path that goes missing within the batch
+that first brings its type and version). The type a path had last is that of its latest
+observation, not the one with the latest last_seen: every observation in one transaction shares
+that timestamp."""
 
 import random
 

@@ -1,6 +1,6 @@
-"""Views dropped with plain SQL (0.9.0): the catalog follows the DROP, and what could get in its
-way does not. Each test reproduces a defect found in a review (session 9) and fails without its
-fix.
+"""Views and event tables dropped with plain SQL: the catalog follows the DROP, and what could
+get in its way does not. Each test builds one situation that could keep a DROP from going
+through or leave the catalog behind:
 
 - A plain DROP VIEW that meets a refresh of the view waits for it, instead of deadlocking with
   it over quarantine rows.
@@ -9,6 +9,8 @@ fix.
   stop drop_event_table(cascade), nor drop_view.
 - A view created under a name a temporary relation also has is the one created, not the
   temporary one.
+- A plain DROP TABLE of an event table is followed, also while views read it and in the order
+  pg_restore --clean drops relations.
 """
 
 import threading
@@ -35,7 +37,7 @@ def test_a_plain_drop_waits_for_a_refresh_of_the_view(db):
         a.execute("""SELECT eventview.create_view('v', 'ev', measures => '{"s": "sum($.q)"}')""")
         assert _one(a, "SELECT count(*) FROM eventview.quarantine WHERE view_name IS NOT NULL") == 1
         # A refresh holds the view's row; the DROP comes meanwhile; then the refresh takes back
-        # the quarantine entry of the event it retracts (the fix of that event).
+        # the quarantine entry of the event it retracts (the UPDATE below corrects that event).
         a.execute("BEGIN")
         a.execute("SELECT eventview.refresh('v')")
         dropped = {}
@@ -115,10 +117,10 @@ def _source_rows(conn):
 
 
 def test_a_plain_drop_table_of_an_event_table_is_followed(db):
-    """(Session 15's contract audit: after a plain DROP TABLE of an event table its views made
-    refresh_all fail for every view, and drop_view could not drop them.) Now the table is
-    forgotten as drop_event_table does: at once when no view reads it, else with the last of its
-    views, whose last_error says why they can no longer be refreshed; the others go on."""
+    """A plain DROP TABLE of an event table is followed as drop_event_table does: the table is
+    forgotten at once when no view reads it, else with the last of its views. Until then those
+    views say in last_error why they cannot be refreshed, drop_view still drops them, and
+    refresh_all goes on with the other views instead of failing for all of them."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('kept')")
         a.execute("SELECT eventview.create_view('kept_view', 'kept')")
@@ -130,7 +132,7 @@ def test_a_plain_drop_table_of_an_event_table_is_followed(db):
         a.execute("DROP TABLE alone")
         assert _source_rows(a) == (1, 1, 4)
         assert _one(a, "SELECT count(*) FROM eventview._observed") == 0
-        # With views: the views stay, saying why; the others refresh as before.
+        # With views: the views stay, saying why; the others still refresh.
         a.execute("SELECT eventview.create_event_table('gone')")
         a.execute("INSERT INTO gone (event_type, payload) VALUES ('t', '{}')")
         a.execute("SELECT eventview.create_view('gone_1', 'gone')")

@@ -1,18 +1,21 @@
 """REPEATABLE READ and SERIALIZABLE transactions read with the snapshot of their first statement,
-and TRUNCATE is not MVCC-safe: each test reproduces a defect found in session 11's audit and fails
-without its fix.
+and TRUNCATE is not MVCC-safe: each test builds an interleaving in which a snapshot older than
+the table's contents would lose events or count them twice.
 
-- TRUNCATE of an event table under REPEATABLE READ logged only the rows its snapshot saw, and
-  removed the others too: the views kept counting them. It is refused there (0A000).
-- A refresh under REPEATABLE READ whose snapshot predates a committed TRUNCATE read the table
-  as empty, consumed the pending inserts without adding them, and later took the TRUNCATE's
-  deletes back from rows it never had (negative counts). It fails with 40001: retry.
-- create_view under REPEATABLE READ read the existing events with a snapshot taken before it
-  kept prune off the table: a prune in between could delete changes it needed. It is refused.
-- rebuild's retention horizon came from the transaction's start: a prune that started later
-  had deleted events between the two horizons, and the rebuild recomputed their buckets
-  without them. The horizon now comes from the clock, with prune held off.
-- Event tables created by an older build get the new truncate capture at the first API call.
+- TRUNCATE of an event table under REPEATABLE READ would log only the rows its snapshot sees
+  and remove the others too, which the views would keep counting: it is refused there (0A000).
+- A refresh under REPEATABLE READ whose snapshot predates a committed TRUNCATE would read the
+  table as empty, consume the pending inserts without adding them, and later take the
+  TRUNCATE's deletes back from rows it never had (negative counts): it fails with 40001, to be
+  retried.
+- create_view under REPEATABLE READ would read the existing events with a snapshot taken before
+  it keeps prune off the table, and a prune in between could delete changes it needs: it is
+  refused.
+- rebuild's retention horizon comes from the clock, with prune held off, not from the
+  transaction's start: a prune that started later could have deleted events between the two
+  horizons, and the rebuild would recompute their buckets without them.
+- Event tables created by a release up to 0.9.0 get the truncate capture that checks the
+  isolation level at the first API call.
 """
 
 import threading
@@ -45,7 +48,7 @@ def test_truncate_is_refused_under_repeatable_read(db):
         a.execute("ROLLBACK")
         assert _one(a, "SELECT eventview.refresh('v')") == 1
         assert a.execute("SELECT sku, n FROM v ORDER BY sku").fetchall() == [("A", 1), ("B", 1)]
-        # Under READ COMMITTED it empties the views, as before.
+        # Under READ COMMITTED it is captured and empties the views.
         a.execute("TRUNCATE ev")
         assert _one(a, "SELECT eventview.refresh('v')") == 2
         assert a.execute("SELECT count(*) FROM v").fetchone()[0] == 0
@@ -120,7 +123,7 @@ def test_an_older_truncate_capture_is_replaced_at_the_first_call(db):
     with psycopg.connect(db, autocommit=True) as a:
         _setup(a)
         sid = _one(a, "SELECT source_id FROM eventview._sources WHERE relid = 'ev'::regclass")
-        # The body of the builds before session 11.
+        # The truncate capture as releases up to 0.9.0 wrote it: no check of the isolation level.
         a.execute(f"""CREATE OR REPLACE FUNCTION eventview._capture_{sid}_truncate() RETURNS trigger
                       LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $capture$
                       BEGIN
@@ -141,8 +144,8 @@ def test_an_older_truncate_capture_is_replaced_at_the_first_call(db):
 
 def test_define_field_waits_for_a_view_being_created_that_reads_the_field(db):
     """A declaration checks the views that read the field (a type change is refused while any
-    does) and points their reads at the new path: a view whose creation had not committed was
-    missed, and after a type change it could no longer be loaded at all."""
+    does) and points their reads at the new path, so it waits for a view whose creation has not
+    committed yet: a view it missed could not be loaded at all after a type change."""
     with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as b:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("SELECT eventview.define_field('ev', 'qty', '$.qty', type => 'numeric')")
@@ -173,10 +176,11 @@ def test_define_field_waits_for_a_view_being_created_that_reads_the_field(db):
 @pytest.mark.parametrize("rebuild", ["SELECT eventview.rebuild('v')",
                                      "SELECT eventview.rebuild('v', now() - interval '1 day', NULL)"])
 def test_rebuild_under_repeatable_read_asks_for_a_retry_when_a_truncate_commits_while_it_waits(db, rebuild):
-    """A TRUNCATE still in progress when a REPEATABLE READ rebuild checked the table's file
-    passed the check; the rebuild then waited for its lock on the table, read the new, empty
-    file under its old snapshot and stored that snapshot as its position, and the next refresh
-    took the TRUNCATE's records from groups never counted (counts below zero)."""
+    """A TRUNCATE still in progress when a REPEATABLE READ rebuild checks the table's file, and
+    committed while the rebuild waits for its lock on the table, makes the rebuild fail with
+    40001. Going on, it would read the new, empty file under its old snapshot and store that
+    snapshot as its position, and the next refresh would take the TRUNCATE's records from groups
+    never counted (counts below zero)."""
     with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as c:
         c.execute("SELECT eventview.create_event_table('ev')")
         c.execute("""INSERT INTO ev (event_type, payload) VALUES ('sale', '{"sku": "A"}')""")

@@ -1,16 +1,17 @@
-"""Lock order between concurrent calls: each test builds, step by step, the interleaving that
-deadlocked before (found by session 12's audit) and fails without its fix (40P01 in one of the
-calls). Sessions are told apart by application_name; a step waits until the session before it
-is blocked on a lock, so nothing depends on timing.
+"""Lock order between concurrent calls: each test builds, step by step, an interleaving in which
+two calls taking the same locks in different orders would deadlock (40P01 in one of the calls),
+and checks that both finish. Sessions are told apart by application_name; a step waits until
+the session before it is blocked on a lock, so nothing depends on timing.
 
-- Two `ingest` calls with the same keys in different orders: each inserted its keys in envelope
-  order and waited for the other's uncommitted key. Keys now go in one (bytewise) order.
-- `refresh` observed its event table before taking its view's row, and `refresh_all` observed
-  every event table first (holding them) and then waited for a view's
-  row, while `drop_event_table(cascade)` held that view's row and waited for its table. Views
-  are now refreshed (row, then table) before the remaining tables are observed.
-- Under a lock_timeout (the worker's), a prune that timed out failed `run_maintenance` as a
-  whole, taking back the refreshes of the run. It now only warns.
+- Two `ingest` calls with the same keys in different orders: each inserts its keys in one
+  (bytewise) order, not in envelope order, in which each would hold a key the other waits for
+  while waiting for one of the other's uncommitted keys.
+- `drop_event_table(cascade)` takes a view's row, then its event table. So `refresh` takes its
+  view's row before it observes (locks) its event table, and `refresh_all` refreshes the views
+  (row, then table) before it observes the remaining tables: holding a table while waiting for a
+  view's row the drop holds would deadlock.
+- Under a lock_timeout (the worker's), a prune that times out only warns: failing
+  `run_maintenance` as a whole would take back the refreshes of the run.
 """
 
 import threading
@@ -66,18 +67,20 @@ def _envelopes(*keys):
 def test_ingests_of_the_same_keys_in_different_orders_do_not_deadlock(db):
     with _connect(db, "holder") as holder, _connect(db, "watch") as watch:
         holder.execute("SELECT eventview.create_event_table('ev')")
-        # The holder's uncommitted 'm' makes the first ingest wait after (old order) its 'z'.
+        # The holder's uncommitted 'm' makes the first ingest wait, holding 'a' (key order); in
+        # envelope order it would hold 'z'.
         holder.execute("BEGIN")
         holder.execute("INSERT INTO ev (event_type, event_key, payload) VALUES ('t', 'm', '{}')")
         first = _Call(db, "first", "SELECT * FROM eventview.ingest('ev', %s)", (_envelopes("z", "m", "a"),))
         first.start()
         _wait_until_blocked(watch, "first")
-        # The second takes 'a' and waits for 'z' (old order) or waits for 'a' (key order).
+        # The second waits for the first's 'a' (key order); in envelope order it would take 'a'
+        # and wait for the first's 'z'.
         second = _Call(db, "second", "SELECT * FROM eventview.ingest('ev', %s)", (_envelopes("a", "z"),))
         second.start()
         _wait_until_blocked(watch, "second")
-        # Released: in the old order the first now needs the second's 'a' while the second
-        # waits for its 'z'.
+        # Released: the first takes 'm' and 'z'. In envelope order it would now need the
+        # second's 'a' while the second waits for its 'z'.
         holder.execute("ROLLBACK")
         assert first.result() == (3, 0, 0)
         assert second.result() == (0, 2, 0)
@@ -101,8 +104,9 @@ def test_refresh_all_and_drop_event_table_cascade_do_not_deadlock(db):
         everything = _Call(db, "refresh_all", "SELECT eventview.refresh_all()")
         everything.start()
         _wait_until_blocked(watch, "refresh_all")
-        # drop_event_table takes v's row, then needs ev itself (dropping its capture triggers):
-        # before, refresh_all held ev (observed up front) and was to wait for v's row next.
+        # drop_event_table takes v's row, then needs ev itself (dropping its capture triggers).
+        # refresh_all does not hold ev meanwhile: it observes the tables left over only after
+        # the views, so it never waits for v's row while holding ev.
         drop = _Call(db, "drop", "SELECT eventview.drop_event_table('ev', cascade => true)")
         drop.start()
         time.sleep(0.5)  # (it may finish at once, or block on the table: both are fine)
@@ -121,7 +125,8 @@ def test_refresh_waits_for_its_view_before_holding_the_event_table(db):
         dropper.execute("INSERT INTO ev (event_type, payload) VALUES ('t', '{}')")
         dropper.execute("SELECT eventview.refresh('v')")
         # The dropper holds v's row (alter_view locks it), then drops the table in the same
-        # transaction. Before, the refresh observed ev (holding it) while waiting for the row.
+        # transaction. The refresh waits for the row before it observes ev: holding ev while
+        # waiting for the row, it would deadlock with the drop.
         dropper.execute("BEGIN")
         dropper.execute("SELECT eventview.alter_view('v', on_type_error => 'skip')")
         refresh = _Call(db, "refresh", "SELECT eventview.refresh('v')")
@@ -268,7 +273,7 @@ def test_run_maintenance_leaves_a_locked_table_to_a_later_prune_without_waiting(
         maint.execute("SELECT eventview.run_maintenance()")
         assert maint.execute(old).fetchone() == (0,)
         assert notices == []
-        # prune of one named table waits for its lock, as before.
+        # prune of one named table waits for its lock: the caller asked for that table.
         holder.execute(f"INSERT INTO ev (event_type, occurred_at, payload) VALUES ('t', now() - interval '2 days', '{{}}')")
         holder.execute("BEGIN")
         holder.execute("LOCK TABLE ev IN SHARE MODE")

@@ -1,4 +1,4 @@
-"""Privileges (issue 4, item 6), with non-superuser roles:
+"""Privileges, with non-superuser roles:
 - the API runs with the caller's rights: creating a view needs SELECT on its event table; only
   (members of) a view's owner refresh, rebuild, alter, schedule or drop it; only the table's
   owner drops it, declares its fields or prunes it (42501 otherwise);
@@ -263,7 +263,8 @@ def test_a_callers_search_path_and_tables_give_no_rights(cluster, roles):
     # The capture functions of her table are hers: her table's types and casts run as her.
     assert admin.q("""SELECT DISTINCT pg_get_userbyid(proowner)::text FROM pg_proc
                       WHERE proname ~ '^_capture_' AND pronamespace = 'eventview'::regnamespace""") == [(role("mallory"),)]
-    # An envelope column changed to another type: the extension owner no longer reads the table.
+    # An envelope column changed to another type: the extension owner (the field observer) does
+    # not read a table so altered.
     mallory.q("ALTER TABLE evil.mev ALTER COLUMN producer TYPE varchar(100)")
     warnings = []
     mallory.conn.add_notice_handler(lambda d: warnings.append(d.message_primary))
@@ -345,7 +346,7 @@ def test_no_other_table_borrows_a_capture_function(cluster, roles):
     the transition table of whatever trigger fires it. Attached to another table, it would log
     that table's rows as changes of the event table: PUBLIC may not execute it (EXECUTE is
     checked when a trigger is created), producers need no EXECUTE, and a function an earlier
-    library left executable is fixed by the next API call."""
+    library left executable is repaired by the next API call."""
     admin = As(cluster, roles, "postgres")
     alice, bob, pat = (As(cluster, roles, r) for r in ("alice", "bob", "pat"))
     alice.q("SELECT eventview.create_event_table('guarded')")
@@ -434,8 +435,10 @@ def test_a_renamed_view_keeps_its_quarantine(cluster, roles):
 
 
 def test_row_level_security_keeps_restricted_roles_from_views_and_the_changelog(cluster, roles):
-    """Session 11's audit: a role the event table's policies restrict created a view, and read
-    through it and through the changelog (old versions of updated rows) what they hide."""
+    """A role the event table's row-level policies restrict could read what they hide through a
+    view (which aggregates every row) and through the changelog (old versions of updated rows):
+    such a role may neither create nor refresh a view of the table, and loses the right to read
+    its changelog. The table's owner, not subject to its policies unless they are forced, may."""
     alice, bob = As(cluster, roles, "alice"), As(cluster, roles, "bob")
     alice.q("SELECT eventview.create_event_table('ev')")
     source_id = alice.one("SELECT source_id FROM eventview._sources WHERE relid = 'ev'::regclass")
@@ -467,9 +470,10 @@ def test_row_level_security_keeps_restricted_roles_from_views_and_the_changelog(
 
 
 def test_one_owners_schedule_or_failure_count_does_not_stop_the_others(cluster, roles):
-    """Session 11's audit: view owners may write their views' schedule and failure count; a
-    schedule of 300,000 years overflowed run_maintenance's due time, and a failure count at the
-    largest integer its error handler, failing every run for every view."""
+    """View owners may write their views' schedule and failure count: neither a schedule of
+    300,000 years (past the range of run_maintenance's due time) nor a failure count at the
+    largest integer (past the range of its error handler's count) makes run_maintenance fail
+    for every view."""
     admin = As(cluster, roles, "postgres")
     alice, bob = As(cluster, roles, "alice"), As(cluster, roles, "bob")
     alice.q("SELECT eventview.create_event_table('ev')")
@@ -497,11 +501,11 @@ def test_one_owners_schedule_or_failure_count_does_not_stop_the_others(cluster, 
 
 
 def test_a_views_owner_runs_nothing_as_whoever_reads_the_catalog(cluster, roles):
-    """(Session 15's security audit.) eventview.views counted a view's groups as the extension
-    owner, from the storage table the view's owner owns. In PostgreSQL 15 that owner can turn
-    the table into a view of their own functions (a "_RETURN" rule), which then ran as a
-    superuser: any role able to create a view could make itself superuser. Now the count runs
-    as the view's owner."""
+    """eventview.views counts a view's groups as the view's owner, not as the extension owner:
+    the storage table the count reads belongs to the view's owner, who in PostgreSQL 15 can turn
+    it into a view of their own functions (a "_RETURN" rule). Counted with more rights, those
+    functions would run as a superuser, and any role able to create a view could make itself
+    superuser. Nor does a policy on a view's storage make the catalog unreadable for all."""
     admin, mallory = As(cluster, roles, "postgres"), As(cluster, roles, "mallory")
     admin.q(f"CREATE SCHEMA mal AUTHORIZATION {role('mallory')}")
     mallory.q("SELECT eventview.create_event_table('mal.ev')")
@@ -543,10 +547,10 @@ def test_a_views_owner_runs_nothing_as_whoever_reads_the_catalog(cluster, roles)
 
 
 def test_the_quarantine_of_views_in_schemas_a_reader_cannot_use(cluster, roles):
-    """(Session 15's security audit.) The quarantine's row-level policy looked each row's view
-    up by name: a reader without USAGE on that view's schema got "permission denied for schema"
-    for the whole table. And a view's owner could file rows under any event table, which its
-    owner then saw as the view's."""
+    """The quarantine's row-level policy finds each row's view without looking its name up in its
+    schema, which would give a reader without USAGE on that schema "permission denied for
+    schema" for the whole table. And a view's owner files rows only under the view's own event
+    table: under another, that table's owner would see them as the view's."""
     admin, mallory, alice = (As(cluster, roles, r) for r in ("postgres", "mallory", "alice"))
     admin.q(f"CREATE SCHEMA priv AUTHORIZATION {role('mallory')}")
     mallory.q("SELECT eventview.create_event_table('priv.ev')")
@@ -571,12 +575,12 @@ def test_the_quarantine_of_views_in_schemas_a_reader_cannot_use(cluster, roles):
 
 
 def test_the_owner_of_an_event_table_drops_the_views_of_others_over_it(cluster, roles):
-    """(Session 15's security audit.) A role that could read an event table made a view over
-    it, and a view of its own over that view's storage: the table's owner could neither drop
-    the view (nor the table: the storage's drop failed on the dependent view) while that view
-    held back the pruning of the table's changelog. Now the table's owner may drop any view
-    over it, and what others built on the extension's internal tables (storage, changelog) goes
-    with them; objects that depend on the view itself are named, never dropped."""
+    """The table's owner may drop any view over the table, and what others built on the
+    extension's internal tables (storage, changelog) goes with it; objects that depend on the
+    view itself are named, never dropped. Otherwise a role that could once read the table could,
+    with a view over it and a view of its own over that view's storage, keep the table's owner
+    from dropping the view (and the table: the storage's drop would fail on the dependent view)
+    while that view holds back the pruning of the table's changelog."""
     admin, mallory, alice = (As(cluster, roles, r) for r in ("postgres", "mallory", "alice"))
     admin.q(f"CREATE SCHEMA mal AUTHORIZATION {role('mallory')}")
     admin.q(f"GRANT USAGE ON SCHEMA mal TO {role('alice')}, {role('bob')}")
@@ -618,8 +622,8 @@ def test_the_owner_of_an_event_table_drops_the_views_of_others_over_it(cluster, 
 
 def test_last_error_says_why_a_view_cannot_be_refreshed_whoever_refreshed_it(cluster, roles):
     """API.md: refresh by anyone runs with the owner's rights; if the owner loses SELECT on the
-    source, refresh fails for that view with the error in last_error. (Session 15's contract
-    audit: a direct refresh rolled back whatever it recorded, so last_error stayed NULL.)"""
+    source, refresh fails for that view with the error in last_error, also when the failing
+    refresh is a direct call, whose transaction rolls back, and not run_maintenance."""
     admin, alice, bob = (As(cluster, roles, r) for r in ("postgres", "alice", "bob"))
     bob.q("SELECT eventview.create_event_table('bobs_events')")
     bob.q(f"GRANT SELECT ON bobs_events TO {role('alice')}")
@@ -645,11 +649,11 @@ def test_last_error_says_why_a_view_cannot_be_refreshed_whoever_refreshed_it(clu
 
 
 def test_a_refresh_does_not_read_an_event_table_whose_envelope_its_owner_retyped(cluster, roles):
-    """(Session 15's security audit.) A refresh reads the event table as the view's owner, who
-    may be a superuser reading an application role's table. That table's owner can give an
-    envelope column a type of their own, whose casts (an implicit cast to jsonb under `payload`,
-    a cast to json when the quarantine copies `event_key`) would then run their functions with
-    the view owner's rights. A refresh, like the field observer, now refuses such a table."""
+    """A refresh reads the event table as the view's owner, who may be a superuser reading an
+    application role's table. That table's owner can give an envelope column a type of their
+    own, whose casts (an implicit cast to jsonb under `payload`, a cast to json when the
+    quarantine copies `event_key`) would then run their functions with the view owner's rights.
+    So a refresh, like the field observer, refuses such a table."""
     admin, bob = As(cluster, roles, "postgres"), As(cluster, roles, "bob")
     bob.q("SELECT eventview.create_event_table('apps_events')")
     admin.q("""SELECT eventview.create_view('dba_view', 'apps_events', measures => '{"s": "sum($.v)"}')""")

@@ -1,4 +1,4 @@
-"""A long recomputation reports its progress (issue 4, item 7): a full rebuild (and the initial
+"""A long recomputation reports its progress: a full rebuild (and the initial
 fill of create_view over existing events) raises a NOTICE every 100,000 events read, with the
 share of the table's estimated size, and says when it is done."""
 
@@ -31,7 +31,7 @@ def test_rebuild_reports_progress(cluster, db):
         assert c.execute("SELECT sum(n) FROM big_by_k").fetchone()[0] == 250000
 
         # Statistics gone stale (the table doubled since ANALYZE): the estimate follows the
-        # table's size now, as the planner's does, and no count passes it.
+        # table's current size, as the planner's does, and no count passes it.
         c.execute("""INSERT INTO big (event_type, payload)
                      SELECT 'e', jsonb_build_object('k', i % 10) FROM generate_series(1, 250000) i""")
         notices.clear()

@@ -1,11 +1,11 @@
 """Pruning and retention against what views have not applied yet, and event tables dropped
-behind the extension's back: each test reproduces a defect found in an audit (session 8) and
-fails without its fix.
+behind the extension's back: each test sets up changes some view still needs when prune runs,
+or a table gone from under the catalog.
 
 - Pruning raw events by retention is not a retraction: a view that has not applied an update of
   an event keeps the version it aggregated (prune leaves the event until every view has applied
   the update). Also when the update gave the row a new event_id (`SET event_id = DEFAULT`,
-  logged as the old id updated and the new one inserted; found in session 11's audit).
+  logged as the old id updated and the new one inserted).
 - A view being created is invisible to prune until its creation commits: prune skips the table
   meanwhile instead of deleting changes the new view still needs.
 - A plain DROP TABLE of an event table does not break refresh_all or maintenance for the others.
@@ -65,8 +65,9 @@ def test_prune_keeps_an_event_an_update_moved_to_a_new_id_until_views_apply_it(d
 
 def test_prune_skips_a_table_while_a_view_on_it_is_created(db):
     """Session B creates a view (snapshot taken, not committed); A commits an event; another view
-    applies it and prune runs with a tiny delta_retention. Without the lock, prune deleted the
-    change record the new view still needed, and B's view never counted the event."""
+    applies it and prune runs with a tiny delta_retention. Prune skips the table until the
+    creation commits: deleting the change record the new view still needs, it would leave B's
+    view never counting the event."""
     with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db) as b:
         a.execute("SELECT eventview.create_event_table('ev', delta_retention => '1 millisecond')")
         a.execute("SELECT eventview.create_view('va', 'ev')")
@@ -138,7 +139,7 @@ def test_a_dropped_event_table_does_not_break_the_others(db):
         assert _one(a, "SELECT eventview.refresh_all()") == 1
         assert _one(a, "SELECT events FROM v") == 1
         assert a.execute("SELECT path FROM eventview.observed_fields WHERE source = 'kept'::regclass").fetchall() == [("$.x",)]
-        # Maintenance observes and prunes the other tables as before.
+        # Maintenance observes and prunes the other tables without a warning.
         a.execute("""INSERT INTO kept (event_type, payload) VALUES ('t', '{"y": 1}')""")
         with psycopg.connect(db, autocommit=True) as w:
             w.execute("SET client_min_messages = warning")

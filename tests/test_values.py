@@ -1,5 +1,5 @@
-"""Values at the edges of their types, through a view's refresh: each test reproduces a defect
-found in an audit (session 8) and fails without its fix."""
+"""Values at the edges of their types, through a view's refresh: each test feeds values a
+conversion could round, refuse although they are valid, or fail the whole refresh on."""
 
 import psycopg
 
@@ -9,9 +9,10 @@ def _one(conn, sql, params=None):
 
 
 def test_double_precision_fields_sum_exactly_and_take_subnormal_numbers(db):
-    """sum/avg of a field declared double precision used to round each value to 15 significant
-    digits (PostgreSQL 15's float8 -> numeric); numbers below DBL_MIN but representable
-    (subnormal) were quarantined as out of range. A number that rounds to zero still is."""
+    """sum/avg of a field declared double precision add the values exactly, none rounded to 15
+    significant digits (as PostgreSQL 15's float8 -> numeric rounds); numbers below DBL_MIN but
+    representable (subnormal) are values, not out of range. A number that rounds to zero is out
+    of range: quarantined."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("SELECT eventview.define_field('ev', 'p', '$.p', type => 'double precision')")
@@ -34,9 +35,9 @@ def test_double_precision_fields_sum_exactly_and_take_subnormal_numbers(db):
 
 
 def test_a_leap_second_with_a_fraction_is_a_type_error_not_a_stuck_view(db):
-    """PostgreSQL takes 23:59:60 (the next minute) but no fraction of it: the RFC 3339 check let
-    23:59:60.5 through, and the cast then failed every refresh of the view (and every read of a
-    realtime one), whatever its type policy."""
+    """PostgreSQL takes 23:59:60 (the next minute) but no fraction of it: the RFC 3339 check makes
+    23:59:60.5 a type error of its event, so that no cast of it fails every refresh of the view
+    (and every read of a realtime one), whatever its type policy."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("SELECT eventview.define_field('ev', 'at', '$.at', type => 'timestamptz')")
@@ -50,8 +51,8 @@ def test_a_leap_second_with_a_fraction_is_a_type_error_not_a_stuck_view(db):
 
 
 def test_count_distinct_of_a_timestamptz_field_counts_instants(db):
-    """One instant written with three offsets: one group under group_by, and (since 0.8.0) one
-    value under count_distinct too, as for occurred_at, whatever the session's TimeZone."""
+    """One instant written with three offsets: one group under group_by, and one value under
+    count_distinct too, as for occurred_at, whatever the session's TimeZone."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("SELECT eventview.define_field('ev', 'at', '$.at', type => 'timestamptz')")
@@ -71,9 +72,9 @@ def test_count_distinct_of_a_timestamptz_field_counts_instants(db):
 
 
 def test_a_filter_value_that_spells_generated_sql_is_compared_as_written(db):
-    """Session 11's audit: the statement's JSON types are taken once by rewriting
-    `jsonb_typeof(j1)` into a column name, and the rewrite also reached inside the filter's
-    literal, so the filter compared `$.a` with "t1" instead of the text the user gave."""
+    """The statement takes each value's JSON type once, by rewriting `jsonb_typeof(j1)` into a
+    column name; that rewrite leaves the filter's literal alone, so the filter compares `$.a`
+    with the text the user gave, not with "t1"."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"a": "$.a"}',

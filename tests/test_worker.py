@@ -197,9 +197,9 @@ def test_a_locked_event_table_does_not_stall_the_other_views(worker_cluster, evw
 
 
 def test_a_locked_changelog_does_not_stall_the_other_tables(worker_cluster, evw):
-    """(Session 16's operations audit.) A changelog another session holds (a VACUUM FULL or LOCK
-    TABLE of it) is left to a later run by run_maintenance's field observer and pruning, not
-    waited for: with no lock_timeout at all, the other tables are still observed and pruned."""
+    """A changelog another session holds (a VACUUM FULL or LOCK TABLE of it) is left to a later
+    run by run_maintenance's field observer and pruning, not waited for: with no lock_timeout at
+    all, the other tables are still observed and pruned."""
     evw.execute("SET lock_timeout = '5s'")  # this test's own reads must never hang on the lock
     evw.execute("SELECT eventview.create_event_table('ev')")
     evw.execute("SELECT eventview.create_event_table('ev2')")
@@ -240,8 +240,8 @@ def test_a_locked_changelog_does_not_stall_the_other_tables(worker_cluster, evw)
 
 def test_a_database_not_updated_yet_is_said_once(worker_cluster, evw):
     """A new library over a database still at the older version: the worker says once that
-    maintenance waits for ALTER EXTENSION ... UPDATE (it said "observing fields failed" at every
-    naptime), and maintains it again once updated."""
+    maintenance waits for ALTER EXTENSION ... UPDATE, rather than an error such as "observing
+    fields failed" at every naptime, and maintains it again once updated."""
     evw.execute("DROP EXTENSION pg_eventview CASCADE")
     evw.execute("DROP SCHEMA IF EXISTS eventview CASCADE")
     evw.execute("CREATE EXTENSION pg_eventview VERSION '0.13.0'")

@@ -1,5 +1,5 @@
 \set VERBOSITY terse
--- Incremental views: the story of the issue, retractions, NULL keys, filters, rebuild.
+-- Incremental views: cart adds by SKU and hour, retractions, NULL keys, filters, rebuild.
 SET TimeZone = 'UTC';
 CREATE SCHEMA store;
 SELECT eventview.create_event_table('store.events');
