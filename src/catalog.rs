@@ -1,13 +1,13 @@
 //! The only code that reads and writes the extension's own tables (`eventview._sources`,
 //! `eventview._views`).
 
+use crate::errors::{EvError, EvResult};
+use crate::pg::spi;
+use crate::relation;
 use eventview_core::definition::{
     parse_definition, DefinitionInput, FieldVariant, LogicalField, SqlType, ViewDefinition,
 };
 use eventview_core::jsonpath;
-use crate::errors::{EvError, EvResult};
-use crate::relation;
-use crate::spi_util;
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
@@ -25,8 +25,10 @@ pub fn require_current_version() -> EvResult<()> {
         return Ok(());
     }
     let library = env!("CARGO_PKG_VERSION");
-    let installed: Option<String> =
-        spi_util::one("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview'", &[])?;
+    let installed: Option<String> = spi::one(
+        "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview'",
+        &[],
+    )?;
     match installed {
         Some(v) if v == library => {
             CATALOG_MATCHES.set(true);
@@ -74,9 +76,9 @@ pub struct Pending {
 /// Runs a `eventview_core::batch::pending_check` statement. Read without the consumer's lock: a
 /// concurrent run only moves the position on, and a batch empty from an older position is
 /// empty from a newer one.
-pub fn pending(sql: &str, plans: crate::plan_cache::Plans) -> EvResult<Pending> {
+pub fn pending(sql: &str, plans: crate::pg::plan_cache::Plans) -> EvResult<Pending> {
     Ok(Spi::connect_mut(|client| {
-        let row = crate::plan_cache::execute(client, sql, Some(1), &[], plans)?.first();
+        let row = crate::pg::plan_cache::execute(client, sql, Some(1), &[], plans)?.first();
         Ok::<_, pgrx::spi::SpiError>(Pending {
             any: row.get::<bool>(1)?.unwrap_or(true),
             applied_xmax: row.get::<i64>(2)?,
@@ -88,14 +90,18 @@ pub fn pending(sql: &str, plans: crate::plan_cache::Plans) -> EvResult<Pending> 
 impl Source {
     /// The sizes the plans of a refresh depend on: the event table's and its changelog's
     /// (`plan_cache::Plans::PerSize`).
-    pub fn plan_sizes(&self) -> crate::plan_cache::SizeClass {
-        crate::plan_cache::size_class(&[self.relid, self.changelog_relid()])
+    pub fn plan_sizes(&self) -> crate::pg::plan_cache::SizeClass {
+        crate::pg::plan_cache::size_class(&[self.relid, self.changelog_relid()])
     }
 
     /// The sizes the observer's plan depends on: those of `plan_sizes` and what was observed
     /// before.
-    pub fn observer_plan_sizes(&self) -> crate::plan_cache::SizeClass {
-        crate::plan_cache::size_class(&[self.relid, self.changelog_relid(), relation::extension_relid("_observed")])
+    pub fn observer_plan_sizes(&self) -> crate::pg::plan_cache::SizeClass {
+        crate::pg::plan_cache::size_class(&[
+            self.relid,
+            self.changelog_relid(),
+            relation::extension_relid("_observed"),
+        ])
     }
 
     /// The changelog table (InvalidOid if missing).
@@ -106,8 +112,11 @@ impl Source {
     /// Whether the changelog holds a record whose transaction id this cluster has not given out
     /// yet: restored from another cluster and not renumbered.
     pub fn changelog_from_elsewhere(&self) -> EvResult<bool> {
-        let newest = spi_util::one::<i64>(
-            &format!("SELECT max(xid)::text::bigint FROM {}", eventview_core::names::changelog(self.source_id)),
+        let newest = spi::one::<i64>(
+            &format!(
+                "SELECT max(xid)::text::bigint FROM {}",
+                eventview_core::names::changelog(self.source_id)
+            ),
             &[],
         )?;
         Ok(position_from_elsewhere(newest.map(|x| x + 1)))
@@ -115,13 +124,17 @@ impl Source {
 }
 
 pub fn source_by_relid(relid: pg_sys::Oid) -> EvResult<Option<Source>> {
-    let id = spi_util::one::<i32>(
+    let id = spi::one::<i32>(
         "SELECT source_id FROM eventview._sources WHERE relid = $1::regclass",
         &[relid.into()],
     )?;
     match id {
         None => Ok(None),
-        Some(source_id) => Ok(Some(Source { source_id, relid, table_sql: relation::qualified(relid)? })),
+        Some(source_id) => Ok(Some(Source {
+            source_id,
+            relid,
+            table_sql: relation::qualified(relid)?,
+        })),
     }
 }
 
@@ -129,13 +142,20 @@ pub fn source_by_relid(relid: pg_sys::Oid) -> EvResult<Option<Source>> {
 pub fn source_by_name(name: &str) -> EvResult<Source> {
     let relid = relation::resolve(name)?;
     source_by_relid(relid)?.ok_or_else(|| {
-        EvError::invalid(format!("relation \"{}\" is not an event table", eventview_core::quote::shown_name(name)))
-            .with_hint("Create event tables with eventview.create_event_table().")
+        EvError::invalid(format!(
+            "relation \"{}\" is not an event table",
+            eventview_core::quote::shown_name(name)
+        ))
+        .with_hint("Create event tables with eventview.create_event_table().")
     })
 }
 
-pub fn insert_source(relid: pg_sys::Oid, retention: Option<Interval>, delta_retention: Option<Interval>) -> EvResult<i32> {
-    spi_util::one::<i32>(
+pub fn insert_source(
+    relid: pg_sys::Oid,
+    retention: Option<Interval>,
+    delta_retention: Option<Interval>,
+) -> EvResult<i32> {
+    spi::one::<i32>(
         "INSERT INTO eventview._sources (relid, retention, delta_retention)
          VALUES ($1::regclass, $2, coalesce($3, interval '7 days')) RETURNING source_id",
         &[relid.into(), retention.into(), delta_retention.into()],
@@ -159,12 +179,19 @@ pub enum SourceLock {
 /// Takes `lock` on the table's catalog row; a table dropped meanwhile is an error.
 pub fn lock_source(source: &Source, lock: SourceLock) -> EvResult<()> {
     let sql = match lock {
-        SourceLock::AddsRows => "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR KEY SHARE",
-        SourceLock::Redeclares | SourceLock::Drops => "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR UPDATE",
+        SourceLock::AddsRows => {
+            "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR KEY SHARE"
+        }
+        SourceLock::Redeclares | SourceLock::Drops => {
+            "SELECT source_id FROM eventview._sources WHERE source_id = $1 FOR UPDATE"
+        }
     };
-    match spi_util::one::<i32>(sql, &[source.source_id.into()])? {
+    match spi::one::<i32>(sql, &[source.source_id.into()])? {
         Some(_) => Ok(()),
-        None => Err(EvError::invalid(format!("event table {} was dropped meanwhile", source.table_sql))),
+        None => Err(EvError::invalid(format!(
+            "event table {} was dropped meanwhile",
+            source.table_sql
+        ))),
     }
 }
 
@@ -173,18 +200,21 @@ pub fn lock_source(source: &Source, lock: SourceLock) -> EvResult<()> {
 /// created is invisible to prune until it commits, and needs every change committed after its
 /// starting snapshot, which the other consumers may have applied already.
 pub fn hold_off_prune(source: &Source) -> EvResult<()> {
-    spi_util::run("SELECT pg_catalog.pg_advisory_xact_lock_shared(1885828709, $1)", &[source.source_id.into()])
+    spi::run(
+        "SELECT pg_catalog.pg_advisory_xact_lock_shared(1885828709, $1)",
+        &[source.source_id.into()],
+    )
 }
 
 /// Raw events older than this may have been pruned, if the source has a retention: the
 /// retention back from the clock, not from the transaction's start (`now()`). The caller holds
 /// prune off the table (`hold_off_prune`) first, so every prune that deleted anything committed
 /// before this is read, with a horizon at or before this one. Computed in UTC, as prune's cutoff
-/// is (`envelope::prune_events`): in a time zone with daylight saving time, subtracting days
+/// is (`event_tables::prune_events`): in a time zone with daylight saving time, subtracting days
 /// or months across a change gives another instant, and a rebuild in such a session could take
 /// a horizon before prune's and recompute buckets whose events prune had deleted.
 pub fn retention_horizon(source: &Source) -> EvResult<Option<pgrx::datum::TimestampWithTimeZone>> {
-    spi_util::one(
+    spi::one(
         "SELECT ((pg_catalog.clock_timestamp() AT TIME ZONE 'UTC') - retention) AT TIME ZONE 'UTC'
          FROM eventview._sources WHERE source_id = $1",
         &[source.source_id.into()],
@@ -194,7 +224,7 @@ pub fn retention_horizon(source: &Source) -> EvResult<Option<pgrx::datum::Timest
 /// Removes an event table's catalog rows: its field declarations and observations, then the
 /// table itself (no foreign keys cascade: see sql/bootstrap.sql). Its views are dropped first.
 pub fn delete_source(source_id: i32) -> EvResult<()> {
-    spi_util::run(
+    spi::run(
         "WITH fields AS (DELETE FROM eventview._fields WHERE source_id = $1 RETURNING 1),
               observed AS (DELETE FROM eventview._observed WHERE source_id = $1 RETURNING 1),
               versions AS (DELETE FROM eventview._observed_versions WHERE source_id = $1 RETURNING 1)
@@ -226,7 +256,7 @@ pub fn view_by_relid(relid: pg_sys::Oid, lock: bool) -> EvResult<Option<ViewReco
         "SELECT view_id FROM eventview._views WHERE relid = $1::regclass{}",
         if lock { " FOR UPDATE" } else { "" }
     );
-    let Some(view_id) = spi_util::one::<i32>(&sql, &[relid.into()])? else {
+    let Some(view_id) = spi::one::<i32>(&sql, &[relid.into()])? else {
         return Ok(None);
     };
     Ok(Some(load_view(view_id)?))
@@ -235,8 +265,11 @@ pub fn view_by_relid(relid: pg_sys::Oid, lock: bool) -> EvResult<Option<ViewReco
 pub fn view_by_name(name: &str, lock: bool) -> EvResult<ViewRecord> {
     let relid = relation::resolve(name)?;
     view_by_relid(relid, lock)?.ok_or_else(|| {
-        EvError::invalid(format!("relation \"{}\" is not an incremental view", eventview_core::quote::shown_name(name)))
-            .with_hint("Create incremental views with eventview.create_view().")
+        EvError::invalid(format!(
+            "relation \"{}\" is not an incremental view",
+            eventview_core::quote::shown_name(name)
+        ))
+        .with_hint("Create incremental views with eventview.create_view().")
     })
 }
 
@@ -252,14 +285,17 @@ pub fn lock_view_by_relid(relid: pg_sys::Oid, name: &str) -> EvResult<ViewRecord
     view_by_relid(relid, true)?.ok_or_else(|| {
         EvError::new(
             PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
-            format!("view \"{}\" was dropped by another transaction", eventview_core::quote::shown_name(name)),
+            format!(
+                "view \"{}\" was dropped by another transaction",
+                eventview_core::quote::shown_name(name)
+            ),
         )
     })
 }
 
 fn load_view(view_id: i32) -> EvResult<ViewRecord> {
     let row = Spi::connect(|client| {
-        let t = crate::plan_cache::select(
+        let t = crate::pg::plan_cache::select(
             client,
             "SELECT v.relid::oid, v.source_id, s.relid::oid,
                     (v.definition -> 'group_by')::text, (v.definition -> 'measures')::text,
@@ -292,8 +328,22 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             t.get::<i64>(14)?,
         ))
     })?;
-    let (relid, source_id, source_relid, group_by, measures, types, types_kind, filter, filter_kind, policy, bucket, owner, realtime, applied_xmax) =
-        row;
+    let (
+        relid,
+        source_id,
+        source_relid,
+        group_by,
+        measures,
+        types,
+        types_kind,
+        filter,
+        filter_kind,
+        policy,
+        bucket,
+        owner,
+        realtime,
+        applied_xmax,
+    ) = row;
     let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
     let fields = fields_of_source(source_id.ok_or_else(missing)?)?;
     let definition = parse_definition(&DefinitionInput {
@@ -306,7 +356,11 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             None
         },
         bucketed: bucket.is_some(),
-        filter: if filter_kind.as_deref() == Some("object") { filter.as_deref() } else { None },
+        filter: if filter_kind.as_deref() == Some("object") {
+            filter.as_deref()
+        } else {
+            None
+        },
         on_type_error: policy.as_deref().unwrap_or("quarantine"),
     })?;
     let source_relid = source_relid.ok_or_else(missing)?;
@@ -358,7 +412,7 @@ pub fn view_ref_by_name(name: &str) -> EvResult<ViewRef> {
 /// The view whose relation is `relid`, named `name` by the caller (22023 when it is none).
 pub fn view_ref(relid: pg_sys::Oid, name: &str) -> EvResult<ViewRef> {
     let row = Spi::connect(|client| {
-        let t = crate::plan_cache::select(
+        let t = crate::pg::plan_cache::select(
             client,
             "SELECT v.owner::oid, s.relid::oid FROM eventview._views v JOIN eventview._sources s USING (source_id)
              WHERE v.relid = $1::regclass",
@@ -372,18 +426,25 @@ pub fn view_ref(relid: pg_sys::Oid, name: &str) -> EvResult<ViewRef> {
         Ok(row.get::<pg_sys::Oid>(1)?.zip(row.get::<pg_sys::Oid>(2)?))
     })?;
     let (owner, source_relid) = row.ok_or_else(|| {
-        EvError::invalid(format!("relation \"{}\" is not an incremental view", eventview_core::quote::shown_name(name)))
-            .with_hint("Create incremental views with eventview.create_view().")
+        EvError::invalid(format!(
+            "relation \"{}\" is not an incremental view",
+            eventview_core::quote::shown_name(name)
+        ))
+        .with_hint("Create incremental views with eventview.create_view().")
     })?;
-    Ok(ViewRef { relid, owner, source_relid })
+    Ok(ViewRef {
+        relid,
+        owner,
+        source_relid,
+    })
 }
 
 /// Whether the caller acts as the owner of some view reading the source (`privileges::caller_acts_as`).
 pub fn caller_owns_a_view_of(source_id: i32) -> EvResult<bool> {
-    Ok(spi_util::one::<bool>(
+    Ok(spi::one::<bool>(
         "SELECT EXISTS (SELECT 1 FROM eventview._views v WHERE v.source_id = $1
                           AND pg_catalog.pg_has_role($2, v.owner::oid, 'MEMBER'))",
-        &[source_id.into(), crate::privileges::caller().into()],
+        &[source_id.into(), crate::pg::roles::caller().into()],
     )?
     .unwrap_or(false))
 }
@@ -392,7 +453,7 @@ pub fn caller_owns_a_view_of(source_id: i32) -> EvResult<bool> {
 pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     Ok(Spi::connect(|client| {
         let mut out = Vec::new();
-        for row in crate::plan_cache::select(
+        for row in crate::pg::plan_cache::select(
             client,
             "SELECT view_id, relid::oid FROM eventview._views WHERE source_id = $1 ORDER BY view_id",
             None,
@@ -412,7 +473,7 @@ pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
 pub fn all_sources() -> EvResult<Vec<Source>> {
     let rows = Spi::connect(|client| {
         let mut out = Vec::new();
-        for row in crate::plan_cache::select(
+        for row in crate::pg::plan_cache::select(
             client,
             "SELECT s.source_id, s.relid::oid FROM eventview._sources s
              WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid)
@@ -427,31 +488,24 @@ pub fn all_sources() -> EvResult<Vec<Source>> {
         Ok::<_, pgrx::spi::SpiError>(out)
     })?;
     rows.into_iter()
-        .map(|(source_id, relid)| Ok(Source { source_id, relid, table_sql: relation::qualified(relid)? }))
+        .map(|(source_id, relid)| {
+            Ok(Source {
+                source_id,
+                relid,
+                table_sql: relation::qualified(relid)?,
+            })
+        })
         .collect()
 }
 
-/// Every view, as relid, oldest first.
-pub fn all_views() -> EvResult<Vec<pg_sys::Oid>> {
-    Ok(Spi::connect(|client| {
-        let mut out = Vec::new();
-        for row in crate::plan_cache::select(client, "SELECT relid::oid FROM eventview._views ORDER BY view_id", None, &[])? {
-            if let Some(relid) = row.get::<pg_sys::Oid>(1)? {
-                out.push(relid);
-            }
-        }
-        Ok::<_, pgrx::spi::SpiError>(out)
-    })?)
-}
-
 pub fn next_view_id() -> EvResult<i32> {
-    spi_util::one::<i64>("SELECT nextval('eventview._views_view_id_seq')", &[])?
+    spi::one::<i64>("SELECT nextval('eventview._views_view_id_seq')", &[])?
         .map(|v| v as i32)
         .ok_or_else(|| EvError::invalid("could not allocate a view id"))
 }
 
 pub fn record_refresh(view_id: i32, elapsed_ms: f64) -> EvResult<()> {
-    spi_util::run(
+    spi::run(
         "UPDATE eventview._views SET last_refresh_at = clock_timestamp(), last_refresh_ms = $2,
                 last_error = NULL, failures = 0, retry_at = NULL WHERE view_id = $1",
         &[view_id.into(), elapsed_ms.into()],
@@ -462,7 +516,7 @@ pub fn record_refresh(view_id: i32, elapsed_ms: f64) -> EvResult<()> {
 pub fn fields_of_source(source_id: i32) -> EvResult<Vec<LogicalField>> {
     let rows = Spi::connect(|client| {
         let mut out = Vec::new();
-        for row in crate::plan_cache::select(
+        for row in crate::pg::plan_cache::select(
             client,
             "SELECT field, event_type, event_version, path, field_type FROM eventview._fields
              WHERE source_id = $1 ORDER BY field, event_type NULLS LAST, event_version NULLS LAST",
@@ -481,17 +535,36 @@ pub fn fields_of_source(source_id: i32) -> EvResult<Vec<LogicalField>> {
     })?;
     let mut fields: Vec<LogicalField> = Vec::new();
     for (name, event_type, version, path, type_name) in rows {
-        let plan = jsonpath::plan(&path)
-            .map_err(|e| EvError::invalid(format!("field \"{name}\" has an invalid stored path \"{path}\": {}", e.0)))?;
-        let sql_type = SqlType::parse_declared(&type_name)
-            .ok_or_else(|| EvError::invalid(format!("field \"{name}\" has an unknown stored type \"{type_name}\"")))?;
-        let variant = FieldVariant { event_type, version, path, plan };
+        let plan = jsonpath::plan(&path).map_err(|e| {
+            EvError::invalid(format!(
+                "field \"{name}\" has an invalid stored path \"{path}\": {}",
+                e.0
+            ))
+        })?;
+        let sql_type = SqlType::parse_declared(&type_name).ok_or_else(|| {
+            EvError::invalid(format!(
+                "field \"{name}\" has an unknown stored type \"{type_name}\""
+            ))
+        })?;
+        let variant = FieldVariant {
+            event_type,
+            version,
+            path,
+            plan,
+        };
         match fields.iter_mut().find(|f| f.name == name) {
             Some(f) => f.variants.push(variant),
-            None => fields.push(LogicalField { name, sql_type, variants: vec![variant] }),
+            None => fields.push(LogicalField {
+                name,
+                sql_type,
+                variants: vec![variant],
+            }),
         }
     }
-    Ok(fields.into_iter().map(|f| LogicalField::new(f.name, f.sql_type, f.variants)).collect())
+    Ok(fields
+        .into_iter()
+        .map(|f| LogicalField::new(f.name, f.sql_type, f.variants))
+        .collect())
 }
 
 /// Declares (or redeclares) one variant of a logical field.
@@ -503,7 +576,7 @@ pub fn upsert_field(
     version: Option<i32>,
     type_name: &str,
 ) -> EvResult<()> {
-    spi_util::run(
+    spi::run(
         "INSERT INTO eventview._fields (source_id, field, event_type, event_version, path, field_type)
          VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (source_id, field, event_type, event_version)

@@ -16,7 +16,12 @@ pub type EvResult<T> = Result<T, EvError>;
 
 impl EvError {
     pub fn new(code: PgSqlErrorCode, message: impl Into<String>) -> Self {
-        EvError { code, message: message.into(), detail: None, hint: None }
+        EvError {
+            code,
+            message: message.into(),
+            detail: None,
+            hint: None,
+        }
     }
 
     /// 22023: a definition or argument that cannot work.
@@ -27,7 +32,10 @@ impl EvError {
     /// 42P01: a relation that does not exist, named as Postgres would name it.
     pub fn undefined_table(name: &str) -> Self {
         let shown = eventview_core::quote::shown_name(name);
-        Self::new(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, format!("relation \"{shown}\" does not exist"))
+        Self::new(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            format!("relation \"{shown}\" does not exist"),
+        )
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
@@ -43,7 +51,13 @@ impl EvError {
     pub fn into_report(self) -> ErrorReport {
         // A message quoting user text that holds U+0000 (JSON "\u0000" in a definition) would be
         // cut short there, its hint lost: the character is written as its JSON escape.
-        let shown = |text: String| if text.contains('\0') { text.replace('\0', "\\u0000") } else { text };
+        let shown = |text: String| {
+            if text.contains('\0') {
+                text.replace('\0', "\\u0000")
+            } else {
+                text
+            }
+        };
         let mut report = ErrorReport::new(self.code, shown(self.message), "pg_eventview");
         if let Some(d) = self.detail {
             report = report.set_detail(shown(d));
@@ -57,14 +71,22 @@ impl EvError {
 
 impl From<DefinitionError> for EvError {
     fn from(e: DefinitionError) -> Self {
-        EvError { code: PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, message: e.message, detail: None, hint: e.hint }
+        EvError {
+            code: PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            message: e.message,
+            detail: None,
+            hint: e.hint,
+        }
     }
 }
 
 /// SPI-level failures (not SQL errors, which propagate as themselves) are internal errors.
 impl From<pgrx::spi::SpiError> for EvError {
     fn from(e: pgrx::spi::SpiError) -> Self {
-        Self::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pg_eventview: SPI failure: {e}"))
+        Self::new(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("pg_eventview: SPI failure: {e}"),
+        )
     }
 }
 

@@ -1,9 +1,9 @@
 //! Logical fields: one name across event types and versions (`define_field`).
 
 use crate::catalog;
+use crate::errors::{EvError, EvResult};
 use eventview_core::definition::{is_valid_field_name, FieldRef, SqlType};
 use eventview_core::jsonpath;
-use crate::errors::{EvError, EvResult};
 
 pub struct FieldDeclaration<'a> {
     pub source: &'a str,
@@ -19,23 +19,38 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
     crate::privileges::require_table_owner(source.relid, "declare fields of")?;
     catalog::lock_source(&source, catalog::SourceLock::Redeclares)?;
     if !is_valid_field_name(d.field) {
-        return Err(EvError::invalid(format!("invalid field name \"{}\"", d.field))
-            .with_hint("A logical field name matches [a-z_][a-z0-9_]* and has at most 63 bytes."));
+        return Err(
+            EvError::invalid(format!("invalid field name \"{}\"", d.field)).with_hint(
+                "A logical field name matches [a-z_][a-z0-9_]* and has at most 63 bytes.",
+            ),
+        );
     }
     if eventview_core::definition::Envelope::from_name(d.field).is_some() {
-        return Err(EvError::invalid(format!("invalid field name \"{}\": it is an envelope column", d.field)));
+        return Err(EvError::invalid(format!(
+            "invalid field name \"{}\": it is an envelope column",
+            d.field
+        )));
     }
-    jsonpath::plan(d.path)
-        .map_err(|e| EvError::invalid(format!("invalid JSONPath \"{}\" for field \"{}\": {}", d.path, d.field, e.0)))?;
+    jsonpath::plan(d.path).map_err(|e| {
+        EvError::invalid(format!(
+            "invalid JSONPath \"{}\" for field \"{}\": {}",
+            d.path, d.field, e.0
+        ))
+    })?;
     let sql_type = SqlType::parse_declared(d.type_name).ok_or_else(|| {
-        EvError::invalid(format!("invalid type \"{}\" for field \"{}\"", d.type_name, d.field))
-            .with_hint("Use text, numeric, bigint, double precision, boolean, timestamptz or jsonb.")
+        EvError::invalid(format!(
+            "invalid type \"{}\" for field \"{}\"",
+            d.type_name, d.field
+        ))
+        .with_hint("Use text, numeric, bigint, double precision, boolean, timestamptz or jsonb.")
     })?;
     if matches!(d.event_type, Some("")) {
-        return Err(EvError::invalid("invalid event_type: it must not be empty").with_hint("Pass NULL for any type."));
+        return Err(EvError::invalid("invalid event_type: it must not be empty")
+            .with_hint("Pass NULL for any type."));
     }
     if matches!(d.version, Some(v) if v < 1) {
-        return Err(EvError::invalid("invalid version: it must be 1 or more").with_hint("Pass NULL for any version."));
+        return Err(EvError::invalid("invalid version: it must be 1 or more")
+            .with_hint("Pass NULL for any version."));
     }
     let existing = catalog::fields_of_source(source.source_id)?;
     let current = existing.iter().find(|f| f.name == d.field);
@@ -45,7 +60,10 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
     // field of several declarations is retyped).
     let retyped = current.filter(|f| f.sql_type != sql_type);
     if let Some(f) = retyped {
-        let redeclares = f.variants.iter().any(|v| v.event_type.as_deref() == d.event_type && v.version == d.version);
+        let redeclares = f
+            .variants
+            .iter()
+            .any(|v| v.event_type.as_deref() == d.event_type && v.version == d.version);
         if !redeclares {
             return Err(EvError::invalid(format!(
                 "field \"{}\" is declared {}, not {}",
@@ -66,9 +84,13 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
         .with_hint("Drop those views first, or declare a new field name."));
     }
     if let Some(f) = retyped.filter(|f| f.variants.len() > 1) {
-        crate::spi_util::run(
+        crate::pg::spi::run(
             "UPDATE eventview._fields SET field_type = $3 WHERE source_id = $1 AND field = $2",
-            &[source.source_id.into(), d.field.into(), sql_type.name().into()],
+            &[
+                source.source_id.into(),
+                d.field.into(),
+                sql_type.name().into(),
+            ],
         )?;
         pgrx::notice!(
             "field \"{}\" is now {} in all its {} declarations",
@@ -78,7 +100,14 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
         );
     }
     let canonical_type = sql_type.name();
-    catalog::upsert_field(source.source_id, d.field, d.path, d.event_type, d.version, canonical_type)?;
+    catalog::upsert_field(
+        source.source_id,
+        d.field,
+        d.path,
+        d.event_type,
+        d.version,
+        canonical_type,
+    )?;
     if !readers.is_empty() {
         pgrx::notice!(
             "field \"{}\" is read by {}: changes from now on use the new declaration; call eventview.rebuild() to recompute what they already hold",
@@ -86,11 +115,18 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
             readers.join(", ")
         );
         for view in &readers {
-            crate::spi_util::run(
+            crate::pg::spi::run(
                 "UPDATE eventview._views SET rebuild_note = $2 WHERE relid = $1::regclass",
-                &[view.as_str().into(), format!("field \"{}\" was redeclared; rebuild to apply it to past events", d.field).into()],
+                &[
+                    view.as_str().into(),
+                    format!(
+                        "field \"{}\" was redeclared; rebuild to apply it to past events",
+                        d.field
+                    )
+                    .into(),
+                ],
             )?;
-            crate::views::install_user_view(&catalog::view_by_name(view, false)?)?;
+            crate::view_objects::install_user_view(&catalog::view_by_name(view, false)?)?;
         }
     }
     Ok(())
@@ -100,8 +136,13 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
 fn views_reading(source_id: i32, name: &str) -> EvResult<Vec<String>> {
     let mut out = Vec::new();
     for (_, relid) in catalog::views_of_source(source_id)? {
-        let Some(view) = catalog::view_by_relid(relid, false)? else { continue };
-        let reads = view.definition.references().any(|r| matches!(r, FieldRef::Logical(f) if f.name == name));
+        let Some(view) = catalog::view_by_relid(relid, false)? else {
+            continue;
+        };
+        let reads = view
+            .definition
+            .references()
+            .any(|r| matches!(r, FieldRef::Logical(f) if f.name == name));
         if reads {
             out.push(crate::relation::regclass_text(relid)?);
         }

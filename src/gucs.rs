@@ -11,7 +11,8 @@ use std::time::Duration;
 /// Largest payload (bytes of its JSON text) `ingest` accepts; larger ones go to quarantine.
 pub static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(1024 * 1024);
 /// Databases the background worker maintains, comma-separated.
-pub static DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
+pub static DATABASES: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"postgres"));
 /// Time between two maintenance ticks, in milliseconds.
 pub static NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// Rows `prune` deletes per event table and call, for the changelog and for raw events each.
@@ -105,7 +106,10 @@ pub fn naptime() -> Duration {
 
 /// The database names of `eventview.databases`, trimmed, without empties or repeats.
 pub fn worker_databases() -> Vec<String> {
-    let raw = DATABASES.get().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+    let raw = DATABASES
+        .get()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let mut out: Vec<String> = Vec::new();
     for name in raw.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         if !out.iter().any(|o| o == name) {
@@ -113,23 +117,4 @@ pub fn worker_databases() -> Vec<String> {
         }
     }
     out
-}
-
-/// Sets `name` to `value` until the innermost GUC nest level (`pg_sys::NewGUCNestLevel`) is
-/// popped, as a function's SET clause does (a SAVE action: the previous value comes back with
-/// `AtEOXact_GUC`, or with the (sub)transaction abort of an error).
-///
-/// # Safety
-/// The caller has pushed a nest level it pops again, in the same backend.
-pub unsafe fn set_in_nest_level(name: &std::ffi::CStr, value: &std::ffi::CStr) {
-    pgrx::pg_sys::set_config_option(
-        name.as_ptr(),
-        value.as_ptr(),
-        pgrx::pg_sys::GucContext::PGC_USERSET,
-        pgrx::pg_sys::GucSource::PGC_S_SESSION,
-        pgrx::pg_sys::GucAction::GUC_ACTION_SAVE,
-        true,
-        0,
-        false,
-    );
 }

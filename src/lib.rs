@@ -19,20 +19,21 @@
 use pgrx::prelude::*;
 
 mod api;
+mod capture;
 mod catalog;
 mod envelope;
 mod errors;
+mod event_tables;
 mod fields;
 mod gucs;
 mod observer;
-mod plan_cache;
+mod pg;
 mod privileges;
 mod progress;
 mod refresh;
 mod relation;
 mod scheduler;
-mod spi_util;
-mod stored_jsonb;
+mod view_objects;
 mod views;
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -41,8 +42,20 @@ mod tests;
 ::pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
-extension_sql_file!("../sql/ingest.sql", name = "ingest", requires = [api::event_table_sql, api::rfc3339_valid, api::envelope_problem]);
-extension_sql_file!("../sql/maintenance.sql", name = "maintenance", requires = [api::event_table_sql, api::view_id]);
+extension_sql_file!(
+    "../sql/ingest.sql",
+    name = "ingest",
+    requires = [
+        api::event_tables::event_table_sql,
+        api::ingest::rfc3339_valid,
+        api::ingest::envelope_problem
+    ]
+);
+extension_sql_file!(
+    "../sql/maintenance.sql",
+    name = "maintenance",
+    requires = [api::event_tables::event_table_sql, api::views::view_id]
+);
 extension_sql_file!("../sql/api.sql", name = "api", finalize);
 
 #[pg_guard]

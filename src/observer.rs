@@ -2,11 +2,11 @@
 //! the changes of one source (see `eventview_core::observe_sql`). Runs inside refresh, never on insert.
 
 use crate::catalog;
+use crate::errors::EvResult;
+use crate::pg::plan_cache::Plans;
+use crate::pg::spi;
 use eventview_core::definition::FieldRef;
 use eventview_core::observe_sql;
-use crate::errors::EvResult;
-use crate::plan_cache::Plans;
-use crate::spi_util;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -28,8 +28,8 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     let source_id = source.source_id;
     // Not waited for: another session holds the table or its changelog locked (the next
     // refresh observes it).
-    if !crate::envelope::lock_for_reading_if_free(source.relid)?
-        || !crate::envelope::lock_for_reading_if_free(source.changelog_relid())?
+    if !crate::pg::locks::lock_for_reading_if_free(source.relid)?
+        || !crate::pg::locks::lock_for_reading_if_free(source.changelog_relid())?
     {
         return Ok(());
     }
@@ -37,9 +37,15 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     if let Err(e) = crate::envelope::require_intact(source.relid, true) {
         let missing = crate::envelope::require_intact(source.relid, false).is_err();
         if missing || !WARNED.with_borrow_mut(|warned| warned.insert(source_id)) {
-            pgrx::debug1!("{}; observed_fields and drift are not updated for it", e.message);
+            pgrx::debug1!(
+                "{}; observed_fields and drift are not updated for it",
+                e.message
+            );
         } else {
-            pgrx::warning!("{}; observed_fields and drift are not updated for it", e.message);
+            pgrx::warning!(
+                "{}; observed_fields and drift are not updated for it",
+                e.message
+            );
         }
         return Ok(());
     }
@@ -52,7 +58,7 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     if !pending.any && !catalog::position_from_elsewhere(pending.applied_xmax) {
         return Ok(());
     }
-    let locked = spi_util::one::<i64>(
+    let locked = spi::one::<i64>(
         "SELECT pg_snapshot_xmax(observed_snapshot)::text::bigint
          FROM eventview._sources WHERE source_id = $1 FOR NO KEY UPDATE SKIP LOCKED",
         &[source_id.into()],
@@ -78,9 +84,15 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     let fields: Vec<i32> = read.iter().map(|r| r.field).collect();
     let ranks: Vec<i32> = read.iter().map(|r| r.rank).collect();
     let plans = Plans::PerSize(source.observer_plan_sizes());
-    spi_util::run_planned(
+    spi::run_planned(
         &observe_sql::observe(source_id, &source.table_sql),
-        &[paths.into(), types.into(), versions.into(), fields.into(), ranks.into()],
+        &[
+            paths.into(),
+            types.into(),
+            versions.into(),
+            fields.into(),
+            ranks.into(),
+        ],
         plans,
     )
 }
@@ -106,16 +118,22 @@ thread_local! {
 
 /// `paths_read_by_views`, kept per backend while the definitions they come from are unchanged.
 fn paths_read_by_views_kept(source_id: i32) -> EvResult<Vec<ReadPath>> {
-    let definitions = spi_util::one::<String>(DEFINITIONS, &[source_id.into()])?.unwrap_or_default();
+    let definitions = spi::one::<String>(DEFINITIONS, &[source_id.into()])?.unwrap_or_default();
     let kept = READ_PATHS.with(|kept| {
-        kept.borrow().get(&source_id).filter(|(d, _)| *d == definitions).map(|(_, paths)| paths.clone())
+        kept.borrow()
+            .get(&source_id)
+            .filter(|(d, _)| *d == definitions)
+            .map(|(_, paths)| paths.clone())
     });
     if let Some(paths) = kept {
         return Ok(paths);
     }
     let paths = paths_read_by_views(source_id)?;
     PATHS_MADE.with(|n| n.set(n.get() + 1));
-    READ_PATHS.with(|kept| kept.borrow_mut().insert(source_id, (definitions, paths.clone())));
+    READ_PATHS.with(|kept| {
+        kept.borrow_mut()
+            .insert(source_id, (definitions, paths.clone()))
+    });
     Ok(paths)
 }
 
@@ -149,7 +167,9 @@ fn paths_read_by_views(source_id: i32) -> EvResult<Vec<ReadPath>> {
     let mut out: Vec<ReadPath> = Vec::new();
     let mut field = 0;
     for (_, relid) in catalog::views_of_source(source_id)? {
-        let Some(view) = catalog::view_by_relid(relid, false)? else { continue };
+        let Some(view) = catalog::view_by_relid(relid, false)? else {
+            continue;
+        };
         let view_types: Vec<Option<String>> = match &view.definition.event_types {
             Some(types) => types.iter().cloned().map(Some).collect(),
             None => vec![None],
@@ -157,9 +177,11 @@ fn paths_read_by_views(source_id: i32) -> EvResult<Vec<ReadPath>> {
         for r in view.definition.references() {
             let forms: Vec<(Option<String>, Option<String>, Option<i32>)> = match r {
                 FieldRef::Path { plan, .. } => vec![(plan.observed_form(), None, None)],
-                FieldRef::Logical(f) => {
-                    f.variants.iter().map(|v| (v.plan.observed_form(), v.event_type.clone(), v.version)).collect()
-                }
+                FieldRef::Logical(f) => f
+                    .variants
+                    .iter()
+                    .map(|v| (v.plan.observed_form(), v.event_type.clone(), v.version))
+                    .collect(),
                 FieldRef::Envelope(_) => continue,
             };
             field += 1;
@@ -170,7 +192,13 @@ fn paths_read_by_views(source_id: i32) -> EvResult<Vec<ReadPath>> {
                         (Some(v), _) => Some(v.clone()),
                         (None, d) => d.clone(),
                     };
-                    out.push(ReadPath { path: path.clone(), event_type, event_version, field, rank: rank as i32 });
+                    out.push(ReadPath {
+                        path: path.clone(),
+                        event_type,
+                        event_version,
+                        field,
+                        rank: rank as i32,
+                    });
                 }
             }
         }

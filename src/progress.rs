@@ -26,7 +26,14 @@ thread_local! {
 /// Starts counting for `label` (e.g. "rebuild of shop.by_sku"); `estimate` is the table's
 /// estimated row count, when known.
 pub fn start(label: String, estimate: Option<i64>) {
-    RUN.with(|r| *r.borrow_mut() = Some(Run { label, estimate, read: 0, started: Instant::now() }));
+    RUN.with(|r| {
+        *r.borrow_mut() = Some(Run {
+            label,
+            estimate,
+            read: 0,
+            started: Instant::now(),
+        })
+    });
 }
 
 /// Stops counting; a run long enough to have reported says it is done.

@@ -20,14 +20,16 @@
 //!   6. bookkeeping (last_refresh_at, last_refresh_ms).
 
 use crate::catalog::{self, ViewRecord};
-use eventview_core::definition::TypePolicy;
-use eventview_core::sqlgen::{Mode, ViewSql};
 use crate::errors::{EvError, EvResult};
 use crate::gucs;
 use crate::observer;
+use crate::pg::roles;
+use crate::pg::spi;
 use crate::privileges;
 use crate::progress;
-use crate::spi_util;
+use crate::view_objects;
+use eventview_core::definition::TypePolicy;
+use eventview_core::sqlgen::Mode;
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use std::time::Instant;
@@ -36,17 +38,6 @@ use std::time::Instant;
 pub struct Applied {
     pub consumed: i64,
     pub groups_written: i64,
-}
-
-/// The SQL generator of a catalogued view.
-pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
-    ViewSql {
-        def: &view.definition,
-        view_id: view.view_id,
-        source_id: view.source.source_id,
-        source_table: view.source.table_sql.clone(),
-        log_extremes: !view.realtime && gucs::extreme_log_limit() > 0,
-    }
 }
 
 /// Runs the apply statement of `mode` and the fix-ups. The caller holds the view's row lock.
@@ -71,26 +62,29 @@ pub fn apply(
             view.source.source_id
         )));
     }
-    let sql = sql_of(view);
+    let sql = view_objects::sql_of(view);
     let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
     // The quarantine is the extension's; storage, the source and the changelog are read and
     // written as the view's owner.
     if mode == Mode::Window {
-        spi_util::run_replanned(&sql.forget_type_errors_in_window(), &args)?;
+        spi::run_replanned(&sql.forget_type_errors_in_window(), &args)?;
     } else if mode == Mode::Full {
-        spi_util::run_all(&[sql.forget_type_errors()])?;
+        spi::run_all(&[sql.forget_type_errors()])?;
     }
-    create_missing_logs(view, &sql)?;
+    view_objects::create_missing_logs(view, &sql)?;
     if mode == Mode::Delta {
         // Nothing pending: the apply statement would change nothing but the view's position.
         // An idle refresh still merges the min/max logs, as below.
-        let plans = crate::plan_cache::Plans::PerSize(view.source.plan_sizes());
+        let plans = crate::pg::plan_cache::Plans::PerSize(view.source.plan_sizes());
         let pending = catalog::pending(&sql.pending_check(), plans)?;
         if !pending.any {
             if pending.extra > 0 {
-                merge_logs(view)?;
+                view_objects::merge_logs(view)?;
             }
-            return Ok(Applied { consumed: 0, groups_written: 0 });
+            return Ok(Applied {
+                consumed: 0,
+                groups_written: 0,
+            });
         }
     }
     // The table is read as the view's owner: not one whose owner gave an envelope column a
@@ -99,17 +93,17 @@ pub fn apply(
     // statement would fail on with a bare "column does not exist" (see envelope::require_intact).
     // (After the idle return above: an idle refresh reads nothing, and waits for no lock on
     // the table.)
-    crate::envelope::lock_for_reading(view.source.relid);
+    crate::pg::locks::lock_for_reading(view.source.relid);
     // (Dropped while this waited for the lock: as if it had been before.)
-    let table_owner =
-        privileges::table_owner(view.source.relid).map_err(|_| catalog::event_table_gone(view.relid))?;
+    let table_owner = privileges::table_owner(view.source.relid)
+        .map_err(|_| catalog::event_table_gone(view.relid))?;
     crate::envelope::require_intact_for(view.source.relid, table_owner, view.owner)?;
     crate::relation::require_same_storage_as_snapshot(view.source.relid)?;
     let statement = sql.apply(mode);
     if mode == Mode::Full {
         // As the planner estimates it: rows per page from the last ANALYZE or VACUUM, times the
         // table's pages now (stale statistics, after a crash or a bulk load, are off by far).
-        let estimate: Option<f32> = spi_util::one(
+        let estimate: Option<f32> = spi::one(
                 "SELECT (CASE WHEN c.reltuples < 0 THEN NULL
                               WHEN c.relpages > 0 THEN c.reltuples / c.relpages
                                    * (pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::integer)
@@ -117,35 +111,39 @@ pub fn apply(
                  FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass",
                 &[view.source.table_sql.as_str().into()],
             )?;
-        progress::start(format!("recomputing {}", relname(view)?), estimate.map(|e| e as i64));
+        progress::start(
+            format!("recomputing {}", relname(view)?),
+            estimate.map(|e| e as i64),
+        );
     }
-    let (consumed, groups_written, dirty, first_error, logged) = privileges::as_role(view.owner, || {
-        if mode == Mode::Window {
-            for statement in sql.clear_window() {
-                spi_util::run_replanned(&statement, &args)?;
+    let (consumed, groups_written, dirty, first_error, logged) =
+        roles::as_role(view.owner, || {
+            if mode == Mode::Window {
+                for statement in sql.clear_window() {
+                    spi::run_replanned(&statement, &args)?;
+                }
+            } else if mode == Mode::Full {
+                spi::run_all(&sql.clear_all())?;
             }
-        } else if mode == Mode::Full {
-            spi_util::run_all(&sql.clear_all())?;
-        }
-        Ok(Spi::connect_mut(|client| {
-            // A refresh runs the same statement every time: parsed once per backend and
-            // planned once per size of the event table and changelog. A rebuild is rare and long.
-            let result = if mode == Mode::Delta {
-                let plans = crate::plan_cache::Plans::PerSize(view.source.plan_sizes());
-                crate::plan_cache::execute(client, &statement, Some(1), &args, plans)?
-            } else {
-                client.update(&statement, Some(1), &args)?
-            };
-            let row = result.first();
-            Ok::<_, pgrx::spi::SpiError>((
-                row.get::<i64>(1)?.unwrap_or(0),
-                row.get::<i64>(2)?.unwrap_or(0),
-                row.get::<i64>(3)?.unwrap_or(0),
-                row.get::<String>(4)?,
-                row.get::<i64>(5)?.unwrap_or(0),
-            ))
-        })?)
-    })?;
+            Ok(Spi::connect_mut(|client| {
+                // A refresh runs the same statement every time: parsed once per backend and
+                // planned once per size of the event table and changelog. A rebuild is rare and long.
+                let result = if mode == Mode::Delta {
+                    let plans = crate::pg::plan_cache::Plans::PerSize(view.source.plan_sizes());
+                    crate::pg::plan_cache::execute(client, &statement, Some(1), &args, plans)?
+                } else {
+                    client.update(&statement, Some(1), &args)?
+                };
+                let row = result.first();
+                Ok::<_, pgrx::spi::SpiError>((
+                    row.get::<i64>(1)?.unwrap_or(0),
+                    row.get::<i64>(2)?.unwrap_or(0),
+                    row.get::<i64>(3)?.unwrap_or(0),
+                    row.get::<String>(4)?,
+                    row.get::<i64>(5)?.unwrap_or(0),
+                ))
+            })?)
+        })?;
     progress::finish();
     if view.definition.on_type_error == TypePolicy::Fail {
         if let Some(reason) = first_error {
@@ -158,39 +156,15 @@ pub fn apply(
     // apply that consumed nothing counts as idle too.)
     let idle = mode == Mode::Delta && consumed == 0;
     if logged > 0 && (dirty > 0 || idle || logged > gucs::extreme_log_limit()) {
-        merge_logs(view)?;
+        view_objects::merge_logs(view)?;
     }
     if dirty > 0 {
-        privileges::as_role(view.owner, || spi_util::run_all(&sql.fixup()))?;
+        roles::as_role(view.owner, || spi::run_all(&sql.fixup()))?;
     }
-    Ok(Applied { consumed, groups_written })
-}
-
-/// Creates the view's value logs that do not exist (storage restored from a dump of a version
-/// without them), as the extension owner, for the view's owner.
-pub fn create_missing_logs(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
-    let logs = sql.log_ddl();
-    if logs.is_empty() {
-        return Ok(());
-    }
-    let names: Vec<String> = logs.iter().map(|(name, _)| name.clone()).collect();
-    let missing: Vec<String> = spi_util::one::<Vec<String>>(
-        "SELECT coalesce(array_agg(t), '{}') FROM unnest($1::text[]) t WHERE pg_catalog.to_regclass(t) IS NULL",
-        &[names.into()],
-    )?
-    .unwrap_or_default();
-    let owner = privileges::role_ident(view.owner)?;
-    for (name, ddl) in logs.into_iter().filter(|(name, _)| missing.contains(name)) {
-        let [own, private] = eventview_core::sqlgen::storage_grants(&name, &owner);
-        spi_util::run_all(&[ddl, own, private])?;
-    }
-    Ok(())
-}
-
-/// Moves the view's min/max value logs into its multisets (see `eventview_core::sqlgen`). The caller
-/// holds the view's row lock.
-pub fn merge_logs(view: &ViewRecord) -> EvResult<()> {
-    privileges::as_role(view.owner, || spi_util::run_all(&sql_of(view).merge_logs()))
+    Ok(Applied {
+        consumed,
+        groups_written,
+    })
 }
 
 fn relname(view: &ViewRecord) -> EvResult<String> {
@@ -207,13 +181,13 @@ pub fn refresh(name: &str) -> EvResult<i64> {
 
 /// `refresh` as `run_maintenance` runs it: `None`, having done nothing, when another session
 /// holds the view's event table locked against reading (an open ALTER TABLE, VACUUM FULL, LOCK
-/// TABLE or REINDEX, or one waiting for its lock: see `envelope::lock_for_reading_if_free`).
+/// TABLE or REINDEX, or one waiting for its lock: see `pg::locks::lock_for_reading_if_free`).
 /// Waiting would cost the worker's one loop up to its lock_timeout per such view and run, and
 /// failing would back the view off for up to an hour after the lock is gone; skipped, it is
 /// tried again at the next run, at no cost.
 pub fn refresh_unless_locked(name: &str) -> EvResult<Option<i64>> {
     let view = lock_for_refresh(name)?;
-    if !crate::envelope::lock_for_reading_if_free(view.source.relid)? {
+    if !crate::pg::locks::lock_for_reading_if_free(view.source.relid)? {
         return Ok(None);
     }
     observer::observe(&view.source)?;
@@ -239,19 +213,6 @@ fn refresh_locked(view: &ViewRecord) -> EvResult<i64> {
     Ok(applied.consumed)
 }
 
-/// The views the caller may refresh (those of roles it is a member of: all, for a superuser).
-fn views_of_caller() -> EvResult<Vec<ViewRecord>> {
-    let mut mine = Vec::new();
-    for relid in catalog::all_views()? {
-        if let Some(view) = catalog::view_by_relid(relid, false)? {
-            if privileges::caller_acts_as(view.owner) {
-                mine.push(view);
-            }
-        }
-    }
-    Ok(mine)
-}
-
 /// Observes the event tables the caller's views read or the caller owns. (Only the tables
 /// are loaded, never the views: a view that cannot be loaded fails its own refresh, not this.)
 pub fn observe_all() -> EvResult<()> {
@@ -263,19 +224,6 @@ pub fn observe_all() -> EvResult<()> {
         }
     }
     Ok(())
-}
-
-pub fn refresh_all() -> EvResult<i64> {
-    // Observed last: each view's row before the tables (see `refresh`).
-    let mine = views_of_caller()?;
-    let mut total = 0;
-    for unlocked in &mine {
-        if let Some(view) = catalog::view_by_relid(unlocked.relid, true)? {
-            total += refresh_locked(&view)?;
-        }
-    }
-    observe_all()?;
-    Ok(total)
 }
 
 /// Recomputes the buckets starting in `[from, to)` (or the whole view) from the raw events,
@@ -325,7 +273,9 @@ pub fn rebuild(
             "view {} has no time_bucket, so rebuild takes no time window",
             relname(&view)?
         ))
-        .with_hint("Call rebuild(name) without from_time and to_time to recompute the whole view."));
+        .with_hint(
+            "Call rebuild(name) without from_time and to_time to recompute the whole view.",
+        ));
     }
     if !view.definition.bucketed {
         if let Some(horizon) = retention_horizon {
@@ -353,9 +303,12 @@ pub fn rebuild(
         // (buckets past the retention horizon cannot be recomputed by any rebuild), and so do a
         // realtime view's reads (their SQL may come from an older version). Last: replacing the
         // relation locks out its readers until commit.
-        spi_util::run("UPDATE eventview._views SET rebuild_note = NULL WHERE view_id = $1", &[view.view_id.into()])?;
+        spi::run(
+            "UPDATE eventview._views SET rebuild_note = NULL WHERE view_id = $1",
+            &[view.view_id.into()],
+        )?;
         if view.realtime {
-            crate::views::install_user_view(&view)?;
+            view_objects::install_user_view(&view)?;
         }
     }
     catalog::record_refresh(view.view_id, started.elapsed().as_secs_f64() * 1000.0)?;

@@ -1,9 +1,9 @@
 //! Relation names as users pass them ('events', 'shop.events', '"My Events"'): split and
 //! case-folded by Postgres' own `parse_ident`, resolved through the caller's search_path.
 
-use eventview_core::quote;
 use crate::errors::{EvError, EvResult};
-use crate::spi_util;
+use crate::pg::spi;
+use eventview_core::quote;
 use pgrx::prelude::*;
 
 /// A new relation's quoted name, qualified with the schema Postgres would create it in (the
@@ -15,7 +15,9 @@ pub fn qualified_for_create(name: &str) -> EvResult<String> {
     if parts.len() == 2 {
         return Ok(quoted);
     }
-    let schema = crate::privileges::as_caller(|| spi_util::one::<String>("SELECT pg_catalog.current_schema()::text", &[]))?;
+    let schema = crate::pg::roles::as_caller(|| {
+        spi::one::<String>("SELECT pg_catalog.current_schema()::text", &[])
+    })?;
     // No schema to create in: left unqualified, for CREATE to say so.
     Ok(match schema {
         Some(schema) => format!("{}.{quoted}", quote::ident(&schema)),
@@ -25,12 +27,21 @@ pub fn qualified_for_create(name: &str) -> EvResult<String> {
 
 /// The relation a DDL statement just created under `qualified` (see `qualified_for_create`).
 pub fn created(qualified: &str) -> EvResult<pg_sys::Oid> {
-    crate::privileges::as_caller(|| spi_util::one::<pg_sys::Oid>("SELECT pg_catalog.to_regclass($1)::oid", &[qualified.into()]))?
-        .ok_or_else(|| EvError::undefined_table(qualified))
+    crate::pg::roles::as_caller(|| {
+        spi::one::<pg_sys::Oid>(
+            "SELECT pg_catalog.to_regclass($1)::oid",
+            &[qualified.into()],
+        )
+    })?
+    .ok_or_else(|| EvError::undefined_table(qualified))
 }
 
 fn quoted(parts: &[String]) -> String {
-    parts.iter().map(|p| quote::ident(p)).collect::<Vec<_>>().join(".")
+    parts
+        .iter()
+        .map(|p| quote::ident(p))
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 /// A user-supplied name split into its parts (one or two), case-folded as Postgres does.
@@ -40,11 +51,9 @@ fn name_parts(name: &str) -> EvResult<Vec<String>> {
         return Err(EvError::new(PgSqlErrorCode::ERRCODE_INVALID_NAME, format!("invalid relation name \"{name}\""))
             .with_hint("Use name or schema.name, double-quoting a part that is not a plain lower-case identifier."));
     }
-    let parts: Vec<String> = spi_util::one::<Vec<String>>(
-        "SELECT pg_catalog.parse_ident($1)",
-        &[name.into()],
-    )?
-    .unwrap_or_default();
+    let parts: Vec<String> =
+        spi::one::<Vec<String>>("SELECT pg_catalog.parse_ident($1)", &[name.into()])?
+            .unwrap_or_default();
     if parts.is_empty() || parts.len() > 2 {
         return Err(EvError::new(
             PgSqlErrorCode::ERRCODE_INVALID_NAME,
@@ -59,8 +68,11 @@ fn name_parts(name: &str) -> EvResult<Vec<String>> {
 /// `$user` entry in search_path means the caller.
 pub fn resolve(name: &str) -> EvResult<pg_sys::Oid> {
     let quoted = quoted(&name_parts(name)?);
-    crate::privileges::as_caller(|| {
-        spi_util::one::<pg_sys::Oid>("SELECT pg_catalog.to_regclass($1)::oid", &[quoted.as_str().into()])
+    crate::pg::roles::as_caller(|| {
+        spi::one::<pg_sys::Oid>(
+            "SELECT pg_catalog.to_regclass($1)::oid",
+            &[quoted.as_str().into()],
+        )
     })?
     .ok_or_else(|| EvError::undefined_table(name))
 }
@@ -72,7 +84,7 @@ pub fn resolve(name: &str) -> EvResult<pg_sys::Oid> {
 pub fn resolve_without_usage(name: &str) -> EvResult<pg_sys::Oid> {
     let parts = name_parts(name)?;
     if parts.len() == 2 {
-        let found = spi_util::one::<pg_sys::Oid>(
+        let found = spi::one::<pg_sys::Oid>(
             "SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname = $1 AND c.relname = $2",
             &[parts[0].as_str().into(), parts[1].as_str().into()],
@@ -86,24 +98,31 @@ pub fn resolve_without_usage(name: &str) -> EvResult<pg_sys::Oid> {
 
 /// `"schema"."name"` of a relation, for generated SQL that must not depend on search_path.
 pub fn qualified(relid: pg_sys::Oid) -> EvResult<String> {
-    let parts = spi_util::one::<Vec<String>>(
+    let parts = spi::one::<Vec<String>>(
         "SELECT ARRAY[n.nspname::text, c.relname::text] FROM pg_catalog.pg_class c
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
         &[relid.into()],
     )?
     .ok_or_else(|| EvError::undefined_table(&relid.to_u32().to_string()))?;
-    Ok(parts.iter().map(|p| quote::ident(p)).collect::<Vec<_>>().join("."))
+    Ok(parts
+        .iter()
+        .map(|p| quote::ident(p))
+        .collect::<Vec<_>>()
+        .join("."))
 }
 
 /// A relation's name as `regclass` prints it (qualified unless visible on search_path; inside
 /// the extension's own statements search_path is pinned, so in practice qualified).
 pub fn regclass_text(relid: pg_sys::Oid) -> EvResult<String> {
-    Ok(spi_util::one::<String>("SELECT $1::regclass::text", &[relid.into()])?.unwrap_or_default())
+    Ok(spi::one::<String>("SELECT $1::regclass::text", &[relid.into()])?.unwrap_or_default())
 }
 
 /// A relation of the extension's schema (`_changes_1`), or InvalidOid when there is none.
 pub fn extension_relid(name: &str) -> pg_sys::Oid {
-    let (Ok(schema), Ok(name)) = (std::ffi::CString::new(eventview_core::names::SCHEMA), std::ffi::CString::new(name)) else {
+    let (Ok(schema), Ok(name)) = (
+        std::ffi::CString::new(eventview_core::names::SCHEMA),
+        std::ffi::CString::new(name),
+    ) else {
         return pg_sys::InvalidOid;
     };
     // SAFETY: catalog cache lookups with valid C strings; missing_ok for the schema.
@@ -129,13 +148,13 @@ pub fn extension_relid(name: &str) -> pg_sys::Oid {
 /// while the reading statement waits for its lock, and leave that statement the new, empty file
 /// under the old snapshot. Once the lock is granted, the relcache holds what the TRUNCATE left.
 pub fn require_same_storage_as_snapshot(relid: pg_sys::Oid) -> EvResult<()> {
-    if !spi_util::uses_transaction_snapshot() {
+    if !spi::uses_transaction_snapshot() {
         return Ok(());
     }
     // SAFETY: a relation lock by oid, as a reading statement takes it, released at transaction
     // end; waiting for it takes in the invalidations of whatever held a conflicting lock.
     unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
-    let replaced = spi_util::one::<bool>(
+    let replaced = spi::one::<bool>(
         "SELECT pg_catalog.pg_relation_filenode($1::pg_catalog.regclass)
                 IS DISTINCT FROM (SELECT relfilenode FROM pg_catalog.pg_class WHERE oid = $1)",
         &[relid.into()],

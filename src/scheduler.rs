@@ -53,8 +53,9 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
         let library = env!("CARGO_PKG_VERSION");
         // The catalog's version when it is behind this library's.
         let behind: Option<String> = BackgroundWorker::transaction(|| {
-            let installed =
-                Spi::get_one::<String>("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview'");
+            let installed = Spi::get_one::<String>(
+                "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview'",
+            );
             match installed {
                 // A new library before ALTER EXTENSION ... UPDATE: the API refuses until then
                 // (catalog::require_current_version); capture keeps recording.

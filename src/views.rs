@@ -2,14 +2,16 @@
 //! altering them. Refreshing lives in `refresh`.
 
 use crate::catalog;
-use eventview_core::definition::{parse_definition, DefinitionInput, TypePolicy};
-use eventview_core::names;
-use eventview_core::sqlgen::{self, Mode, Reads, ViewSql};
 use crate::errors::{EvError, EvResult};
+use crate::pg::roles;
+use crate::pg::spi;
 use crate::privileges;
 use crate::refresh;
 use crate::relation;
-use crate::spi_util;
+use crate::view_objects;
+use eventview_core::definition::{parse_definition, DefinitionInput, TypePolicy};
+use eventview_core::names;
+use eventview_core::sqlgen::{self, Mode, Reads, ViewSql};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
@@ -26,7 +28,7 @@ pub struct CreateViewArgs<'a> {
 }
 
 fn check_time_bucket(bucket: Interval) -> EvResult<()> {
-    let ok = spi_util::one::<bool>(
+    let ok = spi::one::<bool>(
         "SELECT $1 > interval '0' AND extract(year FROM $1) = 0 AND extract(month FROM $1) = 0",
         &[bucket.into()],
     )?;
@@ -37,7 +39,7 @@ fn check_time_bucket(bucket: Interval) -> EvResult<()> {
     // Buckets are aligned to 2000-01-01 UTC: the bucket of an event before it starts up to one
     // width earlier, which past about 4,700 years leaves the range of timestamptz (and every
     // refresh would fail on such an event).
-    let within = spi_util::one::<bool>("SELECT $1 <= interval '36525 days'", &[bucket.into()])?;
+    let within = spi::one::<bool>("SELECT $1 <= interval '36525 days'", &[bucket.into()])?;
     if within != Some(true) {
         return Err(EvError::invalid("invalid time_bucket: it must be at most 36525 days (100 years) wide")
             .with_hint("Buckets start at multiples of their width from 2000-01-01 UTC, so the bucket of an event before 2000 may start up to one width earlier: for wider buckets, before the earliest timestamp PostgreSQL can hold."));
@@ -46,7 +48,7 @@ fn check_time_bucket(bucket: Interval) -> EvResult<()> {
 }
 
 pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
-    if spi_util::uses_transaction_snapshot() {
+    if spi::uses_transaction_snapshot() {
         // The view reads the existing events with the transaction's snapshot, taken before
         // anything here could keep prune off the table: a prune committed since may have
         // deleted changes the view needs (applied by the others, committed after the snapshot).
@@ -58,7 +60,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     }
     let source = catalog::source_by_name(args.source)?;
     privileges::require_select(source.relid)?;
-    privileges::require_no_row_security(privileges::caller(), source.relid)?;
+    privileges::require_no_row_security(roles::caller(), source.relid)?;
     catalog::lock_source(&source, catalog::SourceLock::AddsRows)?;
     // Before the snapshot the view starts from: prune must not delete what it will still need.
     catalog::hold_off_prune(&source)?;
@@ -87,18 +89,29 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     // Storage lives in schema eventview (created by the extension owner) and belongs to the
     // view's owner, who refreshes it; the user relation is created in the caller's name. The
     // owner reads the source's changelog at refresh.
-    let owner = privileges::caller();
+    let owner = roles::caller();
     let owner_ident = privileges::role_ident(owner)?;
-    spi_util::run_all(&sql.create_storage())?;
-    spi_util::run_all(&sql.storage_tables().iter().flat_map(|t| sqlgen::storage_grants(t, &owner_ident)).collect::<Vec<_>>())?;
-    spi_util::run_all(&[format!("GRANT SELECT ON {} TO {owner_ident}", names::changelog(source.source_id))])?;
+    spi::run_all(&sql.create_storage())?;
+    spi::run_all(
+        &sql.storage_tables()
+            .iter()
+            .flat_map(|t| sqlgen::storage_grants(t, &owner_ident))
+            .collect::<Vec<_>>(),
+    )?;
+    spi::run_all(&[format!(
+        "GRANT SELECT ON {} TO {owner_ident}",
+        names::changelog(source.source_id)
+    )])?;
     let user_view = relation::qualified_for_create(args.name)?;
-    privileges::as_caller(|| {
-        spi_util::run_all(&[sql.create_user_view(&user_view, Reads::Stored), ViewSql::read_only_trigger(&user_view)])
+    roles::as_caller(|| {
+        spi::run_all(&[
+            sql.create_user_view(&user_view, Reads::Stored),
+            ViewSql::read_only_trigger(&user_view),
+        ])
     })?;
     let relid = relation::created(&user_view)?;
     let types: Option<Vec<String>> = definition.event_types.clone();
-    spi_util::run(
+    spi::run(
         "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, realtime,
                                        owner, applied_snapshot)
          VALUES ($1, $2::regclass, $3,
@@ -120,42 +133,22 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         ],
     )?;
     // The name its quarantine rows will carry (kept up to date by eventview._follow_ddl).
-    spi_util::run(
+    spi::run(
         "UPDATE eventview._views SET known_name = eventview._view_name(view_id) WHERE view_id = $1",
         &[view_id.into()],
     )?;
     // Storage is private to the owner; readers are granted on the user relation.
-    spi_util::run_all(&[format!("REVOKE ALL ON {} FROM PUBLIC", names::view_data(view_id))])?;
-    let view = catalog::view_by_relid(relid, true)?.ok_or_else(|| EvError::invalid("view vanished during creation"))?;
+    spi::run_all(&[format!(
+        "REVOKE ALL ON {} FROM PUBLIC",
+        names::view_data(view_id)
+    )])?;
+    let view = catalog::view_by_relid(relid, true)?
+        .ok_or_else(|| EvError::invalid("view vanished during creation"))?;
     refresh::apply(&view, Mode::Full, None, None)?;
     if args.realtime {
-        install_user_view(&view)?;
+        view_objects::install_user_view(&view)?;
     }
     Ok(relid)
-}
-
-/// (Re)creates the relation users read as the catalog says the view reads: the stored groups,
-/// or realtime (stored groups with the pending changes folded in). CREATE OR REPLACE keeps its
-/// oid, grants and dependents. Called when the view is created, when `realtime` changes and
-/// when a logical field it reads is redeclared (a realtime read evaluates the pending changes
-/// with the declarations of the moment, as a refresh would).
-pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
-    let (realtime, width) = Spi::connect(|client| {
-        let row = client
-            .select(
-                "SELECT realtime, time_bucket::text FROM eventview._views WHERE view_id = $1",
-                Some(1),
-                &[view.view_id.into()],
-            )?
-            .first();
-        Ok::<_, pgrx::spi::SpiError>((row.get::<bool>(1)?.unwrap_or(false), row.get::<String>(2)?))
-    })?;
-    let sql = refresh::sql_of(view);
-    // A realtime read reads the value logs.
-    refresh::create_missing_logs(view, &sql)?;
-    let reads = if realtime { Reads::Realtime { bucket_width: width.as_deref() } } else { Reads::Stored };
-    let statement = sql.replace_user_view(&relation::qualified(view.relid)?, reads);
-    privileges::as_role(view.owner, || spi_util::run_all(&[statement]))
 }
 
 /// Drops the view whose relation is `relid`; refused, naming them, while other objects depend on
@@ -163,18 +156,24 @@ pub fn install_user_view(view: &catalog::ViewRecord) -> EvResult<()> {
 pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     // Its row locked (a refresh in progress finishes first), its definition not loaded: a view
     // whose event table is gone is dropped all the same.
-    let view_id = spi_util::one::<i32>("SELECT view_id FROM eventview._views WHERE relid = $1::regclass FOR UPDATE", &[relid.into()])?
-        .ok_or_else(|| EvError::invalid("not an incremental view"))?;
+    let view_id = spi::one::<i32>(
+        "SELECT view_id FROM eventview._views WHERE relid = $1::regclass FOR UPDATE",
+        &[relid.into()],
+    )?
+    .ok_or_else(|| EvError::invalid("not an incremental view"))?;
     // The relation first (storage cannot go while it reads it); eventview._follow_drop then
     // forgets the view, as after a plain DROP VIEW. Forgotten here again in case event triggers
     // did not fire (session_replication_role = replica), for this DROP or for the plain DROP
     // that already took the relation: a no-op otherwise.
-    let names_it = spi_util::one::<bool>("SELECT eventview._names_its_relation($1)", &[view_id.into()])?;
+    let names_it = spi::one::<bool>(
+        "SELECT eventview._names_its_relation($1)",
+        &[view_id.into()],
+    )?;
     if names_it == Some(true) {
         require_no_dependents(relid, "view")?;
-        spi_util::run_all(&[format!("DROP VIEW {}", relation::qualified(relid)?)])?;
+        spi::run_all(&[format!("DROP VIEW {}", relation::qualified(relid)?)])?;
     }
-    spi_util::run("SELECT eventview._forget_view($1)", &[view_id.into()])
+    spi::run("SELECT eventview._forget_view($1)", &[view_id.into()])
 }
 
 /// No other object depends on the relation, a view or an event table (another view reads it, a
@@ -183,7 +182,7 @@ pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
 /// anyone's). Named here, with what to do. (The relation's own triggers and rules, and what is
 /// dropped with it automatically, are not dependents.)
 pub fn require_no_dependents(relid: pg_sys::Oid, kind: &str) -> EvResult<()> {
-    let dependents = spi_util::one::<String>(
+    let dependents = spi::one::<String>(
         "SELECT pg_catalog.string_agg(DISTINCT CASE WHEN d.classid = 'pg_catalog.pg_rewrite'::regclass
                                                    THEN pg_catalog.format('%s %s', CASE c.relkind WHEN 'm' THEN 'materialized view' ELSE 'view' END, r.ev_class::regclass)
                                                    ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END, ', ')
@@ -211,7 +210,10 @@ pub fn require_no_dependents(relid: pg_sys::Oid, kind: &str) -> EvResult<()> {
         None => Ok(()),
         Some(names) => Err(EvError::new(
             PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
-            format!("cannot drop {kind} {} because other objects depend on it", relation::regclass_text(relid)?),
+            format!(
+                "cannot drop {kind} {} because other objects depend on it",
+                relation::regclass_text(relid)?
+            ),
         )
         .with_detail(format!("Depending on it: {names}."))
         .with_hint(format!("Drop those objects first, then drop this {kind}."))),
@@ -225,7 +227,8 @@ pub fn require_no_dependents(relid: pg_sys::Oid, kind: &str) -> EvResult<()> {
 pub fn drop_view(name: &str) -> EvResult<()> {
     // (The table's owner may have no USAGE on the schema of another role's view over it.)
     let view = catalog::view_ref(relation::resolve_without_usage(name)?, name)?;
-    let by_table_owner = privileges::table_owner(view.source_relid).is_ok_and(privileges::caller_acts_as);
+    let by_table_owner =
+        privileges::table_owner(view.source_relid).is_ok_and(privileges::caller_acts_as);
     if !by_table_owner {
         privileges::require_view_owner(view.relid, view.owner, "drop")?;
     }
@@ -238,7 +241,7 @@ pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str
     let view = catalog::lock_view(&unlocked, name)?;
     if let Some(policy) = on_type_error {
         let policy: TypePolicy = TypePolicy::parse(policy)?;
-        spi_util::run(
+        spi::run(
             "UPDATE eventview._views SET on_type_error = $2 WHERE view_id = $1",
             &[view.view_id.into(), policy.name().into()],
         )?;
@@ -246,24 +249,28 @@ pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str
     if let Some(realtime) = realtime {
         // Realtime reads use the min/max multisets: whatever the logs hold goes in first (a
         // realtime view's refreshes write the multisets directly).
-        let logged = spi_util::one::<i64>(
+        let logged = spi::one::<i64>(
             "SELECT extremes_logged FROM eventview._views WHERE view_id = $1",
             &[view.view_id.into()],
         )?;
         if realtime && logged.unwrap_or(0) > 0 {
-            refresh::merge_logs(&view)?;
+            view_objects::merge_logs(&view)?;
         }
-        spi_util::run(
+        spi::run(
             "UPDATE eventview._views SET realtime = $2 WHERE view_id = $1",
             &[view.view_id.into(), realtime.into()],
         )?;
-        install_user_view(&view)?;
+        view_objects::install_user_view(&view)?;
     }
     Ok(())
 }
 
 fn isolation_level() -> EvResult<String> {
-    Ok(spi_util::one::<String>("SELECT pg_catalog.current_setting('transaction_isolation')", &[])?.unwrap_or_default())
+    Ok(spi::one::<String>(
+        "SELECT pg_catalog.current_setting('transaction_isolation')",
+        &[],
+    )?
+    .unwrap_or_default())
 }
 
 /// Groups the view with id `view_id` holds now (`eventview.views.groups`, which everyone may
@@ -274,8 +281,13 @@ fn isolation_level() -> EvResult<String> {
 /// superuser, the worker).
 pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
     let storage = relation::extension_relid(&names::view_data_table(view_id));
-    let owner = spi_util::one::<pg_sys::Oid>("SELECT owner::oid FROM eventview._views WHERE view_id = $1", &[view_id.into()])?;
-    let (Some(owner), true) = (owner, storage != pg_sys::InvalidOid) else { return Ok(Some(0)) };
+    let owner = spi::one::<pg_sys::Oid>(
+        "SELECT owner::oid FROM eventview._views WHERE view_id = $1",
+        &[view_id.into()],
+    )?;
+    let (Some(owner), true) = (owner, storage != pg_sys::InvalidOid) else {
+        return Ok(Some(0));
+    };
     // Counted only while the storage is a plain table without row-level security, checked under
     // the lock the count takes: a rule or a policy of its owner's could otherwise make every
     // read of eventview.views fail (their functions run as the owner, but may raise).
@@ -290,7 +302,8 @@ pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
             false
         } else {
             let form = (*rel).rd_rel;
-            let plain = (*form).relkind == pg_sys::RELKIND_RELATION as std::ffi::c_char && !(*form).relrowsecurity;
+            let plain = (*form).relkind == pg_sys::RELKIND_RELATION as std::ffi::c_char
+                && !(*form).relrowsecurity;
             pg_sys::RelationClose(rel);
             plain
         }
@@ -298,12 +311,22 @@ pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
     if !plain {
         return Ok(None);
     }
-    privileges::as_role(owner, || {
-        if spi_util::one::<bool>("SELECT pg_catalog.has_table_privilege($1, 'SELECT')", &[storage.into()])? != Some(true) {
+    roles::as_role(owner, || {
+        if spi::one::<bool>(
+            "SELECT pg_catalog.has_table_privilege($1, 'SELECT')",
+            &[storage.into()],
+        )? != Some(true)
+        {
             return Ok(None);
         }
         // ONLY: never a table the owner made inherit from the storage.
-        spi_util::one_replanned::<i64>(&format!("SELECT pg_catalog.count(*) FROM ONLY {}", names::view_data(view_id)), &[])
+        spi::one_replanned::<i64>(
+            &format!(
+                "SELECT pg_catalog.count(*) FROM ONLY {}",
+                names::view_data(view_id)
+            ),
+            &[],
+        )
     })
 }
 
@@ -313,7 +336,7 @@ pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
 /// which everyone may read; only catalogs are read). None for an unknown view.
 pub fn refresh_problem(view_id: i32) -> EvResult<Option<String>> {
     let row = Spi::connect(|client| {
-        let t = crate::plan_cache::select(
+        let t = crate::pg::plan_cache::select(
             client,
             "SELECT v.relid::oid, v.owner::oid, s.relid::oid,
                     EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid)
@@ -344,5 +367,9 @@ pub fn refresh_problem(view_id: i32) -> EvResult<Option<String>> {
     }
     // As the refresh checks it (see refresh::apply).
     let table_owner = privileges::table_owner(source_relid)?;
-    Ok(crate::envelope::require_intact_for(source_relid, table_owner, owner).err().map(|e| e.message))
+    Ok(
+        crate::envelope::require_intact_for(source_relid, table_owner, owner)
+            .err()
+            .map(|e| e.message),
+    )
 }

@@ -71,7 +71,9 @@ pub struct SizeClass(u64);
 /// the relations' ACCESS SHARE locks, which the statement reading them takes anyway.
 pub fn size_class(relations: &[pg_sys::Oid]) -> SizeClass {
     // 6 bits per relation (a page count has at most 32 digits); more than 10 relations share bits.
-    SizeClass(relations.iter().fold(0u64, |class, &relid| class.rotate_left(6) ^ page_digits(relid)))
+    SizeClass(relations.iter().fold(0u64, |class, &relid| {
+        class.rotate_left(6) ^ page_digits(relid)
+    }))
 }
 
 fn page_digits(relid: pg_sys::Oid) -> u64 {
@@ -106,7 +108,7 @@ impl PlanMode {
         // SAFETY: a new GUC nest level and a SAVE-action set, as a function's SET clause does.
         unsafe {
             let level = pg_sys::NewGUCNestLevel();
-            crate::gucs::set_in_nest_level(c"plan_cache_mode", mode);
+            crate::pg::guc::set_in_nest_level(c"plan_cache_mode", mode);
             PlanMode(level)
         }
     }
@@ -131,7 +133,12 @@ fn statement(
         Plans::PerSize(class) => Some(class),
         Plans::Generic | Plans::Custom => None,
     };
-    let key: Key = (sql.to_string(), args.iter().map(|a| a.oid()).collect(), writes, class);
+    let key: Key = (
+        sql.to_string(),
+        args.iter().map(|a| a.oid()).collect(),
+        writes,
+        class,
+    );
     let found = CACHE.with(|c| {
         let mut c = c.borrow_mut();
         c.clock += 1;
@@ -145,17 +152,27 @@ fn statement(
         return Ok(stmt);
     }
     let types: Vec<PgOid> = key.1.iter().map(|&oid| PgOid::from_untagged(oid)).collect();
-    let prepared = if writes { client.prepare_mut(sql, &types)? } else { client.prepare(sql, &types)? };
+    let prepared = if writes {
+        client.prepare_mut(sql, &types)?
+    } else {
+        client.prepare(sql, &types)?
+    };
     let stmt = Rc::new(prepared.keep());
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
         c.prepared += 1;
         // The same statement kept for the tables' former sizes is of no more use.
         if class.is_some() {
-            c.plans.retain(|k, _| !(k.0 == key.0 && k.1 == key.1 && k.2 == key.2));
+            c.plans
+                .retain(|k, _| !(k.0 == key.0 && k.1 == key.1 && k.2 == key.2));
         }
         if c.plans.len() >= CAPACITY {
-            if let Some(oldest) = c.plans.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone()) {
+            if let Some(oldest) = c
+                .plans
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone())
+            {
                 c.plans.remove(&oldest);
             }
         }

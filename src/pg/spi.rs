@@ -1,7 +1,7 @@
 //! Small helpers over pgrx SPI used by every feature module.
 
 use crate::errors::EvResult;
-use crate::plan_cache::{self, Plans};
+use crate::pg::plan_cache::{self, Plans};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 
@@ -16,7 +16,9 @@ pub fn run_all(statements: &[String]) -> EvResult<()> {
 /// Runs one statement (not a utility statement) on the catalog with arguments, parsed and
 /// planned once per backend (`plan_cache`).
 pub fn run(sql: &str, args: &[DatumWithOid]) -> EvResult<()> {
-    Spi::connect_mut(|client| plan_cache::execute(client, sql, None, args, Plans::Generic).map(|_| ()))?;
+    Spi::connect_mut(|client| {
+        plan_cache::execute(client, sql, None, args, Plans::Generic).map(|_| ())
+    })?;
     Ok(())
 }
 
@@ -39,11 +41,18 @@ pub fn one<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid]) -> EvResu
 }
 
 /// `one` for a statement over user data: planned at each run (see `run_replanned`).
-pub fn one_replanned<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid]) -> EvResult<Option<T>> {
+pub fn one_replanned<T: FromDatum + IntoDatum>(
+    sql: &str,
+    args: &[DatumWithOid],
+) -> EvResult<Option<T>> {
     first(sql, args, Plans::Custom)
 }
 
-fn first<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid], plans: Plans) -> EvResult<Option<T>> {
+fn first<T: FromDatum + IntoDatum>(
+    sql: &str,
+    args: &[DatumWithOid],
+    plans: Plans,
+) -> EvResult<Option<T>> {
     Ok(Spi::connect_mut(|client| {
         let table = plan_cache::execute(client, sql, Some(1), args, plans)?;
         if table.is_empty() {

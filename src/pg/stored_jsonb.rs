@@ -10,5 +10,8 @@ pub unsafe fn jsonb_root<'a>(datum: pgrx::pg_sys::Datum) -> &'a [u8] {
     let value = pg_sys::pg_detoast_datum(datum.cast_mut_ptr::<pg_sys::varlena>());
     let bytes = value as *const u8;
     let total = pgrx::varsize_any(value);
-    std::slice::from_raw_parts(bytes.add(pg_sys::VARHDRSZ), total.saturating_sub(pg_sys::VARHDRSZ))
+    std::slice::from_raw_parts(
+        bytes.add(pg_sys::VARHDRSZ),
+        total.saturating_sub(pg_sys::VARHDRSZ),
+    )
 }

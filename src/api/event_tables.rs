@@ -1,0 +1,83 @@
+//! Event tables: create and drop, the lookups the SQL wrappers use, and pruning of raw events.
+
+use super::{at_boundary, lookup, required};
+use crate::errors::EvError;
+use pgrx::datum::Interval;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+
+#[pg_extern(name = "_create_event_table", volatile, parallel_unsafe)]
+fn create_event_table(
+    name: Option<&str>,
+    retention: Option<Interval>,
+    delta_retention: Option<Interval>,
+) -> Result<pg_sys::Oid, ErrorReport> {
+    at_boundary(|| {
+        // NULL retention keeps events; the changelog is always pruned at last (default 7 days).
+        let delta_retention = delta_retention.ok_or_else(|| {
+            EvError::new(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, "argument \"delta_retention\" must not be NULL")
+                .with_hint("Leave it out for the default of 7 days: applied changelog records are always pruned at last.")
+        })?;
+        crate::event_tables::create_event_table(
+            required(name, "name")?,
+            retention,
+            Some(delta_retention),
+        )
+    })
+}
+
+#[pg_extern(name = "_drop_event_table", volatile, parallel_unsafe)]
+fn drop_event_table(name: &str, cascade: bool) -> Result<(), ErrorReport> {
+    at_boundary(|| crate::event_tables::drop_event_table(name, cascade))
+}
+
+/// Forgets an event table a plain DROP TABLE took (called by eventview._follow_drop, as the
+/// extension owner; not executable by PUBLIC).
+#[pg_extern(name = "_forget_source", volatile, strict, parallel_unsafe)]
+fn forget_source(p_source_id: i32) -> Result<(), ErrorReport> {
+    at_boundary(|| crate::event_tables::forget_source(p_source_id))
+}
+
+/// Whether the changelog of event table `p_source_id` can be read now without waiting (taking
+/// ACCESS SHARE on it if so; true when it is gone). eventview._pending (as the extension owner;
+/// not executable by PUBLIC) leaves `pending_changes` NULL rather than make every reader of
+/// eventview.views wait for a session holding the changelog (a VACUUM FULL or LOCK TABLE of it).
+#[pg_extern(name = "_changelog_free", stable, strict, parallel_unsafe)]
+fn changelog_free(p_source_id: i32) -> Result<bool, ErrorReport> {
+    at_boundary(|| {
+        let relid =
+            crate::relation::extension_relid(&eventview_core::names::changelog_table(p_source_id));
+        if relid == pg_sys::InvalidOid {
+            return Ok(true);
+        }
+        crate::pg::locks::lock_for_reading_if_free(relid)
+    })
+}
+
+/// The event table named `name` (42P01 when missing, 22023 when not an event table), as the
+/// fully qualified, quoted name that generated SQL uses.
+#[pg_extern(name = "_event_table_sql", stable, parallel_safe)]
+pub fn event_table_sql(name: &str) -> Result<String, ErrorReport> {
+    lookup(|| crate::catalog::source_by_name(name).map(|s| s.table_sql))
+}
+
+/// Whether `_prune_events` may delete from the event table without waiting for a lock (taking
+/// the lock when it may; see `pg::locks::lock_for_writing_if_free`). Only for members of the
+/// table's owner role, as prune: nobody else may hold locks on it.
+#[pg_extern(name = "_lock_for_pruning_if_free", volatile, parallel_unsafe)]
+fn lock_for_pruning_if_free(source: pg_sys::Oid) -> Result<bool, ErrorReport> {
+    lookup(|| {
+        crate::privileges::require_table_owner(source, "prune")?;
+        crate::pg::locks::lock_for_writing_if_free(source)
+    })
+}
+
+/// prune's deletion of raw events past retention (see `event_tables::prune_events`).
+#[pg_extern(name = "_prune_events", volatile, parallel_unsafe)]
+fn prune_events(
+    source: pg_sys::Oid,
+    retention: pgrx::datum::Interval,
+    max_rows: i64,
+) -> Result<i64, ErrorReport> {
+    lookup(|| crate::event_tables::prune_events(source, retention, max_rows))
+}

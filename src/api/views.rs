@@ -1,0 +1,78 @@
+//! Incremental views: create, drop, alter, and what the catalog view `eventview.views` shows.
+
+use super::{at_boundary, lookup, required};
+use pgrx::datum::Interval;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(name = "_create_view", volatile, parallel_unsafe)]
+fn create_view(
+    name: Option<&str>,
+    source: Option<&str>,
+    group_by: &str,
+    measures: &str,
+    event_types: Option<Vec<Option<String>>>,
+    time_bucket: Option<Interval>,
+    filter: Option<&str>,
+    realtime: bool,
+    on_type_error: &str,
+) -> Result<pg_sys::Oid, ErrorReport> {
+    at_boundary(|| {
+        crate::views::create_view(crate::views::CreateViewArgs {
+            name: required(name, "name")?,
+            source: required(source, "source")?,
+            group_by,
+            measures,
+            event_types,
+            time_bucket,
+            filter,
+            realtime,
+            on_type_error,
+        })
+    })
+}
+
+#[pg_extern(name = "_drop_view", volatile, parallel_unsafe)]
+fn drop_view(name: &str) -> Result<(), ErrorReport> {
+    at_boundary(|| crate::views::drop_view(name))
+}
+
+#[pg_extern(name = "_alter_view", volatile, parallel_unsafe)]
+fn alter_view(
+    name: Option<&str>,
+    realtime: Option<bool>,
+    on_type_error: Option<&str>,
+) -> Result<(), ErrorReport> {
+    at_boundary(|| crate::views::alter_view(required(name, "name")?, realtime, on_type_error))
+}
+
+/// `eventview.views.groups` (see `views::group_count`). Not an API call: a read of the catalog
+/// view, by anyone, also before the catalog is updated to the library's version. Declared in
+/// sql/bootstrap.sql (`sql = false`), ahead of the catalog view that calls it.
+#[pg_extern(name = "_group_count", stable, strict, parallel_unsafe, sql = false)]
+pub fn group_count(p_view_id: i32) -> Result<Option<i64>, ErrorReport> {
+    crate::errors::at_boundary(|| crate::views::group_count(p_view_id))
+}
+
+/// `eventview.views.last_error` when something keeps the view from being refreshed now (see
+/// `views::refresh_problem`). Not an API call, as `group_count`; declared in sql/bootstrap.sql.
+#[pg_extern(
+    name = "_refresh_problem",
+    stable,
+    strict,
+    parallel_unsafe,
+    sql = false
+)]
+pub fn refresh_problem(p_view_id: i32) -> Result<Option<String>, ErrorReport> {
+    // As the API says it (relations named with search_path pinned); only catalogs are read.
+    crate::errors::at_boundary(|| {
+        crate::pg::roles::api_call(|| crate::views::refresh_problem(p_view_id))
+    })
+}
+
+/// The internal id of the incremental view named `name` (42P01 / 22023 otherwise).
+#[pg_extern(name = "_view_id", stable, parallel_safe)]
+pub fn view_id(name: &str) -> Result<i32, ErrorReport> {
+    lookup(|| crate::catalog::view_by_name(name, false).map(|v| v.view_id))
+}

@@ -1,0 +1,232 @@
+//! Event tables: creating one (envelope DDL, changelog, capture triggers), dropping it, and
+//! pruning its raw events past retention.
+
+use crate::catalog;
+use crate::errors::{EvError, EvResult};
+use crate::pg::roles;
+use crate::pg::spi;
+use crate::privileges;
+use crate::relation;
+use crate::views;
+use eventview_core::{envelope_sql, names};
+use pgrx::datum::Interval;
+use pgrx::prelude::*;
+
+pub fn create_event_table(
+    name: &str,
+    retention: Option<Interval>,
+    delta_retention: Option<Interval>,
+) -> EvResult<pg_sys::Oid> {
+    for (arg, value) in [
+        ("retention", &retention),
+        ("delta_retention", &delta_retention),
+    ] {
+        if let Some(v) = value {
+            let positive = spi::one::<bool>("SELECT $1 > interval '0'", &[(*v).into()])?;
+            if positive != Some(true) {
+                return Err(EvError::invalid(format!(
+                    "invalid {arg}: it must be a positive interval"
+                )));
+            }
+        }
+    }
+    let quoted = relation::qualified_for_create(name)?;
+    refuse_schema(&quoted)?;
+    // The table is the caller's: created in their name, with their rights on the schema.
+    roles::as_caller(|| spi::run_all(&[envelope_sql::create_event_table(&quoted)]))?;
+    let relid = relation::created(&quoted)?;
+    let source_id = catalog::insert_source(relid, retention, delta_retention)?;
+    let table_sql = relation::qualified(relid)?;
+    // The changelog belongs to the extension owner: producers and readers never write it. The
+    // capture functions (SECURITY DEFINER, so producers need no right on the changelog) belong
+    // to the table's owner, who may write, read and prune its changelog: they run the table's
+    // own types and casts, which must never run with more rights than the table's owner has.
+    spi::run_all(&envelope_sql::create_changelog(source_id))?;
+    let owner = privileges::role_ident(privileges::table_owner(relid)?)?;
+    spi::run_all(&[format!(
+        "GRANT SELECT, INSERT, DELETE ON {} TO {owner}",
+        names::changelog(source_id)
+    )])?;
+    spi::run_all(&envelope_sql::create_capture(source_id, &table_sql))?;
+    spi::run_all(&envelope_sql::capture_owner(source_id, &owner))?;
+    Ok(relid)
+}
+
+/// Schemas an event table cannot be in: the extension's own (`DROP EXTENSION ... CASCADE` and
+/// `DROP SCHEMA eventview CASCADE` remove what is in it, events included) and a temporary one
+/// (the table would go with the session, leaving its changelog and catalog row behind).
+fn refuse_schema(quoted: &str) -> EvResult<()> {
+    let parts = eventview_core::quote::split_name(quoted).unwrap_or_default();
+    let Some(schema) = parts.first().filter(|_| parts.len() == 2) else {
+        return Ok(());
+    };
+    if schema == names::SCHEMA {
+        return Err(EvError::invalid(format!("cannot create an event table in schema {}", names::SCHEMA))
+            .with_hint("That schema holds the extension's own objects and goes with DROP EXTENSION; use a schema of your own."));
+    }
+    if schema == "pg_temp" || schema.starts_with("pg_temp_") {
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "an event table cannot be temporary",
+        )
+        .with_hint(
+            "Its changelog and catalog entry outlive the session: create it in a permanent schema.",
+        ));
+    }
+    Ok(())
+}
+
+pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
+    let source = catalog::source_by_name(name)?;
+    privileges::require_table_owner(source.relid, "drop")?;
+    // Before listing its views: a view or field declaration being added waits, or makes this wait.
+    catalog::lock_source(&source, catalog::SourceLock::Drops)?;
+    let readers = catalog::views_of_source(source.source_id)?;
+    if !readers.is_empty() && !cascade {
+        let names = readers
+            .iter()
+            .map(|(_, relid)| crate::relation::regclass_text(*relid))
+            .collect::<EvResult<Vec<_>>>()?
+            .join(", ");
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
+            format!(
+                "cannot drop event table {} because views read it",
+                crate::relation::regclass_text(source.relid)?
+            ),
+        )
+        .with_detail(format!("Views reading it: {names}."))
+        .with_hint("Drop the views first, or call drop_event_table with cascade => true."));
+    }
+    for (_, relid) in readers {
+        views::drop_view_by_relid(relid)?;
+    }
+    views::require_no_dependents(source.relid, "event table")?;
+    // The DROP fires eventview._follow_drop, which forgets the table; forgotten here again in
+    // case event triggers did not fire (session_replication_role = replica).
+    roles::as_caller(|| spi::run_all(&[format!("DROP TABLE {}", source.table_sql)]))?;
+    forget_source(source.source_id)
+}
+
+/// Forgets an event table that is gone or going: what was recorded about it (drift,
+/// quarantine, observed fields, field declarations; its regclass would dangle), its changelog
+/// and its capture functions. No view may read it any more. A no-op for a forgotten table.
+pub fn forget_source(source_id: i32) -> EvResult<()> {
+    // Forgotten already (by the sql_drop event trigger of the DROP TABLE drop_event_table ran):
+    // nothing left to drop, and no "does not exist, skipping" notices.
+    let state = spi::one::<i32>(
+        "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM eventview._sources WHERE source_id = $1) THEN 0
+                     WHEN EXISTS (SELECT 1 FROM eventview._sources s JOIN pg_catalog.pg_class c ON c.oid = s.relid::oid
+                                  WHERE s.source_id = $1) THEN 2
+                     ELSE 1 END",
+        &[source_id.into()],
+    )?;
+    if state == Some(0) {
+        return Ok(());
+    }
+    if state == Some(2) {
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
+            format!("event table {source_id} still exists"),
+        )
+        .with_hint("Drop event tables with eventview.drop_event_table."));
+    }
+    spi::run_replanned(
+        "WITH s AS (SELECT relid FROM eventview._sources WHERE source_id = $1),
+              d AS (DELETE FROM eventview.drift WHERE source = (SELECT relid FROM s) RETURNING 1)
+         DELETE FROM eventview.quarantine WHERE source = (SELECT relid FROM s)",
+        &[source_id.into()],
+    )?;
+    spi::run_all(&envelope_sql::drop_capture(source_id))?;
+    catalog::delete_source(source_id)
+}
+
+/// Deletes raw events older than `retention` from an event table, in batches of 10,000, at most
+/// `max_rows`; returns how many. Runs as the table's owner, security-restricted: the table's
+/// own triggers and rules fire with its owner's rights, never with those of whoever runs
+/// maintenance (the worker is a superuser). The caller (prune) has switched capture off for
+/// these rows (`eventview.pruning`).
+///
+/// Pruning is not a retraction, so an event stays while some view has not applied an update of
+/// it: that view would retract the old version it aggregated and find no new one to add. An
+/// update that gives the row a new event_id (`SET event_id = DEFAULT`) logs the new id as
+/// inserted, in the same transaction as its 'U' record: those ids are kept too. Each
+/// batch first locks rows past retention that have no such update (skipping rows an unfinished
+/// transaction is changing), then, in a statement whose snapshot sees every update that
+/// committed before the lock, deletes those that still have none. A later update of a locked
+/// row waits for the prune and then finds it gone, so it logs nothing. Rows kept for a view
+/// are left out of the next batches' candidates, so they never stop the pruning of the others.
+pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> EvResult<i64> {
+    privileges::require_table_owner(relid, "prune")?;
+    let table = relation::qualified(relid)?;
+    let owner = privileges::table_owner(relid)?;
+    let source = catalog::source_by_relid(relid)?.ok_or_else(|| {
+        EvError::invalid(format!(
+            "{} is not an event table",
+            relation::regclass_text(relid).unwrap_or_default()
+        ))
+    })?;
+    // Events with an update some view has not applied (the changelog's xid index bounds the
+    // scan by the oldest view's position): the ids of its 'U' records, and the ids its
+    // transactions logged as inserted, which include the new ids of rows an update moved.
+    // Tested by anti-joins, not NOT IN: a NOT IN over more ids than fit in work_mem is not
+    // hashed and would compare every candidate with every id.
+    let updated = format!(
+        "consumers AS (
+             SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+             FROM eventview._views WHERE source_id = {sid}
+         ),
+         updates AS MATERIALIZED (
+             SELECT c.xid, c.event_id FROM {log} c
+             WHERE c.xid >= (SELECT min(pg_catalog.pg_snapshot_xmin(s)) FROM consumers)
+               AND c.op = 'U'
+               AND EXISTS (SELECT 1 FROM consumers k WHERE NOT {applied})
+         ),
+         updated AS MATERIALIZED (
+             SELECT event_id FROM updates WHERE event_id IS NOT NULL
+             UNION ALL
+             SELECT pg_catalog.unnest(c.event_ids) FROM {log} c
+             WHERE c.xid IN (SELECT xid FROM updates) AND c.op = 'I'
+         )",
+        applied = eventview_core::batch::applied_by("k.s", "k.own", "k.own_seq"),
+        sid = source.source_id,
+        log = names::changelog(source.source_id)
+    );
+    let lock = format!(
+        "WITH {updated}
+         SELECT coalesce(pg_catalog.array_agg(event_id), '{{}}') FROM
+             (SELECT t.event_id FROM {table} t
+              WHERE occurred_at < now() - $1
+                AND NOT EXISTS (SELECT 1 FROM updated u WHERE u.event_id = t.event_id)
+              LIMIT $2 FOR UPDATE SKIP LOCKED) old"
+    );
+    let delete = format!(
+        "WITH {updated},
+         gone AS (DELETE FROM {table} t WHERE t.event_id = ANY ($1)
+                    AND NOT EXISTS (SELECT 1 FROM updated u WHERE u.event_id = t.event_id) RETURNING 1)
+         SELECT count(*) FROM gone"
+    );
+    roles::as_role(owner, || {
+        // The cutoff `now() - retention`, in the lock statement and in the delete capture's
+        // exemption of pruned rows, is computed in UTC whatever the session's time zone, as
+        // rebuild's horizon is (`catalog::retention_horizon`). Set at as_role's nest level,
+        // so it ends with it.
+        // SAFETY: a SAVE-action set inside the nest level as_role pushed and pops.
+        unsafe { crate::pg::guc::set_in_nest_level(c"TimeZone", c"UTC") };
+        let mut done: i64 = 0;
+        loop {
+            let want = (max_rows - done).min(10_000);
+            if want <= 0 {
+                return Ok(done);
+            }
+            let locked = spi::one_replanned::<Vec<i64>>(&lock, &[retention.into(), want.into()])?
+                .unwrap_or_default();
+            // (Counted with RETURNING: the capture trigger's own SPI use resets the row count.)
+            let n = spi::one_replanned::<i64>(&delete, &[locked.clone().into()])?.unwrap_or(0);
+            done += n;
+            if (locked.len() as i64) < want || n == 0 {
+                return Ok(done);
+            }
+        }
+    })
+}

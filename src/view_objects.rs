@@ -1,0 +1,81 @@
+//! A catalogued view's generated SQL and the objects beside its storage that follow the catalog:
+//! the min/max value logs and the relation users read. Used by view creation, refresh, rebuild,
+//! `alter_view` and logical field declarations alike.
+
+use crate::catalog::ViewRecord;
+use crate::errors::EvResult;
+use crate::gucs;
+use crate::pg::roles;
+use crate::pg::spi;
+use crate::privileges;
+use crate::relation;
+use eventview_core::sqlgen::{Reads, ViewSql};
+use pgrx::prelude::*;
+
+/// The SQL generator of a catalogued view.
+pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
+    ViewSql {
+        def: &view.definition,
+        view_id: view.view_id,
+        source_id: view.source.source_id,
+        source_table: view.source.table_sql.clone(),
+        log_extremes: !view.realtime && gucs::extreme_log_limit() > 0,
+    }
+}
+
+/// Creates the view's value logs that do not exist (storage restored from a dump of a version
+/// without them), as the extension owner, for the view's owner.
+pub fn create_missing_logs(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
+    let logs = sql.log_ddl();
+    if logs.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = logs.iter().map(|(name, _)| name.clone()).collect();
+    let missing: Vec<String> = spi::one::<Vec<String>>(
+        "SELECT coalesce(array_agg(t), '{}') FROM unnest($1::text[]) t WHERE pg_catalog.to_regclass(t) IS NULL",
+        &[names.into()],
+    )?
+    .unwrap_or_default();
+    let owner = privileges::role_ident(view.owner)?;
+    for (name, ddl) in logs.into_iter().filter(|(name, _)| missing.contains(name)) {
+        let [own, private] = eventview_core::sqlgen::storage_grants(&name, &owner);
+        spi::run_all(&[ddl, own, private])?;
+    }
+    Ok(())
+}
+
+/// Moves the view's min/max value logs into its multisets (see `eventview_core::sqlgen`). The caller
+/// holds the view's row lock.
+pub fn merge_logs(view: &ViewRecord) -> EvResult<()> {
+    roles::as_role(view.owner, || spi::run_all(&sql_of(view).merge_logs()))
+}
+
+/// (Re)creates the relation users read as the catalog says the view reads: the stored groups,
+/// or realtime (stored groups with the pending changes folded in). CREATE OR REPLACE keeps its
+/// oid, grants and dependents. Called when the view is created, when `realtime` changes and
+/// when a logical field it reads is redeclared (a realtime read evaluates the pending changes
+/// with the declarations of the moment, as a refresh would).
+pub fn install_user_view(view: &ViewRecord) -> EvResult<()> {
+    let (realtime, width) = Spi::connect(|client| {
+        let row = client
+            .select(
+                "SELECT realtime, time_bucket::text FROM eventview._views WHERE view_id = $1",
+                Some(1),
+                &[view.view_id.into()],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::SpiError>((row.get::<bool>(1)?.unwrap_or(false), row.get::<String>(2)?))
+    })?;
+    let sql = sql_of(view);
+    // A realtime read reads the value logs.
+    create_missing_logs(view, &sql)?;
+    let reads = if realtime {
+        Reads::Realtime {
+            bucket_width: width.as_deref(),
+        }
+    } else {
+        Reads::Stored
+    };
+    let statement = sql.replace_user_view(&relation::qualified(view.relid)?, reads);
+    roles::as_role(view.owner, || spi::run_all(&[statement]))
+}
