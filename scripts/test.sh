@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test of pg_eventview on this machine, installing what is missing first.
-#   1. cargo pgrx test: pure-core unit tests and #[pg_test] units inside Postgres
+#   0. habits, in seconds: cargo fmt --check, cargo clippy -D warnings, and eventview-core's
+#      plain cargo test (no PostgreSQL needed: definitions, JSONPaths, the jsonb reader, the
+#      generated SQL against its golden files)
+#   1. cargo pgrx test: #[pg_test] units inside Postgres
 #   2. pg_regress: expected-output tests of what users see (scripts/regress.sh)
-#   3. pytest: integration tests against real clusters (differential, crash, concurrency)
-# Ends with one line "tests: N passed, M failed" counting individual tests of all three.
+#   3. pytest: integration tests against real clusters (differential, crash, concurrency, upgrades)
+# Ends with one line "tests: N passed, M failed" counting individual tests of all of them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -11,15 +14,30 @@ bash scripts/setup.sh || exit 1
 LOG=$(mktemp -d /tmp/pg_eventview_test.XXXXXX)
 passed=0; failed=0; rc=0
 
-echo "== cargo pgrx test (unit and in-backend tests)"
+echo "== cargo fmt --check, cargo clippy, cargo test -p eventview-core"
+if ! cargo fmt --all -- --check >"$LOG/fmt.log" 2>&1; then
+  rc=1; failed=$((failed + 1)); echo "cargo fmt: files are not formatted (cargo fmt --all fixes them):"; head -40 "$LOG/fmt.log"
+fi
+if ! cargo clippy --workspace --all-targets -- -D warnings >"$LOG/clippy.log" 2>&1; then
+  rc=1; failed=$((failed + 1)); echo "cargo clippy: warnings:"; grep -E "^(warning|error)" -A8 "$LOG/clippy.log" | head -60
+fi
+cargo test -p eventview-core >"$LOG/core.log" 2>&1; core_rc=$?
+grep -E "test result:" "$LOG/core.log"
+[ $core_rc -eq 0 ] || { rc=1; grep -E "FAILED|panicked" -A5 "$LOG/core.log" | head -40; }
+p=$(grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed" "$LOG/core.log" | awk '{s+=$4; f+=$6} END {print s+0, f+0}')
+passed=$((passed + ${p% *})); failed=$((failed + ${p#* }))
+if [ $core_rc -ne 0 ] && [ "${p#* }" = "0" ]; then failed=$((failed + 1)); tail -20 "$LOG/core.log"; fi
+
+echo "== cargo pgrx test (in-backend tests)"
 PGDATA_TEST=/tmp/pg_eventview_pgrx_data
 mkdir -p "$PGDATA_TEST"; [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$PGDATA_TEST"
 RUNAS=(); [ "$(id -u)" -eq 0 ] && RUNAS=(--runas postgres --pgdata "$PGDATA_TEST")
-cargo pgrx test pg15 "${RUNAS[@]}" 2>&1 | tee "$LOG/unit.log" | grep -E "^test |test result:" || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+cargo pgrx test pg15 -p pg_eventview "${RUNAS[@]}" >"$LOG/unit.log" 2>&1; unit_rc=$?
+grep -E "^test |test result:" "$LOG/unit.log"
+[ $unit_rc -eq 0 ] || rc=1
 p=$(grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed" "$LOG/unit.log" | awk '{s+=$4; f+=$6} END {print s+0, f+0}')
 passed=$((passed + ${p% *})); failed=$((failed + ${p#* }))
-if [ $rc -ne 0 ] && [ "${p#* }" = "0" ]; then failed=$((failed + 1)); tail -40 "$LOG/unit.log"; fi
+if [ $unit_rc -ne 0 ] && [ "${p#* }" = "0" ]; then failed=$((failed + 1)); tail -40 "$LOG/unit.log"; fi
 
 # cargo pgrx test installs a build with the test-only `tests` schema; what users get (and what
 # pg_regress and the integration tests must exercise) is the plain build.

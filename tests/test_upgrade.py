@@ -1,8 +1,9 @@
-"""Upgrades (issue 4, item 8): `ALTER EXTENSION pg_eventview UPDATE` from every released version
-to the current one.
+"""`ALTER EXTENSION pg_eventview UPDATE` from every released version to the current one.
 
-Released install scripts are kept under sql/ (pg_eventview--<version>.sql, never edited) and
-installed here next to the current build, so an old release can be created as a user has it.
+Each release is rebuilt from the commit it was cut from (RELEASE_COMMITS, the one list of
+releases): its library, to create data as that release did, and its install script, generated
+by `cargo pgrx schema` as at release time. The install scripts are put next to the current
+build's, with the upgrade scripts of sql/, so an old release can be created as a user has it.
 Two properties:
 - the updated extension is the same as a fresh install of the current version: same functions
   (with bodies), tables and columns, views, constraints, indexes, comments, grants and extension
@@ -13,7 +14,6 @@ Two properties:
 """
 
 import contextlib
-import filecmp
 import os
 import re
 import shutil
@@ -28,8 +28,10 @@ REPO = Path(__file__).resolve().parent.parent
 PG_CONFIG = "/usr/lib/postgresql/15/bin/pg_config"
 EXTENSION_DIR = Path(subprocess.check_output([PG_CONFIG, "--sharedir"], text=True).strip()) / "extension"
 LIBRARY = Path(subprocess.check_output([PG_CONFIG, "--pkglibdir"], text=True).strip()) / "pg_eventview.so"
+RELEASES = REPO / "target" / "releases"
 
-# The commit each release was cut from: its library is built to create data as that release did.
+# The commit each release was cut from. Only the commits of main travel with a clone (tags do
+# not), so this list is the record of the releases; add a line when cutting one.
 RELEASE_COMMITS = {
     "0.1.0": "276fcd18cf5586e22dd5754bb379858cb19d7425",
     "0.2.0": "b86713cd2a1be1567bfb0eacd4427ea66a696f81",
@@ -47,12 +49,12 @@ RELEASE_COMMITS = {
 }
 
 
+def version_key(version):
+    return tuple(int(part) for part in version.split("."))
+
+
 def released_versions():
-    return sorted((
-        m.group(1)
-        for f in (REPO / "sql").glob("pg_eventview--*.sql")
-        if (m := re.fullmatch(r"pg_eventview--([^-]+)\.sql", f.name))
-    ), key=lambda v: tuple(int(part) for part in v.split(".")))
+    return sorted(RELEASE_COMMITS, key=version_key)
 
 
 def current_version():
@@ -60,45 +62,50 @@ def current_version():
     return re.search(r'^version = "([^"]+)"', text, re.M).group(1)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def released_scripts():
-    """Puts the released install scripts (and the upgrade scripts) where CREATE EXTENSION
-    looks, as a user who installed those releases has them."""
-    for f in (REPO / "sql").glob("pg_eventview--*.sql"):
-        target = EXTENSION_DIR / f.name
-        if not target.exists() or not filecmp.cmp(f, target, shallow=False):
-            shutil.copyfile(f, target)
-
-
-def release_library(version):
-    """The shared library of an old release, built once from its commit (debug build, own
-    target directory so the current build is not disturbed; about two minutes the first time)."""
-    out = REPO / "target" / "releases" / version / "pg_eventview.so"
-    if out.exists():
-        return out
-    target = REPO / "target" / "releases" / "cargo-target"
+def release_build(version):
+    """The shared library and the install script of an old release, built once from its commit
+    (debug build, a target directory of their own so the current build is not disturbed; about
+    a minute the first time, seconds for each further release)."""
+    out = RELEASES / version
+    library, script = out / "pg_eventview.so", out / f"pg_eventview--{version}.sql"
+    if library.exists() and script.exists():
+        return library, script
+    target = RELEASES / "cargo-target"
     commit = RELEASE_COMMITS[version]
     if subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", commit + "^{commit}"]).returncode != 0:
         # A shallow clone: fetch the history the release commit is in.
         subprocess.run(["git", "-C", str(REPO), "fetch", "--quiet", "--unshallow"], check=False)
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as src:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", commit],
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
         env = dict(os.environ, CARGO_TARGET_DIR=str(target))
+        schema = subprocess.run(["cargo", "pgrx", "schema", "pg15", "--pg-config", PG_CONFIG, "--out", str(script)],
+                                cwd=src, env=env, capture_output=True, text=True)
+        assert schema.returncode == 0, schema.stderr[-3000:]
         build = subprocess.run(["cargo", "build", "--lib", "--features", "pg15", "--no-default-features"],
                                cwd=src, env=env, capture_output=True, text=True)
         assert build.returncode == 0, build.stderr[-3000:]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(target / "debug" / "libpg_eventview.so", out)
-    return out
+    shutil.copyfile(target / "debug" / "libpg_eventview.so", library)
+    return library, script
+
+
+@pytest.fixture(scope="module", autouse=True)
+def released_scripts():
+    """Puts the install script of every release (and the upgrade scripts) where CREATE
+    EXTENSION looks, as a user who installed those releases has them."""
+    scripts = [release_build(v)[1] for v in released_versions()]
+    scripts += [f for f in (REPO / "sql").glob("pg_eventview--*--*.sql")]
+    for f in scripts:
+        shutil.copyfile(f, EXTENSION_DIR / f.name)
 
 
 @contextlib.contextmanager
 def library_of(version):
     """Installs the library of release `version` in place of the current one (new connections
     load it), and puts the current one back afterwards whatever happens."""
-    old = release_library(version)
+    old, _ = release_build(version)
     backup = LIBRARY.with_name("pg_eventview.so.current")
     shutil.copyfile(LIBRARY, backup)
     try:
@@ -107,6 +114,15 @@ def library_of(version):
         yield
     finally:
         os.replace(backup, LIBRARY)
+
+
+def test_every_upgrade_step_has_its_script():
+    """The upgrade scripts chain every release to the current version, one step each."""
+    chain = released_versions() + [current_version()]
+    for old, new in zip(chain, chain[1:]):
+        assert (REPO / "sql" / f"pg_eventview--{old}--{new}.sql").exists(), f"no upgrade script from {old} to {new}"
+    install_scripts = [f.name for f in (REPO / "sql").glob("pg_eventview--*.sql") if f.name.count("--") == 1]
+    assert install_scripts == [], "install scripts of releases are generated from their commits, not kept in sql/"
 
 
 # One line per property of the extension's objects; compared as sorted lists.
@@ -175,7 +191,7 @@ def describe(conn):
 
 @pytest.mark.parametrize("old", released_versions())
 def test_update_equals_a_fresh_install(cluster, new_db, old):
-    assert old != current_version(), "the current version must not have a frozen install script"
+    assert old != current_version(), "the current version is not a release to update from"
     updated = new_db("_updated", version=old)
     fresh = new_db("_fresh")
     with cluster.connect(updated.rsplit("dbname=", 1)[1]) as u, cluster.connect(fresh.rsplit("dbname=", 1)[1]) as f:
