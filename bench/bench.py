@@ -27,6 +27,22 @@ import time
 import psycopg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Every file a run writes goes here (ignored by git), created when needed.
+OUT_DIR = os.path.join(HERE, "out")
+
+
+def out_path(name):
+    """bench/out/<name>, with the folder created."""
+    os.makedirs(OUT_DIR, exist_ok=True)
+    return os.path.join(OUT_DIR, name)
+
+
+def write_out(path, text):
+    """Writes a results file, creating its folder when needed."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
 
 # The event stream ends here; base data covers the 30 days before, deltas the last day.
 T_END = "2026-01-31 00:00:00+00"
@@ -765,8 +781,8 @@ class Bench:
         """What the min/max value logs change over many refreshes, merges included: the subject
         view (default eventview.extreme_log_limit: values appended to a log, merged into the
         multiset when the log passes the limit) against a twin of the same definition refreshed
-        with extreme_log_limit = 0 (values upserted into the multiset at every refresh, as before
-        0.5.0), over the same deltas, in alternating order. The mean is what the work costs over
+        with extreme_log_limit = 0 (values upserted into the multiset at every refresh), over the
+        same deltas, in alternating order. The mean is what the work costs over
         the run (the merges included); the median is a typical refresh; the max, a merge."""
         a, c = self.args, self.conn
         rounds = a.log_rounds
@@ -816,8 +832,7 @@ class Bench:
         parsing and planning, the observer), which decides how fresh frequent scheduled refreshes
         can keep a view. Against the hand-written apply of the same delta, and against the same
         refresh as the first call of a new connection (nothing prepared yet: the backend parses
-        and plans every statement, as every call did before 0.6.0; opening the connection is not
-        timed). The hand-written table gets every delta, untimed when it is not the baseline."""
+        and plans every statement; opening the connection is not timed). The hand-written table gets every delta, untimed when it is not the baseline."""
         a, c = self.args, self.conn
         n = a.small_delta
         log(f"scenario 9: refresh of {n} inserted events, {a.small_pairs} rounds")
@@ -868,8 +883,7 @@ class Bench:
         scheduled views over one event table (17 copies of the 3 views), every one due and
         nothing pending, against run_maintenance() with the same views not due (the rest of a
         cycle: observing every table, pruning). The difference, per view, is what a refresh with
-        nothing to apply costs (before 0.8.0 it ran its whole apply statement, and each refresh
-        had the field observer load every view of the table: about 8 ms per view here)."""
+        nothing to apply costs (a check of its changelog position, then the refresh recorded)."""
         a, c, f = self.args, self.conn, self.fields
         copies = 17
         log(f"scenario 10 setup: idle_ev, 10,000 events, {3 * copies} views")
@@ -1261,7 +1275,7 @@ class Bench:
     # ---------------------------------------------------------------------------- EXPLAIN
     def explain(self, kind, title):
         """One extra, untimed refresh with auto_explain (log_analyze, nested statements) sending the
-        plans to this client as NOTICEs; written to bench/explain_<kind>.txt."""
+        plans to this client as NOTICEs; written to bench/out/explain_<kind>.txt."""
         a, c = self.args, self.conn
         self.refresh_others()
         if kind == "insert":
@@ -1298,7 +1312,7 @@ class Bench:
             hand_elapsed = time.perf_counter() - t0
         if kind == "delete":
             q(c, "REFRESH MATERIALIZED VIEW mv_sku_daily")
-        path = os.path.join(HERE, f"explain_{kind}.txt")
+        path = out_path(f"explain_{kind}.txt")
         # Group the statements by their text: a nested SQL function called once per event would
         # otherwise bury the plans that matter under thousands of tiny ones.
         groups = {}
@@ -1377,8 +1391,7 @@ class Bench:
             lines.append(f"- {n}")
         text = "\n".join(lines) + "\n"
         print(text)
-        with open(a.out, "w") as fh:
-            fh.write(text)
+        write_out(a.out, text)
         log(f"wrote {os.path.relpath(a.out)}")
 
     def data_notes(self):
@@ -1394,7 +1407,8 @@ class Bench:
                           f"{top[1]:,} distinct SKUs seen.")
 
 # Cluster settings shown under the machine line: what moves the numbers besides the hardware.
-REPORTED_SETTINGS = ("shared_buffers", "work_mem", "max_wal_size", "fsync", "jit", "autovacuum")
+REPORTED_SETTINGS = ("shared_buffers", "work_mem", "max_wal_size", "fsync", "synchronous_commit", "jit",
+                     "autovacuum")
 
 
 def machine_line(conn, so_at_start, load_at_start, notes, settings=REPORTED_SETTINGS):
@@ -1495,7 +1509,8 @@ def main():
                    help="comma-separated scenarios to run (4 needs 1, 5 needs 2)")
     p.add_argument("--log-rounds", type=int, default=None,
                    help="scenario 8: refreshes per view (default 40, --quick 10)")
-    p.add_argument("--out", default=os.path.join(HERE, "results.md"))
+    p.add_argument("--out", default=os.path.join(OUT_DIR, "results.md"),
+                   help="results file (default bench/out/results.md)")
     a = p.parse_args()
     a.pairs = a.pairs or (3 if a.quick else 7)
     a.log_rounds = a.log_rounds or (10 if a.quick else 40)
@@ -1541,8 +1556,8 @@ def main():
         b.data_notes()
     if "10" in only:
         # Last: creating and dropping its 51 views leaves the system catalogs with dead rows
-        # until autovacuum gets to them, which slowed the refreshes of the scenarios after it
-        # (9a 12.8 ms against 5.8 ms without it, in the same session's runs).
+        # until autovacuum gets to them, which slows the refreshes of any scenario after it
+        # (9a about twice as long).
         b.scenario_idle()
     b.report(time.perf_counter() - START)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""pg_eventview pruning benchmark (issue 4, item 4): prune a changelog of N records (4M by
+"""pg_eventview pruning benchmark: prune a changelog of N records (4M by
 default) that every view has applied, and show that it works in bounded transactions without
 holding up producers.
 
@@ -12,7 +12,7 @@ second, so all of them may go. Then, measured:
   during pruning against the same producer right before (baseline, same run);
 - for comparison, the naive way on an identical changelog: one `DELETE FROM` of every record
   in a single transaction, and `TRUNCATE` (what rotating changelog tables would cost).
-Results go to bench/prune_results.md with the machine line."""
+Results go to bench/out/prune_results.md with the machine line."""
 
 import argparse
 import os
@@ -26,7 +26,6 @@ import psycopg
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (machine line)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 EVENTS = 10_000
 
 
@@ -89,7 +88,8 @@ def main():
     ap.add_argument("--dbname", default="prune")
     ap.add_argument("--records", type=int, default=4_000_000)
     ap.add_argument("--quick", action="store_true", help="400k records")
-    ap.add_argument("--out", default=os.path.join(HERE, "prune_results.md"))
+    ap.add_argument("--out", default=os.path.join(bench.OUT_DIR, "prune_results.md"),
+                    help="results file (default bench/out/prune_results.md)")
     args = ap.parse_args()
     if args.quick:
         args.records = 400_000
@@ -166,8 +166,7 @@ def main():
         + ", ".join(f"({g}, {t:.3f})" for g, t in calls),
     ] + [f"- {x}" for x in notes]
     text = "\n".join(lines) + "\n"
-    with open(args.out, "w") as fh:
-        fh.write(text)
+    bench.write_out(args.out, text)
     print(text)
     if left:
         sys.exit(f"prune left {left} records behind")

@@ -5,11 +5,12 @@
 # whatever is installed in the system PostgreSQL 15 as it is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p bench/out   # every file a run writes goes here (ignored by git)
 if [ "${BENCH_NO_INSTALL:-0}" != 1 ]; then
   bash scripts/setup.sh
   echo "prune: installing a release build of pg_eventview" >&2
-  cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/tmp/pg_eventview_bench_install.log 2>&1 \
-    || { tail -40 /tmp/pg_eventview_bench_install.log; exit 1; }
+  cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >bench/out/install.log 2>&1 \
+    || { tail -40 bench/out/install.log; exit 1; }
 fi
 DIR=${PRUNE_DIR:-/tmp/pg_eventview_prune}
 PORT=${PRUNE_PORT:-55470}

@@ -8,6 +8,7 @@
 # whatever is installed in the system PostgreSQL 15 as it is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p bench/out   # every file a run writes goes here (ignored by git)
 if [ "${1:-}" = --freshness ]; then
   shift
   exec bash bench/freshness.sh "$@"
@@ -15,8 +16,8 @@ fi
 if [ "${BENCH_NO_INSTALL:-0}" != 1 ]; then
   bash scripts/setup.sh
   echo "bench: installing a release build of pg_eventview" >&2
-  cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/tmp/pg_eventview_bench_install.log 2>&1 \
-    || { tail -40 /tmp/pg_eventview_bench_install.log; exit 1; }
+  cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >bench/out/install.log 2>&1 \
+    || { tail -40 bench/out/install.log; exit 1; }
 fi
 DIR=${BENCH_DIR:-/tmp/pg_eventview_bench}
 PORT=${BENCH_PORT:-55440}
