@@ -1,5 +1,7 @@
 //! The only code that reads and writes the extension's own tables (`eventview._sources`,
-//! `eventview._views`).
+//! `eventview._views`, `eventview._fields`, and the drift and quarantine rows of a table that is
+//! forgotten). Generated statements over user data and changelogs read a consumer's position
+//! through `eventview_core::batch`, which spells the condition "this change is applied".
 
 use crate::errors::{EvError, EvResult};
 use crate::pg::spi;
@@ -583,4 +585,263 @@ pub fn upsert_field(
          DO UPDATE SET path = EXCLUDED.path, field_type = EXCLUDED.field_type, defined_at = now()",
         &[source_id.into(), field.into(), event_type.into(), version.into(), path.into(), type_name.into()],
     )
+}
+
+// ---- Sources: capture repairs and forgetting a dropped table ----
+
+/// A capture function of an event table that needs a repair: made by an older library
+/// (`stale`, without the current one's mark) or executable by PUBLIC (`public`).
+pub struct CaptureState {
+    pub source_id: i32,
+    pub op: String,
+    pub stale: bool,
+    pub public: bool,
+}
+
+/// The capture functions of every event table, for the operations `ops` whose current
+/// functions carry the marks `marks` (same order), with what each needs.
+pub fn capture_states(ops: &[&str], marks: &[&str]) -> EvResult<Vec<CaptureState>> {
+    Ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(
+            "SELECT s.source_id, op.name,
+                    op.mark <> '' AND pg_catalog.strpos(p.prosrc, op.mark) = 0,
+                    EXISTS (SELECT FROM pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                            WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')
+             FROM eventview._sources s
+             CROSS JOIN ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS op(name, mark)
+             JOIN pg_catalog.pg_proc p
+               ON p.oid = pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', s.source_id, op.name))
+             ORDER BY s.source_id, op.name",
+            None,
+            &[ops.to_vec().into(), marks.to_vec().into()],
+        )? {
+            let (Some(source_id), Some(op)) = (row.get::<i32>(1)?, row.get::<String>(2)?) else {
+                continue;
+            };
+            out.push(CaptureState {
+                source_id,
+                op,
+                stale: row.get::<bool>(3)? == Some(true),
+                public: row.get::<bool>(4)? == Some(true),
+            });
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?)
+}
+
+/// Where an event table stands in the catalog.
+#[derive(PartialEq, Eq)]
+pub enum SourceState {
+    /// No catalog row: forgotten already.
+    Forgotten,
+    /// A catalog row whose table is gone.
+    TableGone,
+    /// A catalog row and its table.
+    TableExists,
+}
+
+pub fn source_state(source_id: i32) -> EvResult<SourceState> {
+    let state = spi::one::<i32>(
+        "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM eventview._sources WHERE source_id = $1) THEN 0
+                     WHEN EXISTS (SELECT 1 FROM eventview._sources s JOIN pg_catalog.pg_class c ON c.oid = s.relid::oid
+                                  WHERE s.source_id = $1) THEN 2
+                     ELSE 1 END",
+        &[source_id.into()],
+    )?;
+    Ok(match state {
+        Some(0) => SourceState::Forgotten,
+        Some(2) => SourceState::TableExists,
+        _ => SourceState::TableGone,
+    })
+}
+
+/// Deletes the drift and quarantine entries of an event table.
+pub fn delete_drift_and_quarantine(source_id: i32) -> EvResult<()> {
+    spi::run_replanned(
+        "WITH s AS (SELECT relid FROM eventview._sources WHERE source_id = $1),
+              d AS (DELETE FROM eventview.drift WHERE source = (SELECT relid FROM s) RETURNING 1)
+         DELETE FROM eventview.quarantine WHERE source = (SELECT relid FROM s)",
+        &[source_id.into()],
+    )
+}
+
+/// Locks the source's row for the field observer unless another session holds it (another
+/// observer of the same table: this one has nothing to add), returning the xmax of its
+/// observed snapshot as a number; None when the row is locked elsewhere.
+pub fn lock_observer_position(source_id: i32) -> EvResult<Option<i64>> {
+    spi::one::<i64>(
+        "SELECT pg_snapshot_xmax(observed_snapshot)::text::bigint
+         FROM eventview._sources WHERE source_id = $1 FOR NO KEY UPDATE SKIP LOCKED",
+        &[source_id.into()],
+    )
+}
+
+/// What the paths of a source's views are made from, as text: each view's definition (with
+/// what its parsing takes besides) and each field declaration of the source, in a fixed order.
+/// Content, not row versions: every refresh rewrites its view's catalog row (its position and
+/// counters), which must not count as a change.
+pub fn definitions_of_source(source_id: i32) -> EvResult<String> {
+    Ok(spi::one::<String>(
+        "SELECT coalesce((SELECT pg_catalog.json_agg(pg_catalog.json_build_array(v.view_id, v.definition, v.time_bucket IS NULL, v.on_type_error) ORDER BY v.view_id)::text
+                          FROM eventview._views v WHERE v.source_id = $1), '[]')
+       || coalesce((SELECT pg_catalog.json_agg(pg_catalog.json_build_array(f.field, f.event_type, f.event_version, f.path, f.field_type)
+                                               ORDER BY f.field, f.event_type, f.event_version)::text
+                    FROM eventview._fields f WHERE f.source_id = $1), '[]')",
+        &[source_id.into()],
+    )?
+    .unwrap_or_default())
+}
+
+// ---- Fields ----
+
+/// Gives every declaration of a logical field the type `field_type`.
+pub fn retype_field(source_id: i32, field: &str, field_type: &str) -> EvResult<()> {
+    spi::run(
+        "UPDATE eventview._fields SET field_type = $3 WHERE source_id = $1 AND field = $2",
+        &[source_id.into(), field.into(), field_type.into()],
+    )
+}
+
+// ---- Views ----
+
+/// What a new view's catalog row holds besides its definition's parts.
+pub struct NewView<'a> {
+    pub view_id: i32,
+    pub relid: pg_sys::Oid,
+    pub source_id: i32,
+    pub group_by: &'a str,
+    pub measures: &'a str,
+    pub event_types: Option<Vec<String>>,
+    pub time_bucket: Option<Interval>,
+    pub filter: Option<&'a str>,
+    pub on_type_error: &'a str,
+    pub realtime: bool,
+    pub owner: pg_sys::Oid,
+}
+
+/// Records a new view, with the current snapshot as the one it has applied (its storage is
+/// filled from scratch in the same transaction) and the name its quarantine rows carry (kept
+/// up to date by eventview._follow_ddl).
+pub fn insert_view(v: NewView) -> EvResult<()> {
+    spi::run(
+        "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, realtime,
+                                       owner, applied_snapshot)
+         VALUES ($1, $2::regclass, $3,
+                 json_build_object('group_by', $4::json, 'measures', $5::json, 'event_types', $6::text[],
+                                   'time_bucket', $7::interval, 'filter', $8::json),
+                 $7, $9, $10, $11::oid::regrole, pg_current_snapshot())",
+        &[
+            v.view_id.into(),
+            v.relid.into(),
+            v.source_id.into(),
+            v.group_by.into(),
+            v.measures.into(),
+            v.event_types.into(),
+            v.time_bucket.into(),
+            v.filter.into(),
+            v.on_type_error.into(),
+            v.realtime.into(),
+            v.owner.into(),
+        ],
+    )?;
+    spi::run(
+        "UPDATE eventview._views SET known_name = eventview._view_name(view_id) WHERE view_id = $1",
+        &[v.view_id.into()],
+    )
+}
+
+/// The id of the view whose relation is `relid`, its catalog row locked (a refresh in
+/// progress finishes first); None for a relation that is no view.
+pub fn lock_view_id(relid: pg_sys::Oid) -> EvResult<Option<i32>> {
+    spi::one::<i32>(
+        "SELECT view_id FROM eventview._views WHERE relid = $1::regclass FOR UPDATE",
+        &[relid.into()],
+    )
+}
+
+/// Whether the view is read as stored groups or realtime, and its bucket width as text.
+pub fn view_reads(view_id: i32) -> EvResult<(bool, Option<String>)> {
+    Ok(Spi::connect(|client| {
+        let row = client
+            .select(
+                "SELECT realtime, time_bucket::text FROM eventview._views WHERE view_id = $1",
+                Some(1),
+                &[view_id.into()],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::SpiError>((row.get::<bool>(1)?.unwrap_or(false), row.get::<String>(2)?))
+    })?)
+}
+
+pub fn set_on_type_error(view_id: i32, policy: &str) -> EvResult<()> {
+    spi::run(
+        "UPDATE eventview._views SET on_type_error = $2 WHERE view_id = $1",
+        &[view_id.into(), policy.into()],
+    )
+}
+
+pub fn set_realtime(view_id: i32, realtime: bool) -> EvResult<()> {
+    spi::run(
+        "UPDATE eventview._views SET realtime = $2 WHERE view_id = $1",
+        &[view_id.into(), realtime.into()],
+    )
+}
+
+/// How many rows the view's min/max value logs hold, as counted by its refreshes.
+pub fn extremes_logged(view_id: i32) -> EvResult<i64> {
+    Ok(spi::one::<i64>(
+        "SELECT extremes_logged FROM eventview._views WHERE view_id = $1",
+        &[view_id.into()],
+    )?
+    .unwrap_or(0))
+}
+
+/// The note `eventview.views` shows until the view is rebuilt (None clears it).
+pub fn set_rebuild_note(view_id: i32, note: Option<&str>) -> EvResult<()> {
+    spi::run(
+        "UPDATE eventview._views SET rebuild_note = $2 WHERE view_id = $1",
+        &[view_id.into(), note.into()],
+    )
+}
+
+/// The owner of the view with id `view_id` (None for an unknown view).
+pub fn view_owner(view_id: i32) -> EvResult<Option<pg_sys::Oid>> {
+    spi::one::<pg_sys::Oid>(
+        "SELECT owner::oid FROM eventview._views WHERE view_id = $1",
+        &[view_id.into()],
+    )
+}
+
+/// A view's relation, owner and event table, and whether that table still exists; None for
+/// an unknown view. Read from the catalog only (`eventview.views` reads it for anyone).
+pub struct ViewTable {
+    pub relid: Option<pg_sys::Oid>,
+    pub owner: Option<pg_sys::Oid>,
+    pub source_relid: Option<pg_sys::Oid>,
+    pub table_exists: Option<bool>,
+}
+
+pub fn view_table(view_id: i32) -> EvResult<Option<ViewTable>> {
+    Ok(Spi::connect(|client| {
+        let t = crate::pg::plan_cache::select(
+            client,
+            "SELECT v.relid::oid, v.owner::oid, s.relid::oid,
+                    EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid)
+             FROM eventview._views v JOIN eventview._sources s USING (source_id)
+             WHERE v.view_id = $1",
+            Some(1),
+            &[view_id.into()],
+        )?;
+        if t.is_empty() {
+            return Ok::<_, pgrx::spi::SpiError>(None);
+        }
+        let row = t.first();
+        Ok(Some(ViewTable {
+            relid: row.get::<pg_sys::Oid>(1)?,
+            owner: row.get::<pg_sys::Oid>(2)?,
+            source_relid: row.get::<pg_sys::Oid>(3)?,
+            table_exists: row.get::<bool>(4)?,
+        }))
+    })?)
 }

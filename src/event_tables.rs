@@ -114,29 +114,18 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
 pub fn forget_source(source_id: i32) -> EvResult<()> {
     // Forgotten already (by the sql_drop event trigger of the DROP TABLE drop_event_table ran):
     // nothing left to drop, and no "does not exist, skipping" notices.
-    let state = spi::one::<i32>(
-        "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM eventview._sources WHERE source_id = $1) THEN 0
-                     WHEN EXISTS (SELECT 1 FROM eventview._sources s JOIN pg_catalog.pg_class c ON c.oid = s.relid::oid
-                                  WHERE s.source_id = $1) THEN 2
-                     ELSE 1 END",
-        &[source_id.into()],
-    )?;
-    if state == Some(0) {
-        return Ok(());
+    match catalog::source_state(source_id)? {
+        catalog::SourceState::Forgotten => return Ok(()),
+        catalog::SourceState::TableExists => {
+            return Err(EvError::new(
+                PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
+                format!("event table {source_id} still exists"),
+            )
+            .with_hint("Drop event tables with eventview.drop_event_table."))
+        }
+        catalog::SourceState::TableGone => {}
     }
-    if state == Some(2) {
-        return Err(EvError::new(
-            PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
-            format!("event table {source_id} still exists"),
-        )
-        .with_hint("Drop event tables with eventview.drop_event_table."));
-    }
-    spi::run_replanned(
-        "WITH s AS (SELECT relid FROM eventview._sources WHERE source_id = $1),
-              d AS (DELETE FROM eventview.drift WHERE source = (SELECT relid FROM s) RETURNING 1)
-         DELETE FROM eventview.quarantine WHERE source = (SELECT relid FROM s)",
-        &[source_id.into()],
-    )?;
+    catalog::delete_drift_and_quarantine(source_id)?;
     spi::run_all(&envelope_sql::drop_capture(source_id))?;
     catalog::delete_source(source_id)
 }

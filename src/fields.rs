@@ -84,14 +84,7 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
         .with_hint("Drop those views first, or declare a new field name."));
     }
     if let Some(f) = retyped.filter(|f| f.variants.len() > 1) {
-        crate::pg::spi::run(
-            "UPDATE eventview._fields SET field_type = $3 WHERE source_id = $1 AND field = $2",
-            &[
-                source.source_id.into(),
-                d.field.into(),
-                sql_type.name().into(),
-            ],
-        )?;
+        catalog::retype_field(source.source_id, d.field, sql_type.name())?;
         pgrx::notice!(
             "field \"{}\" is now {} in all its {} declarations",
             d.field,
@@ -114,19 +107,14 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
             d.field,
             readers.join(", ")
         );
-        for view in &readers {
-            crate::pg::spi::run(
-                "UPDATE eventview._views SET rebuild_note = $2 WHERE relid = $1::regclass",
-                &[
-                    view.as_str().into(),
-                    format!(
-                        "field \"{}\" was redeclared; rebuild to apply it to past events",
-                        d.field
-                    )
-                    .into(),
-                ],
-            )?;
-            crate::view_objects::install_user_view(&catalog::view_by_name(view, false)?)?;
+        let note = format!(
+            "field \"{}\" was redeclared; rebuild to apply it to past events",
+            d.field
+        );
+        for name in &readers {
+            let view = catalog::view_by_name(name, false)?;
+            catalog::set_rebuild_note(view.view_id, Some(&note))?;
+            crate::view_objects::install_user_view(&view)?;
         }
     }
     Ok(())

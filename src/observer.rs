@@ -58,11 +58,7 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     if !pending.any && !catalog::position_from_elsewhere(pending.applied_xmax) {
         return Ok(());
     }
-    let locked = spi::one::<i64>(
-        "SELECT pg_snapshot_xmax(observed_snapshot)::text::bigint
-         FROM eventview._sources WHERE source_id = $1 FOR NO KEY UPDATE SKIP LOCKED",
-        &[source_id.into()],
-    )?;
+    let locked = catalog::lock_observer_position(source_id)?;
     let Some(observed_xmax) = locked else {
         return Ok(());
     };
@@ -97,18 +93,8 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     )
 }
 
-/// What the paths of a source's views are made from, as text: each view's definition (with
-/// what its parsing takes besides) and each field declaration of the source, in a fixed order.
-/// Content, not row versions: every refresh rewrites its view's catalog row (its position and
-/// counters), which must not count as a change.
-const DEFINITIONS: &str = "SELECT coalesce((SELECT pg_catalog.json_agg(pg_catalog.json_build_array(v.view_id, v.definition, v.time_bucket IS NULL, v.on_type_error) ORDER BY v.view_id)::text
-                          FROM eventview._views v WHERE v.source_id = $1), '[]')
-       || coalesce((SELECT pg_catalog.json_agg(pg_catalog.json_build_array(f.field, f.event_type, f.event_version, f.path, f.field_type)
-                                               ORDER BY f.field, f.event_type, f.event_version)::text
-                    FROM eventview._fields f WHERE f.source_id = $1), '[]')";
-
 thread_local! {
-    /// Per source: the definitions its paths were made from (`DEFINITIONS`), and the paths.
+    /// Per source: the definitions its paths were made from (`catalog::definitions_of_source`), and the paths.
     /// Every refresh with work observes its source; loading and parsing each view of the
     /// source for the paths cost a refresh of a few events about 0.1 ms per view.
     static READ_PATHS: RefCell<HashMap<i32, (String, Vec<ReadPath>)>> = RefCell::new(HashMap::new());
@@ -118,7 +104,7 @@ thread_local! {
 
 /// `paths_read_by_views`, kept per backend while the definitions they come from are unchanged.
 fn paths_read_by_views_kept(source_id: i32) -> EvResult<Vec<ReadPath>> {
-    let definitions = spi::one::<String>(DEFINITIONS, &[source_id.into()])?.unwrap_or_default();
+    let definitions = catalog::definitions_of_source(source_id)?;
     let kept = READ_PATHS.with(|kept| {
         kept.borrow()
             .get(&source_id)

@@ -303,10 +303,7 @@ pub fn rebuild(
         // (buckets past the retention horizon cannot be recomputed by any rebuild), and so do a
         // realtime view's reads (their SQL may come from an older version). Last: replacing the
         // relation locks out its readers until commit.
-        spi::run(
-            "UPDATE eventview._views SET rebuild_note = NULL WHERE view_id = $1",
-            &[view.view_id.into()],
-        )?;
+        catalog::set_rebuild_note(view.view_id, None)?;
         if view.realtime {
             view_objects::install_user_view(&view)?;
         }

@@ -2,7 +2,7 @@
 //! the min/max value logs and the relation users read. Used by view creation, refresh, rebuild,
 //! `alter_view` and logical field declarations alike.
 
-use crate::catalog::ViewRecord;
+use crate::catalog::{self, ViewRecord};
 use crate::errors::EvResult;
 use crate::gucs;
 use crate::pg::roles;
@@ -10,7 +10,6 @@ use crate::pg::spi;
 use crate::privileges;
 use crate::relation;
 use eventview_core::sqlgen::{Reads, ViewSql};
-use pgrx::prelude::*;
 
 /// The SQL generator of a catalogued view.
 pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
@@ -56,16 +55,7 @@ pub fn merge_logs(view: &ViewRecord) -> EvResult<()> {
 /// when a logical field it reads is redeclared (a realtime read evaluates the pending changes
 /// with the declarations of the moment, as a refresh would).
 pub fn install_user_view(view: &ViewRecord) -> EvResult<()> {
-    let (realtime, width) = Spi::connect(|client| {
-        let row = client
-            .select(
-                "SELECT realtime, time_bucket::text FROM eventview._views WHERE view_id = $1",
-                Some(1),
-                &[view.view_id.into()],
-            )?
-            .first();
-        Ok::<_, pgrx::spi::SpiError>((row.get::<bool>(1)?.unwrap_or(false), row.get::<String>(2)?))
-    })?;
+    let (realtime, width) = catalog::view_reads(view.view_id)?;
     let sql = sql_of(view);
     // A realtime read reads the value logs.
     create_missing_logs(view, &sql)?;

@@ -111,32 +111,19 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     })?;
     let relid = relation::created(&user_view)?;
     let types: Option<Vec<String>> = definition.event_types.clone();
-    spi::run(
-        "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, realtime,
-                                       owner, applied_snapshot)
-         VALUES ($1, $2::regclass, $3,
-                 json_build_object('group_by', $4::json, 'measures', $5::json, 'event_types', $6::text[],
-                                   'time_bucket', $7::interval, 'filter', $8::json),
-                 $7, $9, $10, $11::oid::regrole, pg_current_snapshot())",
-        &[
-            view_id.into(),
-            relid.into(),
-            source.source_id.into(),
-            args.group_by.into(),
-            args.measures.into(),
-            types.into(),
-            args.time_bucket.into(),
-            args.filter.into(),
-            definition.on_type_error.name().into(),
-            args.realtime.into(),
-            owner.into(),
-        ],
-    )?;
-    // The name its quarantine rows will carry (kept up to date by eventview._follow_ddl).
-    spi::run(
-        "UPDATE eventview._views SET known_name = eventview._view_name(view_id) WHERE view_id = $1",
-        &[view_id.into()],
-    )?;
+    catalog::insert_view(catalog::NewView {
+        view_id,
+        relid,
+        source_id: source.source_id,
+        group_by: args.group_by,
+        measures: args.measures,
+        event_types: types,
+        time_bucket: args.time_bucket,
+        filter: args.filter,
+        on_type_error: definition.on_type_error.name(),
+        realtime: args.realtime,
+        owner,
+    })?;
     // Storage is private to the owner; readers are granted on the user relation.
     spi::run_all(&[format!(
         "REVOKE ALL ON {} FROM PUBLIC",
@@ -156,11 +143,8 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
 pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     // Its row locked (a refresh in progress finishes first), its definition not loaded: a view
     // whose event table is gone is dropped all the same.
-    let view_id = spi::one::<i32>(
-        "SELECT view_id FROM eventview._views WHERE relid = $1::regclass FOR UPDATE",
-        &[relid.into()],
-    )?
-    .ok_or_else(|| EvError::invalid("not an incremental view"))?;
+    let view_id =
+        catalog::lock_view_id(relid)?.ok_or_else(|| EvError::invalid("not an incremental view"))?;
     // The relation first (storage cannot go while it reads it); eventview._follow_drop then
     // forgets the view, as after a plain DROP VIEW. Forgotten here again in case event triggers
     // did not fire (session_replication_role = replica), for this DROP or for the plain DROP
@@ -241,25 +225,15 @@ pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str
     let view = catalog::lock_view(&unlocked, name)?;
     if let Some(policy) = on_type_error {
         let policy: TypePolicy = TypePolicy::parse(policy)?;
-        spi::run(
-            "UPDATE eventview._views SET on_type_error = $2 WHERE view_id = $1",
-            &[view.view_id.into(), policy.name().into()],
-        )?;
+        catalog::set_on_type_error(view.view_id, policy.name())?;
     }
     if let Some(realtime) = realtime {
         // Realtime reads use the min/max multisets: whatever the logs hold goes in first (a
         // realtime view's refreshes write the multisets directly).
-        let logged = spi::one::<i64>(
-            "SELECT extremes_logged FROM eventview._views WHERE view_id = $1",
-            &[view.view_id.into()],
-        )?;
-        if realtime && logged.unwrap_or(0) > 0 {
+        if realtime && catalog::extremes_logged(view.view_id)? > 0 {
             view_objects::merge_logs(&view)?;
         }
-        spi::run(
-            "UPDATE eventview._views SET realtime = $2 WHERE view_id = $1",
-            &[view.view_id.into(), realtime.into()],
-        )?;
+        catalog::set_realtime(view.view_id, realtime)?;
         view_objects::install_user_view(&view)?;
     }
     Ok(())
@@ -281,10 +255,7 @@ fn isolation_level() -> EvResult<String> {
 /// superuser, the worker).
 pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
     let storage = relation::extension_relid(&names::view_data_table(view_id));
-    let owner = spi::one::<pg_sys::Oid>(
-        "SELECT owner::oid FROM eventview._views WHERE view_id = $1",
-        &[view_id.into()],
-    )?;
+    let owner = catalog::view_owner(view_id)?;
     let (Some(owner), true) = (owner, storage != pg_sys::InvalidOid) else {
         return Ok(Some(0));
     };
@@ -335,28 +306,14 @@ pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
 /// may no longer read it (`eventview.views.last_error`,
 /// which everyone may read; only catalogs are read). None for an unknown view.
 pub fn refresh_problem(view_id: i32) -> EvResult<Option<String>> {
-    let row = Spi::connect(|client| {
-        let t = crate::pg::plan_cache::select(
-            client,
-            "SELECT v.relid::oid, v.owner::oid, s.relid::oid,
-                    EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid)
-             FROM eventview._views v JOIN eventview._sources s USING (source_id)
-             WHERE v.view_id = $1",
-            Some(1),
-            &[view_id.into()],
-        )?;
-        if t.is_empty() {
-            return Ok::<_, pgrx::spi::SpiError>(None);
-        }
-        let row = t.first();
-        Ok(Some((
-            row.get::<pg_sys::Oid>(1)?,
-            row.get::<pg_sys::Oid>(2)?,
-            row.get::<pg_sys::Oid>(3)?,
-            row.get::<bool>(4)?,
-        )))
-    })?;
-    let Some((Some(relid), Some(owner), Some(source_relid), Some(table_exists))) = row else {
+    let row = catalog::view_table(view_id)?;
+    let Some(catalog::ViewTable {
+        relid: Some(relid),
+        owner: Some(owner),
+        source_relid: Some(source_relid),
+        table_exists: Some(table_exists),
+    }) = row
+    else {
         return Ok(None);
     };
     if !table_exists {
