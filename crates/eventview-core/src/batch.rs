@@ -16,14 +16,15 @@ pub const SNAP_CTE: &str = "snap AS MATERIALIZED (
 )";
 
 /// After applying a batch: how far our own transaction's changes are applied.
-pub const OWN_SEQ_AFTER_DELTA: &str = "greatest((SELECT max(seq) FROM chg WHERE xid = (SELECT own FROM snap)),
+pub const OWN_SEQ_AFTER_DELTA: &str =
+    "greatest((SELECT max(seq) FROM chg WHERE xid = (SELECT own FROM snap)),
                           (SELECT own_seq FROM applied WHERE own = (SELECT own FROM snap)))";
 
 /// Whether a consumer has applied the changelog row `c`: its transaction is visible in the
 /// consumer's applied snapshot `s`, or it is the consumer's own transaction `own` up to position
 /// `own_seq` (a refresh inside the writing transaction). Every reader of positions uses this:
-/// the batch (`in_batch`), and prune's protection of events with unapplied updates
-/// (`envelope::prune_events`); the SQL functions `eventview._prune` and `eventview._pending`
+/// the batch (`in_batch`), and prune's protection of events with unapplied updates (the
+/// extension's `prune_events`); the SQL functions `eventview._prune` and `eventview._pending`
 /// spell the same condition.
 pub fn applied_by(s: &str, own: &str, own_seq: &str) -> String {
     format!(
@@ -43,7 +44,11 @@ fn in_batch() -> String {
       AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
            OR coalesce(c.xid = (SELECT own FROM snap), false))
       AND NOT {}",
-        applied_by("(SELECT s FROM applied)", "(SELECT own FROM applied)", "(SELECT own_seq FROM applied)")
+        applied_by(
+            "(SELECT s FROM applied)",
+            "(SELECT own FROM applied)",
+            "(SELECT own_seq FROM applied)"
+        )
     )
 }
 
@@ -84,7 +89,8 @@ by_record AS MATERIALIZED (
 }
 
 /// Whether the consumer has anything to apply: one row, `(pending boolean, applied_xmax
-/// bigint, <also>)`, the xmax of its applied snapshot (for `catalog::position_from_elsewhere`)
+/// bigint, <also>)`, the xmax of its applied snapshot (for the extension's
+/// `position_from_elsewhere`)
 /// and the expression `also` over the catalog. A consumer with nothing pending skips its
 /// statement (hundreds of lines, whose executor start-up alone costs more than this whole
 /// check): the batch semantics make that exactly a run over an empty batch, whose only effect
@@ -133,19 +139,20 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 ///   of a value however large the batch) and takes the runs of each block. Runs then span
 ///   records: many small inserts of consecutive ids are read by one range scan, not one each.
 ///
-/// Both branches are planned; a one-time filter (`by_record`) runs one of them. Runs are at most RUN_CHUNK ids long (`id_runs` cuts longer
-/// ones; the chunk numbers it also gives are unused since 0.6.0). The scan is a LATERAL
+/// Both branches are planned; a one-time filter (`by_record`) runs one of them. Runs are at
+/// most RUN_CHUNK ids long (`id_runs` cuts longer ones; no statement reads the chunk numbers it
+/// also gives). The scan is a LATERAL
 /// subquery kept from being pulled up (by its LIMIT), so it can only be planned as a range scan
 /// per run: the planner cannot know how short the runs are and would otherwise prefer one
 /// sequential scan of the table. The LIMIT never cuts a run short (event_id is the key, so a
 /// run of n ids holds at most n rows; runs are at most RUN_CHUNK long, so it cannot overflow):
 /// it is there for the estimates, which it divides by ten (a LIMIT the planner cannot compute
 /// counts as 10% of the rows). Without it, with `_id_runs` estimated at its default 1000 runs,
-/// a batch of ten events was planned as tens of millions of rows, and every hash aggregate
-/// above it allocated and scanned a table sized for them (a quarter of such a refresh's time).
+/// a batch of ten events is planned as tens of millions of rows, and every hash aggregate
+/// above it allocates and scans a table sized for them (a quarter of such a refresh's time).
 /// `_id_runs` is declared with a small row estimate for the same reason (sql/api.sql).
-/// Statements using this still run with JIT off (`privileges::as_role`): the estimates stay
-/// rough.
+/// Statements using this still run with JIT off (the extension's `as_role`): the estimates
+/// stay rough.
 pub fn touched_rows(source_table: &str) -> String {
     rows_by_runs(source_table, "true")
 }
@@ -176,7 +183,8 @@ fn rows_by_runs(source_table: &str, which: &str) -> String {
 
 /// Whether the batch (`chg`) is at most 64 records, all inserts: `record_runs` reads only such a
 /// batch, and `by_record` takes its runs only then.
-const FEW_INSERTS: &str = "(SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)";
+const FEW_INSERTS: &str =
+    "(SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)";
 
 /// How many changed event rows the batch holds (the rows of `ids`, counted without them).
 pub const CONSUMED: &str =
@@ -216,9 +224,17 @@ mod tests {
 
     #[test]
     fn runs_of_consecutive_ids() {
-        let lo_hi = |ids: Vec<i64>| id_runs(&mut ids.clone()).into_iter().map(|(lo, hi, _)| (lo, hi)).collect::<Vec<_>>();
+        let lo_hi = |ids: Vec<i64>| {
+            id_runs(&mut ids.clone())
+                .into_iter()
+                .map(|(lo, hi, _)| (lo, hi))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(lo_hi(vec![]), vec![]);
-        assert_eq!(lo_hi(vec![5, 3, 4, 4, 9, 10, 1]), vec![(1, 1), (3, 5), (9, 10)]);
+        assert_eq!(
+            lo_hi(vec![5, 3, 4, 4, 9, 10, 1]),
+            vec![(1, 1), (3, 5), (9, 10)]
+        );
         assert_eq!(
             lo_hi(vec![i64::MAX, i64::MIN, i64::MAX - 1, i64::MIN + 1, 0]),
             vec![(i64::MIN, i64::MIN + 1), (0, 0), (i64::MAX - 1, i64::MAX)]
@@ -233,8 +249,13 @@ mod tests {
         // Every id is in exactly one run, and no run holds an id that was not given.
         let mut rng = crate::fuzz::Rng(0x1d_5eed);
         for _ in 0..500 {
-            let given: Vec<i64> = (0..rng.below(60)).map(|_| rng.below(80) as i64 - 40).collect();
-            let runs: Vec<(i64, i64)> = id_runs(&mut given.clone()).into_iter().map(|(lo, hi, _)| (lo, hi)).collect();
+            let given: Vec<i64> = (0..rng.below(60))
+                .map(|_| rng.below(80) as i64 - 40)
+                .collect();
+            let runs: Vec<(i64, i64)> = id_runs(&mut given.clone())
+                .into_iter()
+                .map(|(lo, hi, _)| (lo, hi))
+                .collect();
             let covered: Vec<i64> = runs.iter().flat_map(|&(lo, hi)| lo..=hi).collect();
             let mut want = given.clone();
             want.sort_unstable();

@@ -1,7 +1,7 @@
 //! View definitions: parsed and fully validated once, at `create_view`, so the refresh engine
 //! works from a typed definition it can trust.
 //!
-//! Grammar (see README "Supported definitions"):
+//! Grammar (see "Definitions and restrictions" in docs/reference.md):
 //! - field reference: a JSONPath starting with `$`, or an envelope column
 //!   (`event_type`, `event_version`, `producer`, `occurred_at`);
 //!   or a logical field declared with `define_field` (resolved per event type and version);
@@ -23,11 +23,17 @@ pub struct DefinitionError {
 }
 
 fn refuse<T>(message: impl Into<String>) -> Result<T, DefinitionError> {
-    Err(DefinitionError { message: message.into(), hint: None })
+    Err(DefinitionError {
+        message: message.into(),
+        hint: None,
+    })
 }
 
 fn refuse_with_hint<T>(message: impl Into<String>, hint: &str) -> Result<T, DefinitionError> {
-    Err(DefinitionError { message: message.into(), hint: Some(hint.into()) })
+    Err(DefinitionError {
+        message: message.into(),
+        hint: Some(hint.into()),
+    })
 }
 
 /// SQL types a view column can have.
@@ -72,7 +78,10 @@ impl SqlType {
     }
 
     pub fn is_number(self) -> bool {
-        matches!(self, SqlType::Integer | SqlType::Bigint | SqlType::Numeric | SqlType::Double)
+        matches!(
+            self,
+            SqlType::Integer | SqlType::Bigint | SqlType::Numeric | SqlType::Double
+        )
     }
 
     /// A stand-in stored in place of NULL in key columns (a separate flag column says it was NULL),
@@ -123,8 +132,8 @@ impl Envelope {
     /// The column as jsonb, for `count_distinct` and `filter` (which compare as jsonb), given
     /// the column's SQL (`occurred_at`, `r.occurred_at`). The same whatever the session's
     /// TimeZone: a timestamp is written in UTC, `"2026-11-30T10:00:00+00:00"` (what to_jsonb
-    /// writes with TimeZone UTC; with another zone it writes the same instant differently, so a
-    /// value stored by one session was not found again by another).
+    /// writes with TimeZone UTC; with another zone it writes the same instant differently, and
+    /// a value stored by one session would not be found again by another).
     pub fn jsonb_sql(self, column_sql: &str) -> String {
         match self {
             Envelope::OccurredAt => {
@@ -169,7 +178,11 @@ impl LogicalField {
             (None, Some(_)) => 2,
             (None, None) => 3,
         });
-        LogicalField { name, sql_type, variants }
+        LogicalField {
+            name,
+            sql_type,
+            variants,
+        }
     }
 }
 
@@ -214,7 +227,10 @@ impl FieldRef {
         let trimmed = text.trim();
         if trimmed.starts_with('$') {
             return match jsonpath::plan(trimmed) {
-                Ok(plan) => Ok(FieldRef::Path { text: trimmed.to_string(), plan }),
+                Ok(plan) => Ok(FieldRef::Path {
+                    text: trimmed.to_string(),
+                    plan,
+                }),
                 Err(e) => refuse(format!("invalid JSONPath \"{trimmed}\": {}", e.0)),
             };
         }
@@ -225,7 +241,10 @@ impl FieldRef {
             if let Some(field) = fields.lookup(trimmed) {
                 return Ok(FieldRef::Logical(field));
             }
-            if matches!(trimmed, "event_id" | "event_key" | "payload" | "ingested_at") {
+            if matches!(
+                trimmed,
+                "event_id" | "event_key" | "payload" | "ingested_at"
+            ) {
                 return refuse_with_hint(
                     format!("\"{trimmed}\" is a column of the event table that views do not read"),
                     "A view reads the envelope columns event_type, event_version, producer and occurred_at, JSONPaths into the payload (such as $.sku) and logical fields declared with define_field.",
@@ -292,7 +311,8 @@ pub struct GroupColumn {
 }
 
 impl GroupColumn {
-    /// Undeclared JSONPath keys are text (what `payload #>> path` gives); envelope keys keep their type.
+    /// Undeclared JSONPath keys are text (what `payload #>> path` gives); envelope keys keep
+    /// their type.
     pub fn sql_type(&self) -> SqlType {
         self.field.declared_type().unwrap_or(SqlType::Text)
     }
@@ -313,7 +333,11 @@ impl Measure {
         match self.kind {
             AggKind::Sum | AggKind::Avg => SqlType::Numeric,
             AggKind::CountDistinct => SqlType::Jsonb,
-            _ => self.field.as_ref().and_then(|f| f.declared_type()).unwrap_or(SqlType::Numeric),
+            _ => self
+                .field
+                .as_ref()
+                .and_then(|f| f.declared_type())
+                .unwrap_or(SqlType::Numeric),
         }
     }
 }
@@ -390,9 +414,9 @@ fn pairs_of(argument: &str, text: &str) -> Result<Vec<(String, Value)>, Definiti
     match object_pairs(text) {
         Ok(p) => Ok(p),
         Err(ObjectError::Syntax(e)) => refuse(format!("invalid {argument}: {e}")),
-        Err(ObjectError::NotAnObject(kind)) => {
-            refuse(format!("invalid {argument}: expected a JSON object, found {kind}"))
-        }
+        Err(ObjectError::NotAnObject(kind)) => refuse(format!(
+            "invalid {argument}: expected a JSON object, found {kind}"
+        )),
     }
 }
 
@@ -401,10 +425,16 @@ fn pairs_of(argument: &str, text: &str) -> Result<Vec<(String, Value)>, Definiti
 /// the filter, instead of failing later in a generated statement with another SQLSTATE.
 fn jsonb_problem(value: &Value) -> Option<String> {
     match value {
-        Value::String(s) if s.contains('\0') => Some("a string contains \\u0000, which jsonb cannot hold".into()),
+        Value::String(s) if s.contains('\0') => {
+            Some("a string contains \\u0000, which jsonb cannot hold".into())
+        }
         Value::Number(n) => numeric_problem(&n.to_string()).map(|why| {
             let text = n.to_string();
-            let shown = if text.len() > 40 { format!("{}...", &text[..40]) } else { text };
+            let shown = if text.len() > 40 {
+                format!("{}...", &text[..40])
+            } else {
+                text
+            };
             format!("the number {shown} is out of the range of a jsonb number ({why})")
         }),
         Value::Array(items) => items.iter().find_map(jsonb_problem),
@@ -452,7 +482,9 @@ fn numeric_problem(text: &str) -> Option<&'static str> {
 
 fn check_column_name(argument: &str, name: &str) -> Result<(), DefinitionError> {
     if name.is_empty() {
-        return refuse(format!("invalid {argument}: a column name must not be empty"));
+        return refuse(format!(
+            "invalid {argument}: a column name must not be empty"
+        ));
     }
     if name.len() > MAX_COLUMN_NAME {
         return refuse(format!(
@@ -460,12 +492,18 @@ fn check_column_name(argument: &str, name: &str) -> Result<(), DefinitionError> 
         ));
     }
     if name.contains('\0') {
-        return refuse(format!("invalid {argument}: column name contains a NUL character"));
+        return refuse(format!(
+            "invalid {argument}: column name contains a NUL character"
+        ));
     }
     Ok(())
 }
 
-fn reference_text<'v>(argument: &str, column: &str, v: &'v Value) -> Result<&'v str, DefinitionError> {
+fn reference_text<'v>(
+    argument: &str,
+    column: &str,
+    v: &'v Value,
+) -> Result<&'v str, DefinitionError> {
     match v {
         Value::String(s) => Ok(s),
         other => refuse(format!(
@@ -476,7 +514,11 @@ fn reference_text<'v>(argument: &str, column: &str, v: &'v Value) -> Result<&'v 
 }
 
 /// Parses `count(*)`, `sum($.x)`, ... (function names are case-insensitive).
-pub fn parse_aggregate(column: &str, text: &str, fields: &dyn FieldCatalog) -> Result<Measure, DefinitionError> {
+pub fn parse_aggregate(
+    column: &str,
+    text: &str,
+    fields: &dyn FieldCatalog,
+) -> Result<Measure, DefinitionError> {
     let trimmed = text.trim();
     let bad = |why: &str| {
         refuse_with_hint(
@@ -500,7 +542,12 @@ pub fn parse_aggregate(column: &str, text: &str, fields: &dyn FieldCatalog) -> R
         ("min", _) => AggKind::Min,
         ("max", _) => AggKind::Max,
         ("count_distinct", _) => AggKind::CountDistinct,
-        _ => return bad(&format!("unknown aggregate \"{}\"", &trimmed[..open].trim())),
+        _ => {
+            return bad(&format!(
+                "unknown aggregate \"{}\"",
+                &trimmed[..open].trim()
+            ))
+        }
     };
     let field = if kind == AggKind::CountStar {
         None
@@ -514,40 +561,96 @@ pub fn parse_aggregate(column: &str, text: &str, fields: &dyn FieldCatalog) -> R
         })?;
         if let Some(t) = field.declared_type() {
             if matches!(kind, AggKind::Sum | AggKind::Avg) && !t.is_number() {
-                return bad(&format!("{}() needs a number, and {} is {}", kind.name(), field.display(), t.name()));
+                return bad(&format!(
+                    "{}() needs a number, and {} is {}",
+                    kind.name(),
+                    field.display(),
+                    t.name()
+                ));
             }
-            if matches!(kind, AggKind::Min | AggKind::Max) && matches!(t, SqlType::Boolean | SqlType::Jsonb) {
-                return bad(&format!("{}() of {} is not supported", kind.name(), t.name()));
+            if matches!(kind, AggKind::Min | AggKind::Max)
+                && matches!(t, SqlType::Boolean | SqlType::Jsonb)
+            {
+                return bad(&format!(
+                    "{}() of {} is not supported",
+                    kind.name(),
+                    t.name()
+                ));
             }
         }
         Some(field)
     };
-    Ok(Measure { name: column.to_string(), kind, field, text: trimmed.to_string() })
+    Ok(Measure {
+        name: column.to_string(),
+        kind,
+        field,
+        text: trimmed.to_string(),
+    })
 }
 
+/// Parses and validates the arguments of `create_view` into a definition the refresh engine
+/// can trust; the first problem found is the error.
 pub fn parse_definition(input: &DefinitionInput) -> Result<ViewDefinition, DefinitionError> {
     let on_type_error = TypePolicy::parse(input.on_type_error)?;
-    let mut seen: Vec<String> = Vec::new();
-    if input.bucketed {
-        seen.push("bucket".into());
+    let mut columns = OutputColumns::new(input.bucketed);
+    let group_by = parse_group_by(input, &mut columns)?;
+    let measures = parse_measures(input, &mut columns)?;
+    let event_types = parse_event_types(input.event_types.as_deref())?;
+    let filter = match input.filter {
+        Some(text) => parse_filter(text, input.fields)?,
+        None => Vec::new(),
+    };
+    Ok(ViewDefinition {
+        group_by,
+        measures,
+        event_types,
+        bucketed: input.bucketed,
+        filter,
+        on_type_error,
+    })
+}
+
+/// The output column names of a view taken so far: each must be valid and unique (`bucket`
+/// comes first in a view with time_bucket).
+struct OutputColumns {
+    bucketed: bool,
+    seen: Vec<String>,
+}
+
+impl OutputColumns {
+    fn new(bucketed: bool) -> OutputColumns {
+        let seen = if bucketed {
+            vec!["bucket".to_string()]
+        } else {
+            Vec::new()
+        };
+        OutputColumns { bucketed, seen }
     }
-    let mut claim = |argument: &str, name: &str| -> Result<(), DefinitionError> {
+
+    /// Takes `name`, a key of the JSON object `argument`.
+    fn claim(&mut self, argument: &str, name: &str) -> Result<(), DefinitionError> {
         check_column_name(argument, name)?;
-        if seen.iter().any(|s| s == name) {
-            let hint = if name == "bucket" && input.bucketed {
+        if self.seen.iter().any(|s| s == name) {
+            let hint = if name == "bucket" && self.bucketed {
                 "A view with time_bucket has a first column named bucket."
             } else {
                 "Every group_by and measures key names one output column."
             };
             return refuse_with_hint(format!("duplicate column \"{name}\""), hint);
         }
-        seen.push(name.to_string());
+        self.seen.push(name.to_string());
         Ok(())
-    };
+    }
+}
 
+/// The group columns, `{"name": "reference", ...}` in order.
+fn parse_group_by(
+    input: &DefinitionInput,
+    columns: &mut OutputColumns,
+) -> Result<Vec<GroupColumn>, DefinitionError> {
     let mut group_by = Vec::new();
     for (name, value) in pairs_of("group_by", input.group_by)? {
-        claim("group_by", &name)?;
+        columns.claim("group_by", &name)?;
         let reference = reference_text("group_by", &name, &value)?;
         let field = FieldRef::parse(reference, input.fields).map_err(|e| DefinitionError {
             message: format!("invalid group_by column \"{name}\": {}", e.message),
@@ -555,58 +658,72 @@ pub fn parse_definition(input: &DefinitionInput) -> Result<ViewDefinition, Defin
         })?;
         group_by.push(GroupColumn { name, field });
     }
+    Ok(group_by)
+}
 
+/// The measures, `{"name": "aggregate(reference)", ...}` in order.
+fn parse_measures(
+    input: &DefinitionInput,
+    columns: &mut OutputColumns,
+) -> Result<Vec<Measure>, DefinitionError> {
     let mut measures = Vec::new();
     for (name, value) in pairs_of("measures", input.measures)? {
-        claim("measures", &name)?;
+        columns.claim("measures", &name)?;
         let text = reference_text("measures", &name, &value)?;
         measures.push(parse_aggregate(&name, text, input.fields)?);
     }
+    Ok(measures)
+}
 
-    let event_types = match &input.event_types {
-        None => None,
-        Some(list) if list.is_empty() => {
-            return refuse_with_hint(
-                "invalid event_types: the array is empty",
-                "Pass NULL to read every event type.",
-            )
-        }
-        Some(list) => {
-            let mut types = Vec::with_capacity(list.len());
-            for t in list {
-                match t {
-                    Some(t) if !t.is_empty() => types.push(t.clone()),
-                    _ => return refuse("invalid event_types: an element is NULL or empty"),
-                }
-            }
-            Some(types)
-        }
+/// The event types a view reads: None for all of them; a list must hold at least one type, and
+/// no NULL or empty one.
+fn parse_event_types(
+    event_types: Option<&[Option<String>]>,
+) -> Result<Option<Vec<String>>, DefinitionError> {
+    let Some(list) = event_types else {
+        return Ok(None);
     };
-
-    let mut filter = Vec::new();
-    if let Some(text) = input.filter {
-        for (reference, value) in pairs_of("filter", text)? {
-            let field = FieldRef::parse(&reference, input.fields).map_err(|e| DefinitionError {
-                message: format!("invalid filter: {}", e.message),
-                hint: e.hint,
-            })?;
-            let values = match value {
-                Value::Array(items) if items.is_empty() => {
-                    return refuse(format!("invalid filter \"{reference}\": the list of values is empty"))
-                }
-                Value::Array(items) => items,
-                single => vec![single],
-            };
-            for v in &values {
-                if let Some(problem) = jsonb_problem(v) {
-                    return refuse(format!("invalid filter \"{reference}\": {problem}"));
-                }
-            }
-            filter.push(FilterTerm { field, values });
+    if list.is_empty() {
+        return refuse_with_hint(
+            "invalid event_types: the array is empty",
+            "Pass NULL to read every event type.",
+        );
+    }
+    let mut types = Vec::with_capacity(list.len());
+    for t in list {
+        match t {
+            Some(t) if !t.is_empty() => types.push(t.clone()),
+            _ => return refuse("invalid event_types: an element is NULL or empty"),
         }
     }
+    Ok(Some(types))
+}
 
-    Ok(ViewDefinition { group_by, measures, event_types, bucketed: input.bucketed, filter, on_type_error })
+/// The filter, `{"reference": value or [values], ...}`: each value a JSON value jsonb can hold.
+fn parse_filter(text: &str, fields: &dyn FieldCatalog) -> Result<Vec<FilterTerm>, DefinitionError> {
+    let mut filter = Vec::new();
+    for (reference, value) in pairs_of("filter", text)? {
+        let field = FieldRef::parse(&reference, fields).map_err(|e| DefinitionError {
+            message: format!("invalid filter: {}", e.message),
+            hint: e.hint,
+        })?;
+        let values = match value {
+            Value::Array(items) if items.is_empty() => {
+                return refuse(format!(
+                    "invalid filter \"{reference}\": the list of values is empty"
+                ))
+            }
+            Value::Array(items) => items,
+            single => vec![single],
+        };
+        for v in &values {
+            if let Some(problem) = jsonb_problem(v) {
+                return refuse(format!("invalid filter \"{reference}\": {problem}"));
+            }
+        }
+        filter.push(FilterTerm { field, values });
+    }
+    Ok(filter)
 }
 
 #[cfg(test)]
@@ -626,7 +743,7 @@ mod tests {
     }
 
     #[test]
-    fn parses_the_issue_example() {
+    fn parses_a_bucketed_definition_with_aggregates_in_any_case() {
         let mut i = input(
             r#"{"sku": "$.sku"}"#,
             r#"{"adds": "count(*)", "qty": "sum($.qty)", "avg_price": "AVG( $.price )", "top": "max($.price)"}"#,
@@ -635,22 +752,45 @@ mod tests {
         let d = parse_definition(&i).unwrap();
         assert_eq!(d.group_by[0].name, "sku");
         let kinds: Vec<_> = d.measures.iter().map(|m| m.kind).collect();
-        assert_eq!(kinds, [AggKind::CountStar, AggKind::Sum, AggKind::Avg, AggKind::Max]);
+        assert_eq!(
+            kinds,
+            [AggKind::CountStar, AggKind::Sum, AggKind::Avg, AggKind::Max]
+        );
     }
 
     #[test]
     fn refuses_what_cannot_work() {
         let cases = [
-            (r#"{"a": "$.a"}"#, r#"{"a": "count(*)"}"#, "duplicate column \"a\""),
-            ("{}", r#"{"x": "median($.a)"}"#, "unknown aggregate \"median\""),
+            (
+                r#"{"a": "$.a"}"#,
+                r#"{"a": "count(*)"}"#,
+                "duplicate column \"a\"",
+            ),
+            (
+                "{}",
+                r#"{"x": "median($.a)"}"#,
+                "unknown aggregate \"median\"",
+            ),
             ("{}", r#"{"x": "sum"}"#, "not an aggregate call"),
             ("{}", r#"{"x": "sum()"}"#, "needs a field reference"),
             ("{}", r#"{"x": "sum(producer)"}"#, "needs a number"),
             (r#"{"k": "$.["}"#, "{}", "invalid JSONPath"),
             (r#"{"k": "Nope"}"#, "{}", "unknown field reference \"Nope\""),
-            (r#"{"k": "nope"}"#, "{}", "undeclared logical field \"nope\""),
-            (r#"{"k": "event_id"}"#, "{}", "\"event_id\" is a column of the event table that views do not read"),
-            ("{}", r#"{"x": "max(ingested_at)"}"#, "\"ingested_at\" is a column of the event table"),
+            (
+                r#"{"k": "nope"}"#,
+                "{}",
+                "undeclared logical field \"nope\"",
+            ),
+            (
+                r#"{"k": "event_id"}"#,
+                "{}",
+                "\"event_id\" is a column of the event table that views do not read",
+            ),
+            (
+                "{}",
+                r#"{"x": "max(ingested_at)"}"#,
+                "\"ingested_at\" is a column of the event table",
+            ),
             (r#"{"k": 1}"#, "{}", "expected a string, found number"),
             ("[]", "{}", "expected a JSON object, found array"),
             (r#"{"": "$.a"}"#, "{}", "must not be empty"),
@@ -672,23 +812,36 @@ mod tests {
         let qty = LogicalField::new(
             "qty".into(),
             SqlType::Bigint,
-            vec![v(None, None, "$.q"), v(Some("cart"), Some(2), "$.item.quantity"), v(Some("cart"), None, "$.qty")],
+            vec![
+                v(None, None, "$.q"),
+                v(Some("cart"), Some(2), "$.item.quantity"),
+                v(Some("cart"), None, "$.qty"),
+            ],
         );
         assert_eq!(qty.variants[0].path, "$.item.quantity");
         assert_eq!(qty.variants[2].path, "$.q");
         let label = LogicalField::new("label".into(), SqlType::Text, vec![v(None, None, "$.l")]);
         let fields = vec![qty, label];
-        let mut i = input(r#"{"k": "label"}"#, r#"{"s": "sum(qty)", "d": "count_distinct(label)"}"#);
+        let mut i = input(
+            r#"{"k": "label"}"#,
+            r#"{"s": "sum(qty)", "d": "count_distinct(label)"}"#,
+        );
         i.fields = &fields;
         let d = parse_definition(&i).unwrap();
         assert!(matches!(d.group_by[0].field, FieldRef::Logical(_)));
         assert_eq!(d.measures[1].kind, AggKind::CountDistinct);
         let mut bad = input("{}", r#"{"s": "sum(label)"}"#);
         bad.fields = &fields;
-        assert!(parse_definition(&bad).unwrap_err().message.contains("needs a number, and label is text"));
+        assert!(parse_definition(&bad)
+            .unwrap_err()
+            .message
+            .contains("needs a number, and label is text"));
         let mut undeclared = input(r#"{"k": "nope"}"#, "{}");
         undeclared.fields = &fields;
-        assert!(parse_definition(&undeclared).unwrap_err().message.contains("undeclared logical field \"nope\""));
+        assert!(parse_definition(&undeclared)
+            .unwrap_err()
+            .message
+            .contains("undeclared logical field \"nope\""));
         assert!(!is_valid_field_name("Sku"));
         assert!(is_valid_field_name("_sku_2"));
     }
@@ -698,7 +851,10 @@ mod tests {
         let mut i = input(r#"{"bucket": "$.b"}"#, "{}");
         assert!(parse_definition(&i).is_ok());
         i.bucketed = true;
-        assert!(parse_definition(&i).unwrap_err().message.contains("duplicate column \"bucket\""));
+        assert!(parse_definition(&i)
+            .unwrap_err()
+            .message
+            .contains("duplicate column \"bucket\""));
     }
 
     #[test]
@@ -710,13 +866,19 @@ mod tests {
         assert!(parse_definition(&i).is_err());
         i.event_types = None;
         i.on_type_error = "ignore";
-        assert!(parse_definition(&i).unwrap_err().message.contains("on_type_error"));
+        assert!(parse_definition(&i)
+            .unwrap_err()
+            .message
+            .contains("on_type_error"));
     }
 
     #[test]
     fn long_names_are_refused_not_truncated() {
         let g = format!(r#"{{"{}": "$.a"}}"#, "x".repeat(64));
-        assert!(parse_definition(&input(&g, "{}")).unwrap_err().message.contains("longer than 63"));
+        assert!(parse_definition(&input(&g, "{}"))
+            .unwrap_err()
+            .message
+            .contains("longer than 63"));
     }
 
     #[test]

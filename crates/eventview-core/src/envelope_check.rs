@@ -94,7 +94,8 @@ pub fn check(envelope: &[u8], max_payload_bytes: u64) -> Option<Problem> {
         }
     }
     // A key that is not a string, or longer than MAX_KEY_BYTES (the gate's SQL tells which).
-    if !absent_or_null(key) && !matches!(key, Some((STRING, bytes)) if bytes.len() <= MAX_KEY_BYTES) {
+    if !absent_or_null(key) && !matches!(key, Some((STRING, bytes)) if bytes.len() <= MAX_KEY_BYTES)
+    {
         return Some(Problem::BadKey);
     }
     let Some((OBJECT, payload)) = payload else {

@@ -50,9 +50,9 @@ pub fn create_changelog(source_id: i32) -> Vec<String> {
 )"
         ),
         // The ids of a large INSERT or COPY are one array (80 kB per 10,000 rows), stored out
-        // of line once past about 2 kB: stored uncompressed, because compressing it (pglz) took about
-        // four times as long as writing it, on the producer's path, for a record that lives
-        // only until every consumer has applied it.
+        // of line once past about 2 kB: stored uncompressed, because compressing it (pglz) takes
+        // about four times as long as writing it, on the producer's path, for a record that
+        // lives only until every consumer has applied it.
         format!("ALTER TABLE {log} ALTER COLUMN event_ids SET STORAGE EXTERNAL"),
         // (xid, seq): refreshes read a range of xids; prune walks it in (xid, seq) order.
         format!("CREATE INDEX ON {log} (xid, seq)"),
@@ -100,10 +100,11 @@ pub fn truncate_body(source_id: i32) -> String {
     )
 }
 
-/// Text only the current capture function of `op` has, where an older library made one that
-/// must be replaced ("" where every library made the current one): the delete capture before
-/// 0.2.0 could be switched off by any session; the truncate capture before 0.10.0's library ran
-/// under REPEATABLE READ.
+/// Text that only the current capture function of `op` has, for the ops whose function an
+/// older library made differently and an installation may still hold ("" for the others): a
+/// delete capture without it can be switched off by any session; a truncate capture without it
+/// runs under REPEATABLE READ, where it cannot see every row it must log. Such a function is
+/// replaced (`replace_capture`).
 pub fn current_capture_mark(op: &str) -> &'static str {
     match op {
         "delete" => "old_rows.occurred_at",
@@ -112,15 +113,19 @@ pub fn current_capture_mark(op: &str) -> &'static str {
     }
 }
 
-/// The capture function of `op` as this version creates it, replacing an older one (`None`
-/// for an op whose function never changed: see `current_capture_mark`).
+/// The capture function of `op` as this library creates it, replacing the installed one
+/// (`None` for an op whose function every library makes alike: see `current_capture_mark`).
 pub fn replace_capture(source_id: i32, op: &str) -> Option<String> {
     let body = match op {
         "delete" => delete_body(source_id),
         "truncate" => truncate_body(source_id),
         _ => return None,
     };
-    Some(capture_function(source_id, op, &body).replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
+    Some(capture_function(source_id, op, &body).replacen(
+        "CREATE FUNCTION",
+        "CREATE OR REPLACE FUNCTION",
+        1,
+    ))
 }
 
 /// What the delete capture runs. eventview.prune() deletes raw events past the table's
@@ -191,7 +196,13 @@ pub fn capture_owner(source_id: i32, owner: &str) -> Vec<String> {
     CAPTURE_OPS
         .iter()
         .flat_map(|op| {
-            [format!("ALTER FUNCTION {}() OWNER TO {owner}", names::capture_function(source_id, op)), revoke_capture(source_id, op)]
+            [
+                format!(
+                    "ALTER FUNCTION {}() OWNER TO {owner}",
+                    names::capture_function(source_id, op)
+                ),
+                revoke_capture(source_id, op),
+            ]
         })
         .collect()
 }
@@ -203,18 +214,29 @@ pub fn capture_owner(source_id: i32, owner: &str) -> Vec<String> {
 /// EXECUTE on a trigger function when a trigger is created, not when it fires, so producers
 /// need none.
 pub fn revoke_capture(source_id: i32, op: &str) -> String {
-    format!("REVOKE EXECUTE ON FUNCTION {}() FROM PUBLIC", names::capture_function(source_id, op))
+    format!(
+        "REVOKE EXECUTE ON FUNCTION {}() FROM PUBLIC",
+        names::capture_function(source_id, op)
+    )
 }
 
 /// Drops the capture functions (with their triggers) and the changelog.
 pub fn drop_capture(source_id: i32) -> Vec<String> {
     let mut out: Vec<String> = CAPTURE_OPS
         .iter()
-        .map(|op| format!("DROP FUNCTION IF EXISTS {}() CASCADE", names::capture_function(source_id, op)))
+        .map(|op| {
+            format!(
+                "DROP FUNCTION IF EXISTS {}() CASCADE",
+                names::capture_function(source_id, op)
+            )
+        })
         .collect();
     // CASCADE: what a view's owner built on the changelog (a view of their own, while they could
     // read it) must not keep the event table's owner from dropping the table.
-    out.push(format!("DROP TABLE IF EXISTS {} CASCADE", names::changelog(source_id)));
+    out.push(format!(
+        "DROP TABLE IF EXISTS {} CASCADE",
+        names::changelog(source_id)
+    ));
     out
 }
 
@@ -231,20 +253,31 @@ mod tests {
         assert!(ddl.contains("SECURITY DEFINER\nSET search_path = pg_catalog, pg_temp"));
         let rights = capture_owner(7, "\"o\"").join("\n");
         for op in CAPTURE_OPS {
-            assert!(rights.contains(&format!("REVOKE EXECUTE ON FUNCTION eventview._capture_7_{op}() FROM PUBLIC")));
+            assert!(rights.contains(&format!(
+                "REVOKE EXECUTE ON FUNCTION eventview._capture_7_{op}() FROM PUBLIC"
+            )));
         }
         let log = create_changelog(7).join("\n");
-        assert!(log.contains("ALTER TABLE eventview._changes_7 ALTER COLUMN event_ids SET STORAGE EXTERNAL"));
+        assert!(log.contains(
+            "ALTER TABLE eventview._changes_7 ALTER COLUMN event_ids SET STORAGE EXTERNAL"
+        ));
         // Each function an older library made differently is replaced by the current one, which
         // carries its mark.
         for op in CAPTURE_OPS {
             let mark = current_capture_mark(op);
             match replace_capture(7, op) {
-                Some(f) => assert!(!mark.is_empty() && f.starts_with("CREATE OR REPLACE FUNCTION") && f.contains(mark)),
+                Some(f) => assert!(
+                    !mark.is_empty()
+                        && f.starts_with("CREATE OR REPLACE FUNCTION")
+                        && f.contains(mark)
+                ),
                 None => assert!(mark.is_empty()),
             }
         }
-        assert!(ddl.contains(current_capture_mark("delete")) && ddl.contains(current_capture_mark("truncate")));
+        assert!(
+            ddl.contains(current_capture_mark("delete"))
+                && ddl.contains(current_capture_mark("truncate"))
+        );
         // Nothing in a SECURITY DEFINER body may be resolved through search_path.
         assert!(!ddl.contains(" array_agg(") && !ddl.contains("HAVING count("));
     }

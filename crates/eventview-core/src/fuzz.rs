@@ -7,14 +7,14 @@
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
     pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
         items[self.below(items.len())]
@@ -29,8 +29,37 @@ mod tests {
     use crate::sqlgen::{Mode, Reads, ViewSql};
 
     const PATH_ATOMS: &[&str] = &[
-        "$", ".", "..", "a", "sku", "[", "]", "0", "-1", "*", "?", "@", "==", "'", "\"", "\\", ",", ":",
-        "(", ")", "length", "1e400", "99999999999999999999", "ü", "\u{0}", " ", "&&", "||", "!", "$$", ";",
+        "$",
+        ".",
+        "..",
+        "a",
+        "sku",
+        "[",
+        "]",
+        "0",
+        "-1",
+        "*",
+        "?",
+        "@",
+        "==",
+        "'",
+        "\"",
+        "\\",
+        ",",
+        ":",
+        "(",
+        ")",
+        "length",
+        "1e400",
+        "99999999999999999999",
+        "ü",
+        "\u{0}",
+        " ",
+        "&&",
+        "||",
+        "!",
+        "$$",
+        ";",
     ];
 
     fn random_path(rng: &mut Rng) -> String {
@@ -43,9 +72,30 @@ mod tests {
 
     fn random_reference(rng: &mut Rng) -> String {
         match rng.below(6) {
-            0 => rng.pick(&["event_type", "event_version", "producer", "occurred_at", "sku", "Sku", ""]).to_string(),
-            1 | 2 | 3 => rng
-                .pick(&["$.sku", "$.a.b", "$[\"it's\"]", "$['a b']", "$.tags[0]", "$.tags[-1]", "$..x", "$.items[*].sku", "$.ü", "$['$$; --']"])
+            0 => rng
+                .pick(&[
+                    "event_type",
+                    "event_version",
+                    "producer",
+                    "occurred_at",
+                    "sku",
+                    "Sku",
+                    "",
+                ])
+                .to_string(),
+            1..=3 => rng
+                .pick(&[
+                    "$.sku",
+                    "$.a.b",
+                    "$[\"it's\"]",
+                    "$['a b']",
+                    "$.tags[0]",
+                    "$.tags[-1]",
+                    "$..x",
+                    "$.items[*].sku",
+                    "$.ü",
+                    "$['$$; --']",
+                ])
                 .to_string(),
             _ => random_path(rng),
         }
@@ -55,7 +105,11 @@ mod tests {
         serde_json::to_string(s).unwrap()
     }
 
-    fn random_object(rng: &mut Rng, keys: &[&str], value: &mut dyn FnMut(&mut Rng) -> String) -> String {
+    fn random_object(
+        rng: &mut Rng,
+        keys: &[&str],
+        value: &mut dyn FnMut(&mut Rng) -> String,
+    ) -> String {
         let mut parts = Vec::new();
         for _ in 0..rng.below(4) {
             let key = rng.pick(keys);
@@ -93,7 +147,9 @@ mod tests {
                     if c == '"' {
                         state = State::Ident;
                     } else if c == '\'' {
-                        state = State::Literal { backslash: i > 0 && chars[i - 1] == 'E' };
+                        state = State::Literal {
+                            backslash: i > 0 && chars[i - 1] == 'E',
+                        };
                     }
                 }
                 State::Ident => {
@@ -128,12 +184,92 @@ mod tests {
             let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
             let path = random_path(&mut rng);
             let result = std::panic::catch_unwind(|| jsonpath::plan(&path));
-            assert!(result.is_ok(), "seed {seed}: jsonpath::plan panicked on {path:?}");
+            assert!(
+                result.is_ok(),
+                "seed {seed}: jsonpath::plan panicked on {path:?}"
+            );
             if let Ok(Ok(plan)) = result {
                 let sql = plan.to_sql("payload");
-                assert!(quotes_balanced(&sql), "seed {seed}: unbalanced quotes in {sql}");
+                assert!(
+                    quotes_balanced(&sql),
+                    "seed {seed}: unbalanced quotes in {sql}"
+                );
             }
         }
+    }
+
+    /// Aggregate names, known and unknown, in any case.
+    const AGGREGATES: &[&str] = &[
+        "count",
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "count_distinct",
+        "median",
+        "SUM",
+        "Max",
+    ];
+    /// Filter values: scalars, lists (one empty), objects, user text.
+    const FILTER_VALUES: &[&str] = &[
+        "1",
+        "\"DE\"",
+        "[1, \"1\"]",
+        "[]",
+        "null",
+        "{\"a\": 1}",
+        "\"it's\"",
+    ];
+    /// Type policies, one invalid.
+    const POLICIES: &[&str] = &[
+        "quarantine",
+        "skip",
+        "fail",
+        "quarantine",
+        "skip",
+        "fail",
+        "ignore",
+    ];
+
+    /// A random `group_by` argument: hostile column names, random references.
+    fn random_group_by(rng: &mut Rng) -> String {
+        let names = ["a", "bucket", "Sku \"x\"", "it's", "", "n; --", "ü"];
+        random_object(rng, &names, &mut |r| json_string(&random_reference(r)))
+    }
+
+    /// A random `measures` argument: hostile column names, aggregates of random references.
+    fn random_measures(rng: &mut Rng) -> String {
+        let names = ["m", "M \"2\"", "m's", "$$", "total; DROP"];
+        random_object(rng, &names, &mut |r| {
+            let f = r.pick(AGGREGATES);
+            let arg = if r.below(5) == 0 {
+                "*".to_string()
+            } else {
+                random_reference(r)
+            };
+            json_string(&format!("{f}({arg})"))
+        })
+    }
+
+    /// A random `filter` argument.
+    fn random_filter(rng: &mut Rng) -> String {
+        let references = ["$.country", "event_type", "$['it''s']", "nope"];
+        random_object(rng, &references, &mut |r| r.pick(FILTER_VALUES).to_string())
+    }
+
+    /// Every statement generated for a view that holds text from its definition.
+    fn view_statements(view: &ViewSql) -> Vec<String> {
+        let realtime = Reads::Realtime {
+            bucket_width: Some("1 hour"),
+        };
+        let mut out = view.create_storage();
+        out.push(view.create_user_view("\"v\"", Reads::Stored));
+        out.push(view.create_user_view("\"v\"", realtime));
+        out.push(view.apply(Mode::Delta));
+        out.push(view.apply(Mode::Full));
+        out.push(view.apply(Mode::Window));
+        out.extend(view.fixup());
+        out
     }
 
     #[test]
@@ -141,42 +277,45 @@ mod tests {
         let mut accepted = 0;
         for seed in 1..=6000u64 {
             let mut rng = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1);
-            let group_by = random_object(&mut rng, &["a", "bucket", "Sku \"x\"", "it's", "", "n; --", "ü"], &mut |r| {
-                json_string(&random_reference(r))
-            });
-            let measures = random_object(&mut rng, &["m", "M \"2\"", "m's", "$$", "total; DROP"], &mut |r| {
-                let f = r.pick(&["count", "sum", "avg", "min", "max", "count_distinct", "median", "SUM", "Max"]);
-                let arg = if r.below(5) == 0 { "*".to_string() } else { random_reference(r) };
-                json_string(&format!("{f}({arg})"))
-            });
-            let filter = random_object(&mut rng, &["$.country", "event_type", "$['it''s']", "nope"], &mut |r| {
-                r.pick(&["1", "\"DE\"", "[1, \"1\"]", "[]", "null", "{\"a\": 1}", "\"it's\""]).to_string()
-            });
+            let group_by = random_group_by(&mut rng);
+            let measures = random_measures(&mut rng);
+            let filter = random_filter(&mut rng);
             let input = DefinitionInput {
                 fields: &NoFields,
                 group_by: &group_by,
                 measures: &measures,
-                event_types: if rng.below(3) == 0 { Some(vec![Some("it's".into())]) } else { None },
+                event_types: (rng.below(3) == 0).then(|| vec![Some("it's".into())]),
                 bucketed: rng.below(2) == 0,
-                filter: if rng.below(2) == 0 { Some(&filter) } else { None },
-                on_type_error: rng.pick(&["quarantine", "skip", "fail", "quarantine", "skip", "fail", "ignore"]),
+                filter: (rng.below(2) == 0).then_some(filter.as_str()),
+                on_type_error: rng.pick(POLICIES),
             };
-            let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| parse_definition(&input)));
-            assert!(parsed.is_ok(), "seed {seed}: parse_definition panicked on {group_by} / {measures} / {filter}");
+            let parsed =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| parse_definition(&input)));
+            assert!(
+                parsed.is_ok(),
+                "seed {seed}: parse_definition panicked on {group_by} / {measures} / {filter}"
+            );
             if let Ok(Ok(def)) = parsed {
                 accepted += 1;
-                let view = ViewSql { def: &def, view_id: 1, source_id: 1, source_table: "\"s\".\"t\"".into(), log_extremes: rng.below(2) == 0 };
-                for sql in view
-                    .create_storage()
-                    .into_iter()
-                    .chain([view.create_user_view("\"v\"", Reads::Stored), view.create_user_view("\"v\"", Reads::Realtime { bucket_width: Some("1 hour") }), view.apply(Mode::Delta), view.apply(Mode::Full), view.apply(Mode::Window)])
-                    .chain(view.fixup())
-                {
-                    assert!(quotes_balanced(&sql), "seed {seed}: unbalanced quotes in generated SQL:\n{sql}");
+                let view = ViewSql {
+                    def: &def,
+                    view_id: 1,
+                    source_id: 1,
+                    source_table: "\"s\".\"t\"".into(),
+                    log_extremes: rng.below(2) == 0,
+                };
+                for sql in view_statements(&view) {
+                    assert!(
+                        quotes_balanced(&sql),
+                        "seed {seed}: unbalanced quotes in generated SQL:\n{sql}"
+                    );
                 }
             }
         }
         // The generator must reach the accepting side too, or the SQL property tests nothing.
-        assert!(accepted > 300, "only {accepted} random definitions were accepted");
+        assert!(
+            accepted > 300,
+            "only {accepted} random definitions were accepted"
+        );
     }
 }

@@ -42,7 +42,9 @@ pub const MAX_PATH_LEN: usize = 4096;
 /// Parses `text` once; used for validation and for the per-backend evaluation cache.
 pub fn parse(text: &str) -> Result<JpQuery, PathError> {
     if text.len() > MAX_PATH_LEN {
-        return Err(PathError(format!("path is longer than {MAX_PATH_LEN} bytes")));
+        return Err(PathError(format!(
+            "path is longer than {MAX_PATH_LEN} bytes"
+        )));
     }
     if !text.starts_with('$') {
         return Err(PathError("a JSONPath must start with $".into()));
@@ -67,7 +69,12 @@ fn describe_parse_error(report: &str) -> String {
     match (column, expected) {
         (Some(c), Some(e)) => format!("syntax error at character {c}: {e}"),
         (Some(c), None) => format!("syntax error at character {c}"),
-        _ => report.lines().next().unwrap_or("syntax error").trim().to_string(),
+        _ => report
+            .lines()
+            .next()
+            .unwrap_or("syntax error")
+            .trim()
+            .to_string(),
     }
 }
 
@@ -80,11 +87,16 @@ pub fn plan(text: &str) -> Result<PathPlan, PathError> {
             // PostgreSQL text cannot hold U+0000, so no payload has such a key (and the name
             // could not be written into SQL).
             Segment::Selector(Selector::Name(name)) if name.contains('\0') => {
-                return Err(PathError("a member name cannot contain U+0000, which no PostgreSQL text (and no payload key) can hold".into()))
+                return Err(PathError(
+                    "a member name cannot contain U+0000, which no PostgreSQL text (and no payload key) can hold"
+                        .into(),
+                ));
             }
             Segment::Selector(Selector::Name(name)) => steps.push(Step::Member(name.clone())),
             // `->` takes an int; a larger index (RFC 9535 allows up to 2^53) goes to the evaluator.
-            Segment::Selector(Selector::Index(i)) if i32::try_from(*i).is_ok() => steps.push(Step::Index(*i)),
+            Segment::Selector(Selector::Index(i)) if i32::try_from(*i).is_ok() => {
+                steps.push(Step::Index(*i))
+            }
             _ => return Ok(PathPlan::Rich(text.to_string())),
         }
     }
@@ -95,7 +107,9 @@ impl PathPlan {
     /// The path as `eventview.observed_fields` writes it (`$.a.b`, `$['odd key']`, indexes as
     /// `[*]`), for simple paths; None for rich ones.
     pub fn observed_form(&self) -> Option<String> {
-        let PathPlan::Simple(steps) = self else { return None };
+        let PathPlan::Simple(steps) = self else {
+            return None;
+        };
         let mut out = String::from("$");
         for step in steps {
             match step {
@@ -114,12 +128,14 @@ impl PathPlan {
         Some(out)
     }
 
-    /// SQL for the selected jsonb value of `doc` (a trusted column expression), NULL when nothing
-    /// is selected.
+    /// Whether the path is evaluated by `eventview._jsonpath_match` (and so cannot be evaluated
+    /// on a payload nested deeper than RICH_MAX_NESTING).
     pub fn is_rich(&self) -> bool {
         matches!(self, PathPlan::Rich(_))
     }
 
+    /// SQL for the selected jsonb value of `doc` (a trusted column expression), NULL when nothing
+    /// is selected.
     pub fn to_sql(&self, doc: &str) -> String {
         match self {
             PathPlan::Simple(steps) => {
@@ -136,7 +152,10 @@ impl PathPlan {
                 format!("({sql})")
             }
             PathPlan::Rich(text) => {
-                format!("eventview._jsonpath_match({doc}::text, {})", quote::literal(text))
+                format!(
+                    "eventview._jsonpath_match({doc}::text, {})",
+                    quote::literal(text)
+                )
             }
         }
     }
@@ -154,18 +173,42 @@ mod tests {
 
     #[test]
     fn observed_form_matches_payload_paths() {
-        assert_eq!(plan("$.item.sku").unwrap().observed_form().unwrap(), "$.item.sku");
-        assert_eq!(plan("$.tags[3]").unwrap().observed_form().unwrap(), "$.tags[*]");
-        assert_eq!(plan("$[\"a b\"][\"it's\"]").unwrap().observed_form().unwrap(), "$['a b']['it\\'s']");
+        assert_eq!(
+            plan("$.item.sku").unwrap().observed_form().unwrap(),
+            "$.item.sku"
+        );
+        assert_eq!(
+            plan("$.tags[3]").unwrap().observed_form().unwrap(),
+            "$.tags[*]"
+        );
+        assert_eq!(
+            plan("$[\"a b\"][\"it's\"]")
+                .unwrap()
+                .observed_form()
+                .unwrap(),
+            "$['a b']['it\\'s']"
+        );
         assert_eq!(plan("$..x").unwrap().observed_form(), None);
     }
 
     #[test]
     fn member_and_index_paths_compile_to_arrows() {
-        assert_eq!(plan("$.item.sku").unwrap().to_sql("payload"), "(payload -> 'item' -> 'sku')");
-        assert_eq!(plan("$.tags[0]").unwrap().to_sql("p"), "(p -> 'tags' -> (0)::int)");
-        assert_eq!(plan("$[\"it's\"]").unwrap(), PathPlan::Simple(vec![Step::Member("it's".into())]));
-        assert_eq!(plan("$.a[-1]").unwrap(), PathPlan::Simple(vec![Step::Member("a".into()), Step::Index(-1)]));
+        assert_eq!(
+            plan("$.item.sku").unwrap().to_sql("payload"),
+            "(payload -> 'item' -> 'sku')"
+        );
+        assert_eq!(
+            plan("$.tags[0]").unwrap().to_sql("p"),
+            "(p -> 'tags' -> (0)::int)"
+        );
+        assert_eq!(
+            plan("$[\"it's\"]").unwrap(),
+            PathPlan::Simple(vec![Step::Member("it's".into())])
+        );
+        assert_eq!(
+            plan("$.a[-1]").unwrap(),
+            PathPlan::Simple(vec![Step::Member("a".into()), Step::Index(-1)])
+        );
     }
 
     #[test]
@@ -175,7 +218,14 @@ mod tests {
 
     #[test]
     fn rich_paths_go_through_the_evaluator() {
-        for p in ["$.items[*].sku", "$..sku", "$.a[?@.b == 1]", "$.a[1:3]", "$['a','b']", "$.a[99999999999]"] {
+        for p in [
+            "$.items[*].sku",
+            "$..sku",
+            "$.a[?@.b == 1]",
+            "$.a[1:3]",
+            "$['a','b']",
+            "$.a[99999999999]",
+        ] {
             assert!(matches!(plan(p).unwrap(), PathPlan::Rich(_)), "{p}");
         }
         assert_eq!(
@@ -186,7 +236,10 @@ mod tests {
 
     #[test]
     fn parse_errors_are_one_readable_line() {
-        assert_eq!(plan("$.a[").unwrap_err().0, "syntax error at character 5: expected selector");
+        assert_eq!(
+            plan("$.a[").unwrap_err().0,
+            "syntax error at character 5: expected selector"
+        );
         assert_eq!(plan("sku").unwrap_err().0, "a JSONPath must start with $");
     }
 

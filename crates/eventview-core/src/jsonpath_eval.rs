@@ -55,7 +55,10 @@ thread_local! {
 }
 
 /// The first value `path` selects in `doc`, in document order; None when it selects nothing.
-pub fn first_match(doc: &serde_json::Value, path: &str) -> Result<Option<serde_json::Value>, String> {
+pub fn first_match(
+    doc: &serde_json::Value,
+    path: &str,
+) -> Result<Option<serde_json::Value>, String> {
     CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
         if !cache.contains_key(path) {
@@ -78,10 +81,19 @@ mod tests {
 
     #[test]
     fn first_match_follows_member_order_and_keeps_numbers_exact() {
-        let doc: serde_json::Value = serde_json::from_str(r#"{"item": {"sku": "i"}, "details": {"sku": "d"}, "n": [12.50, 1e400]}"#).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(
+            r#"{"item": {"sku": "i"}, "details": {"sku": "d"}, "n": [12.50, 1e400]}"#,
+        )
+        .unwrap();
         assert_eq!(first_match(&doc, "$..sku").unwrap(), Some(json!("i")));
-        assert_eq!(first_match(&doc, "$.n[*]").unwrap().unwrap().to_string(), "12.50");
-        assert!(first_match(&doc, "$.n[1]").unwrap().unwrap().is_number(), "1e400 beyond f64 still parses");
+        assert_eq!(
+            first_match(&doc, "$.n[*]").unwrap().unwrap().to_string(),
+            "12.50"
+        );
+        assert!(
+            first_match(&doc, "$.n[1]").unwrap().unwrap().is_number(),
+            "1e400 beyond f64 still parses"
+        );
     }
 
     #[test]
@@ -98,8 +110,14 @@ mod tests {
     #[test]
     fn first_match_in_document_order() {
         let doc = json!({"items": [{"sku": "a"}, {"sku": "b"}], "x": {"y": {"sku": "c"}}});
-        assert_eq!(first_match(&doc, "$.items[*].sku").unwrap(), Some(json!("a")));
-        assert_eq!(first_match(&doc, "$.items[?@.sku == 'b'].sku").unwrap(), Some(json!("b")));
+        assert_eq!(
+            first_match(&doc, "$.items[*].sku").unwrap(),
+            Some(json!("a"))
+        );
+        assert_eq!(
+            first_match(&doc, "$.items[?@.sku == 'b'].sku").unwrap(),
+            Some(json!("b"))
+        );
         assert_eq!(first_match(&doc, "$.nope[*]").unwrap(), None);
         assert!(first_match(&doc, "$[").is_err());
     }

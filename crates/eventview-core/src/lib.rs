@@ -4,9 +4,9 @@
 
 pub mod batch;
 pub mod definition;
-pub mod fuzz;
 pub mod envelope_check;
 pub mod envelope_sql;
+pub mod fuzz;
 pub mod jsonb_bytes;
 pub mod jsonpath;
 pub mod jsonpath_eval;

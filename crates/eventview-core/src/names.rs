@@ -3,8 +3,10 @@
 //! Derived from our own integer keys (never from user text or OIDs), so they are injection-free,
 //! fit NAMEDATALEN, never collide, and survive dump/restore where OIDs change.
 
+/// The schema of the extension's objects.
 pub const SCHEMA: &str = "eventview";
 
+/// The changelog of a source (its captured changes), qualified.
 pub fn changelog(source_id: i32) -> String {
     format!("{SCHEMA}.{}", changelog_table(source_id))
 }
@@ -14,10 +16,12 @@ pub fn changelog_table(source_id: i32) -> String {
     format!("_changes_{source_id}")
 }
 
+/// The capture trigger function of a source for `op` (insert, update, delete, truncate).
 pub fn capture_function(source_id: i32, op: &str) -> String {
     format!("{SCHEMA}._capture_{source_id}_{op}")
 }
 
+/// The storage table of a view (one row per group), qualified.
 pub fn view_data(view_id: i32) -> String {
     format!("{SCHEMA}.{}", view_data_table(view_id))
 }
@@ -27,13 +31,13 @@ pub fn view_data_table(view_id: i32) -> String {
     format!("_v{view_id}_data")
 }
 
-/// The value multiset behind min/max measure number `measure` (1-based).
+/// The value multiset behind min, max or count_distinct measure number `measure` (1-based).
 pub fn view_values(view_id: i32, measure: usize) -> String {
     format!("{SCHEMA}._v{view_id}_m{measure}")
 }
 
 /// The append-only log of min/max measure number `measure`'s values, merged into its multiset
-/// lazily (see `core::sqlgen`).
+/// lazily (see `sqlgen`).
 pub fn view_values_log(view_id: i32, measure: usize) -> String {
     format!("{SCHEMA}._v{view_id}_m{measure}_log")
 }

@@ -17,8 +17,8 @@
 //!   logical field, the most specific declaration for that type and version), present in every
 //!   earlier event of that type and version, absent from some new one: `missing` (also within
 //!   the batch that first brings the type and version). Members past MAX_MEMBERS of an object
-//!   are not walked: with payloads that wide, a path past the cut counts as absent (see the
-//!   README).
+//!   are not walked: with payloads that wide, a path past the cut counts as absent (see
+//!   "Observed fields and drift" in docs/reference.md).
 //!
 //! Updates and deletes are not observed: observed fields and drift describe events as their
 //! producers sent them, and a correction is not a new event (`seen` would count an event once
@@ -43,7 +43,11 @@ fn observed_state(source_id: i32) -> String {
 
 /// Whether the observer of the source has anything to observe (see `batch::pending_check`).
 pub fn pending_check(source_id: i32) -> String {
-    batch::pending_check(source_id, &observed_state(source_id), "NULL::bigint AS unused")
+    batch::pending_check(
+        source_id,
+        &observed_state(source_id),
+        "NULL::bigint AS unused",
+    )
 }
 
 /// The observer statement for one source. $1 to $5: the paths views read, normalized (text[];
@@ -51,13 +55,59 @@ pub fn pending_check(source_id: i32) -> String {
 /// (NULL: any), the field reference it is a declaration of and its rank among that reference's
 /// declarations (most specific first), as arrays of one length. Returns (events observed, drift
 /// rows recorded).
+///
+/// ```sql
+/// WITH snap ..., applied ..., chg ..., ids ...,     -- the batch (batch::ctes)
+/// walked ..., vers ..., obs ...,                    -- what the batch's new events hold
+/// declared ..., read_paths ...,                     -- what views read
+/// prev_vers ..., prev_paths ...,                    -- what was observed before
+/// added ..., changed ..., missing ...,              -- drift
+/// drifted ..., seen_paths ..., seen_versions ...,   -- writes
+/// st ...                                            -- the observer's new position
+/// SELECT <events observed> AS observed, <drift rows> AS drift_rows
+/// ```
 pub fn observe(source_id: i32, source_table: &str) -> String {
     let sid = source_id;
-    let inserted = batch::inserted_rows(source_table);
-    let batch = batch::ctes(source_id, &observed_state(source_id));
+    let ctes = [
+        batch::ctes(source_id, &observed_state(source_id)),
+        walked(source_table),
+        vers(),
+        obs(),
+        declared(),
+        read_paths(),
+        prev_vers(sid),
+        prev_paths(sid),
+        added(),
+        changed(sid),
+        missing(),
+        drifted(sid),
+        seen_paths(sid),
+        seen_versions(sid),
+        observed_position(sid),
+    ];
     format!(
-        "WITH {batch},
--- The walk is an aggregate over the rows, read once: one call per event, walking its payload
+        "WITH {}
+SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows",
+        ctes.join(",\n")
+    )
+}
+
+/// `walked`: the walk of the payloads of the events the batch inserted, one row per (event
+/// type, version, path, JSON type) with its counts and first and last events (see
+/// `shapes::ShapeRow`).
+///
+/// ```sql
+/// walked AS MATERIALIZED (
+///     SELECT r.value ->> 0 AS event_type, ..., r.value ->> 2 AS path, ...
+///     FROM (SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes
+///           FROM <inserted rows>) f
+///     CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(f.shapes::jsonb) r
+/// )
+/// ```
+fn walked(source_table: &str) -> String {
+    let inserted = batch::inserted_rows(source_table);
+    format!(
+        "-- The walk is an aggregate over the rows, read once: one call per event, walking its payload
 -- in place, and at the end the counts as JSON (besides the paths, per type and version, how
 -- many events it walked: path ''), with, in the order walked, the first and the last event
 -- with each path and type and the first event without each path.
@@ -71,26 +121,66 @@ walked AS MATERIALIZED (
         FROM {inserted}
     ) f
     CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(f.shapes::jsonb) r
-),
-vers AS (
+)"
+    )
+}
+
+/// `vers`: per event type and version, the events the batch inserted.
+///
+/// ```sql
+/// vers AS (SELECT event_type, event_version, sum(events)::bigint AS n
+///          FROM walked WHERE path = '' GROUP BY 1, 2)
+/// ```
+fn vers() -> String {
+    "vers AS (
     SELECT event_type, event_version, sum(events)::bigint AS n FROM walked WHERE path = '' GROUP BY 1, 2
-),
-obs AS (
+)"
+    .to_string()
+}
+
+/// `obs`: per event type, version, path and JSON type, what the batch's events hold.
+///
+/// ```sql
+/// obs AS (SELECT event_type, event_version, path, json_type, sum(events)::bigint AS n, ...
+///         FROM walked WHERE path <> '' GROUP BY 1, 2, 3, 4)
+/// ```
+fn obs() -> String {
+    "obs AS (
     SELECT event_type, event_version, path, json_type, sum(events)::bigint AS n,
            min(first) AS first, max(first_without) AS first_without, max(last) AS last,
            max(before) AS before, max(before_without) AS before_without
     FROM walked WHERE path <> ''
     GROUP BY 1, 2, 3, 4
-),
--- The declarations of the paths views read, with the event type and version each is for (NULL:
+)"
+    .to_string()
+}
+
+/// `declared`: the statement's parameters $1 to $5 as rows.
+///
+/// ```sql
+/// declared AS (SELECT r.path, r.event_type, r.event_version, r.field, r.rank
+///              FROM ROWS FROM (unnest($1), ..., unnest($5)) AS r(...))
+/// ```
+fn declared() -> String {
+    "-- The declarations of the paths views read, with the event type and version each is for (NULL:
 -- any), numbered per field reference, most specific first.
 declared AS (
     SELECT r.path, r.event_type, r.event_version, r.field, r.rank
     FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::integer[]),
                     pg_catalog.unnest($4::integer[]), pg_catalog.unnest($5::integer[]))
          AS r(path, event_type, event_version, field, rank)
-),
--- Per type and version with events in the batch, the paths read: of each field reference, the
+)"
+    .to_string()
+}
+
+/// `read_paths`: per event type and version of the batch, the paths views read.
+///
+/// ```sql
+/// read_paths AS (SELECT DISTINCT ON (v.event_type, v.event_version, d.field) d.path, ...
+///                FROM vers v JOIN declared d ON <d applies to v> ORDER BY ..., d.rank)
+/// ```
+fn read_paths() -> String {
+    "-- Per type and version with events in the batch, the paths read: of each field reference, the
 -- most specific declaration that applies (as resolution picks it).
 read_paths AS (
     SELECT DISTINCT ON (v.event_type, v.event_version, d.field) d.path, v.event_type, v.event_version
@@ -98,13 +188,37 @@ read_paths AS (
       ON (d.event_type IS NULL OR d.event_type = v.event_type)
      AND (d.event_version IS NULL OR d.event_version = v.event_version)
     ORDER BY v.event_type, v.event_version, d.field, d.rank
-),
-prev_vers AS (
+)"
+    .to_string()
+}
+
+/// `prev_vers`: per event type and version of the batch, the events observed before (0 for
+/// none).
+///
+/// ```sql
+/// prev_vers AS (SELECT v.event_type, v.event_version, coalesce(o.events, 0) AS events
+///               FROM vers v LEFT JOIN eventview._observed_versions o ON ...)
+/// ```
+fn prev_vers(sid: i32) -> String {
+    format!(
+        "prev_vers AS (
     SELECT v.event_type, v.event_version, coalesce(o.events, 0) AS events
     FROM vers v LEFT JOIN eventview._observed_versions o
       ON o.source_id = {sid} AND o.event_type = v.event_type AND o.event_version = v.event_version
-),
--- The type each path had last: by the number of its last event among those of its type and
+)"
+    )
+}
+
+/// `prev_paths`: per event type and version of the batch, each path observed before, in how
+/// many events, and its last JSON type.
+///
+/// ```sql
+/// prev_paths AS (SELECT o.event_type, o.event_version, o.path, sum(o.seen) AS seen, <last type>
+///                FROM eventview._observed o JOIN vers v USING (...) ... GROUP BY 1, 2, 3)
+/// ```
+fn prev_paths(sid: i32) -> String {
+    format!(
+        "-- The type each path had last: by the number of its last event among those of its type and
 -- version ever observed (rows observed before 0.12.0 have none; last_seen is the same for every
 -- observation in one transaction); of two types in that event, the first by name, as the walk
 -- names them (shapes::kind_named).
@@ -114,14 +228,35 @@ prev_paths AS (
     FROM eventview._observed o JOIN vers v USING (event_type, event_version)
     WHERE o.source_id = {sid}
     GROUP BY 1, 2, 3
-),
--- (`before`: the path's type in the batch's last event before this type's first that had it.)
+)"
+    )
+}
+
+/// `added`: paths never observed before for their event type and version (drift `added`).
+///
+/// ```sql
+/// added AS (SELECT o.event_type, o.event_version, o.path, o.json_type
+///           FROM obs o LEFT JOIN prev_paths p USING (...) WHERE p.path IS NULL AND ...)
+/// ```
+fn added() -> String {
+    "-- (`before`: the path's type in the batch's last event before this type's first that had it.)
 added AS (
     SELECT o.event_type, o.event_version, o.path, o.json_type
     FROM obs o LEFT JOIN prev_paths p USING (event_type, event_version, path)
     WHERE p.path IS NULL AND o.before IS NULL
-),
--- A type new for its path: after the one before it in this batch, or the last one seen before.
+)"
+    .to_string()
+}
+
+/// `changed`: paths with a JSON type never observed for them before (drift `type_changed`).
+///
+/// ```sql
+/// changed AS (SELECT ..., coalesce(o.before, p.last_type) AS old_type, o.json_type AS new_type
+///             FROM obs o LEFT JOIN prev_paths p USING (...) WHERE ... AND NOT EXISTS (...))
+/// ```
+fn changed(sid: i32) -> String {
+    format!(
+        "-- A type new for its path: after the one before it in this batch, or the last one seen before.
 changed AS (
     SELECT o.event_type, o.event_version, o.path, coalesce(o.before, p.last_type) AS old_type, o.json_type AS new_type
     FROM obs o LEFT JOIN prev_paths p USING (event_type, event_version, path)
@@ -130,8 +265,21 @@ changed AS (
         SELECT 1 FROM eventview._observed x
         WHERE x.source_id = {sid} AND x.event_type = o.event_type AND x.event_version = o.event_version
           AND x.path = o.path AND x.json_type = o.json_type)
-),
--- (The old type: the path's type in the last event before the first without it, in this batch
+)"
+    )
+}
+
+/// `missing`: paths some view reads, in every earlier event of their type and version, absent
+/// from some new one (drift `missing`); for a type and version new in the batch, paths its
+/// first events all had.
+///
+/// ```sql
+/// missing AS (SELECT ... FROM prev_paths p ... WHERE <read> AND <in fewer new events than vers>
+///             UNION ALL
+///             SELECT ... FROM obs o ... WHERE pv.events = 0 AND o.first_without > 1 AND <read>)
+/// ```
+fn missing() -> String {
+    "-- (The old type: the path's type in the last event before the first without it, in this batch
 -- if one had it, else the last seen before.)
 missing AS (
     SELECT p.event_type, p.event_version, p.path,
@@ -155,8 +303,19 @@ missing AS (
     WHERE pv.events = 0 AND o.first_without > 1
       AND EXISTS (SELECT 1 FROM read_paths r WHERE r.path = o.path
                     AND r.event_type = o.event_type AND r.event_version = o.event_version)
-),
-drifted AS (
+)"
+    .to_string()
+}
+
+/// `drifted`: the drift rows recorded, in a deterministic order.
+///
+/// ```sql
+/// drifted AS (INSERT INTO eventview.drift (...) SELECT ... FROM (<added> UNION ALL <changed>
+///             UNION ALL <missing>) d ORDER BY ... RETURNING 1)
+/// ```
+fn drifted(sid: i32) -> String {
+    format!(
+        "drifted AS (
     INSERT INTO eventview.drift (source, event_type, event_version, path, change, old_type, new_type)
     SELECT (SELECT relid FROM eventview._sources WHERE source_id = {sid}), event_type, event_version, path, change, old_type, new_type
     FROM (
@@ -168,30 +327,64 @@ drifted AS (
     ) d
     ORDER BY event_type, event_version, path, change, new_type
     RETURNING 1
-),
-seen_paths AS (
+)"
+    )
+}
+
+/// `seen_paths`: the batch's paths and JSON types added into `eventview._observed`.
+///
+/// ```sql
+/// seen_paths AS (INSERT INTO eventview._observed AS t (...) SELECT ... FROM obs o ...
+///                ON CONFLICT (...) DO UPDATE SET last_seen = ..., seen = t.seen + ... RETURNING 1)
+/// ```
+fn seen_paths(sid: i32) -> String {
+    format!(
+        "seen_paths AS (
     INSERT INTO eventview._observed AS t (source_id, event_type, event_version, path, json_type, first_seen, last_seen, seen, last_event)
     SELECT {sid}, o.event_type, o.event_version, o.path, o.json_type, now(), now(), o.n, pv.events + o.last
     FROM obs o JOIN prev_vers pv USING (event_type, event_version)
     ON CONFLICT (source_id, event_type, event_version, path, json_type)
     DO UPDATE SET last_seen = EXCLUDED.last_seen, seen = t.seen + EXCLUDED.seen, last_event = EXCLUDED.last_event
     RETURNING 1
-),
-seen_versions AS (
+)"
+    )
+}
+
+/// `seen_versions`: the batch's events per type and version added into
+/// `eventview._observed_versions`.
+///
+/// ```sql
+/// seen_versions AS (INSERT INTO eventview._observed_versions AS t (...) SELECT ... FROM vers
+///                   ON CONFLICT (...) DO UPDATE SET events = t.events + EXCLUDED.events
+///                   RETURNING 1)
+/// ```
+fn seen_versions(sid: i32) -> String {
+    format!(
+        "seen_versions AS (
     INSERT INTO eventview._observed_versions AS t (source_id, event_type, event_version, events)
     SELECT {sid}, event_type, event_version, n FROM vers
     ON CONFLICT (source_id, event_type, event_version) DO UPDATE SET events = t.events + EXCLUDED.events
     RETURNING 1
-),
-st AS (
+)"
+    )
+}
+
+/// `st`: the observer's new position in the changelog (see `batch`).
+///
+/// ```sql
+/// st AS (UPDATE eventview._sources SET observed_snapshot = (SELECT s FROM snap), ...
+///        WHERE source_id = <id> RETURNING 1)
+/// ```
+fn observed_position(sid: i32) -> String {
+    format!(
+        "st AS (
     UPDATE eventview._sources
     SET observed_snapshot = (SELECT s FROM snap),
         observed_own_xid = (SELECT own FROM snap),
         observed_own_seq = CASE WHEN (SELECT own FROM snap) IS NOT NULL THEN {own_seq} END
     WHERE source_id = {sid}
     RETURNING 1
-)
-SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows",
+)",
         own_seq = batch::OWN_SEQ_AFTER_DELTA,
     )
 }

@@ -52,7 +52,8 @@ impl<'de> serde::Deserialize<'de> for Pairs {
 
 /// Parses `text` as a JSON object into its pairs, in document order, duplicates kept.
 pub fn object_pairs(text: &str) -> Result<Vec<(String, Value)>, ObjectError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| ObjectError::Syntax(e.to_string()))?;
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| ObjectError::Syntax(e.to_string()))?;
     if !value.is_object() {
         return Err(ObjectError::NotAnObject(json_kind(&value)));
     }

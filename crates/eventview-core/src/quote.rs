@@ -1,8 +1,8 @@
 //! SQL quoting. Every identifier and literal that reaches generated SQL goes through here.
 //!
-//! Identifiers are always double-quoted (never case-folded again), so a name stored exactly as the
-//! user spelled it round-trips. Literals follow `quote_literal`: an `E''` string when a backslash is
-//! present, so the result is correct whatever `standard_conforming_strings` says.
+//! Identifiers are always double-quoted (never case-folded again), so a name stored exactly as
+//! the user spelled it round-trips. Literals follow `quote_literal`: an `E''` string when a
+//! backslash is present, so the result is correct whatever `standard_conforming_strings` says.
 
 /// `"name"` with embedded double quotes doubled.
 pub fn ident(name: &str) -> String {
@@ -41,11 +41,11 @@ pub fn typed_literal(value: &str, type_name: &str) -> String {
 }
 
 /// Whether `name` cannot be a (possibly qualified) identifier in any case: empty, a part left
-/// empty (`a..b`, `.a`, `""`), an unterminated quote, or something other than a dot or the end after a
-/// part (`two words`, `"a"b`). Postgres refuses such a name as relation input with SQLSTATE 42602;
-/// its `parse_ident`, which splits the names the API takes, refuses them too, but with 22023. Only
-/// sure refusals: a name that passes may still be refused by `parse_ident` (for a character
-/// an unquoted identifier cannot hold).
+/// empty (`a..b`, `.a`, `""`), an unterminated quote, or something other than a dot or the end
+/// after a part (`two words`, `"a"b`). Postgres refuses such a name as relation input with
+/// SQLSTATE 42602; its `parse_ident`, which splits the names the API takes, refuses them too,
+/// but with 22023. Only sure refusals: a name that passes may still be refused by `parse_ident`
+/// (for a character an unquoted identifier cannot hold).
 pub fn malformed_name(name: &str) -> bool {
     split_name(name).is_none()
 }
@@ -98,7 +98,9 @@ pub fn split_name(name: &str) -> Option<Vec<String>> {
 /// (`'"My Events"'` as `My Events`, `'Shop.Events'` as `shop.events`), so that the message's own
 /// quotes are not doubled; a malformed name as it was passed.
 pub fn shown_name(name: &str) -> String {
-    split_name(name).map(|parts| parts.join(".")).unwrap_or_else(|| name.to_string())
+    split_name(name)
+        .map(|parts| parts.join("."))
+        .unwrap_or_else(|| name.to_string())
 }
 
 /// `sql` with every `from` that lies outside its quoted parts replaced by `to`: outside string
@@ -169,7 +171,10 @@ mod tests {
             "t AND 'it''s f(x)' = t AND \"f(x)\" = E'a\\\\'' f(x)' -- f(x)'s\nOR t"
         );
         assert_eq!(replace_outside_quotes("é f(x) 'ü'", "f(x)", "t"), "é t 'ü'");
-        assert_eq!(replace_outside_quotes("'open f(x)", "f(x)", "t"), "'open f(x)");
+        assert_eq!(
+            replace_outside_quotes("'open f(x)", "f(x)", "t"),
+            "'open f(x)"
+        );
     }
     use super::*;
 
@@ -181,15 +186,39 @@ mod tests {
         assert_eq!(shown_name("\u{c9}v"), "\u{c9}v");
         assert_eq!(shown_name("a..b"), "a..b");
         assert_eq!(split_name(r#""".x"#), None);
-        assert_eq!(split_name(r#""x".y"#), Some(vec!["x".to_string(), "y".to_string()]));
+        assert_eq!(
+            split_name(r#""x".y"#),
+            Some(vec!["x".to_string(), "y".to_string()])
+        );
     }
 
     #[test]
     fn names_sure_to_be_refused() {
-        for bad in ["", "  ", "My Events", "\"bad\"name", "a..b", ".a", "a.", "\"open", "ab\"c\"", "a . b c"] {
+        for bad in [
+            "",
+            "  ",
+            "My Events",
+            "\"bad\"name",
+            "a..b",
+            ".a",
+            "a.",
+            "\"open",
+            "ab\"c\"",
+            "a . b c",
+        ] {
             assert!(malformed_name(bad), "{bad:?}");
         }
-        for fine in ["events", "shop.events", "\"My Events\"", "\"we\"\"ird; x\".\"Vi\"\"ew\"", " a . b ", "my-table", "a.b.c", "é", "a\u{a0}b"] {
+        for fine in [
+            "events",
+            "shop.events",
+            "\"My Events\"",
+            "\"we\"\"ird; x\".\"Vi\"\"ew\"",
+            " a . b ",
+            "my-table",
+            "a.b.c",
+            "é",
+            "a\u{a0}b",
+        ] {
             assert!(!malformed_name(fine), "{fine:?}");
         }
     }

@@ -19,7 +19,9 @@ fn days_in_month(year: u32, month: u32) -> u32 {
     match month {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,
-        _ if (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400) => 29,
+        _ if (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400) => {
+            29
+        }
         _ => 28,
     }
 }
@@ -28,16 +30,26 @@ fn days_in_month(year: u32, month: u32) -> u32 {
 pub fn is_valid(s: &str) -> bool {
     let b = s.as_bytes();
     // PostgreSQL's timestamp input takes at most 128 bytes of fraction and zone together.
-    if b.len() < 20 || b.len() > 64 || b[4] != b'-' || b[7] != b'-' || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20
+        || b.len() > 64
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return false;
     }
     if !matches!(b[10], b'T' | b't' | b' ') {
         return false;
     }
-    let (Some(year), Some(month), Some(day)) = (digits(&b[0..4]), digits(&b[5..7]), digits(&b[8..10])) else {
+    let (Some(year), Some(month), Some(day)) =
+        (digits(&b[0..4]), digits(&b[5..7]), digits(&b[8..10]))
+    else {
         return false;
     };
-    let (Some(hour), Some(minute), Some(second)) = (digits(&b[11..13]), digits(&b[14..16]), digits(&b[17..19])) else {
+    let (Some(hour), Some(minute), Some(second)) =
+        (digits(&b[11..13]), digits(&b[14..16]), digits(&b[17..19]))
+    else {
         return false;
     };
     if year == 0 || !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
@@ -58,7 +70,8 @@ pub fn is_valid(s: &str) -> bool {
     match rest {
         [b'Z' | b'z'] => true,
         [b'+' | b'-', h1, h2, b':', m1, m2] => {
-            matches!((digits(&[*h1, *h2]), digits(&[*m1, *m2])), (Some(h), Some(m)) if h <= 15 && m <= 59)
+            let (hours, minutes) = (digits(&[*h1, *h2]), digits(&[*m1, *m2]));
+            matches!((hours, minutes), (Some(h), Some(m)) if h <= 15 && m <= 59)
         }
         _ => false,
     }

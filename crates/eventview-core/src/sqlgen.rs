@@ -1,15 +1,18 @@
 //! SQL generation for one incremental view: its storage, the relation users read, and the
-//! statements of a refresh. Pure text generation, deterministic, so it can be snapshot-tested.
+//! statements of a refresh. Pure text generation, deterministic: `tests/golden/` holds every
+//! statement for a representative view, and a test compares them with what is generated.
 //!
 //! Storage (`eventview._v<id>_data`), one row per group:
 //!   `__k` (constant true, so a view without keys still has a key), `bucket`, and per group
 //!   column `g<i>` with `g<i>_null`: NULL keys are stored as a placeholder plus a flag, so keys
 //!   are NOT NULL, the unique index is plain and ON CONFLICT and joins on keys are hashable;
 //!   `__count` (events counted), then per measure `m<i>_n` (non-NULL inputs), `m<i>_sum`,
-//!   `m<i>_val` (min/max); `__dirty` marks groups that took a retraction in this refresh.
-//! Value multisets (`eventview._v<id>_m<i>`, one per min/max measure): (keys, v, n), how many
-//!   counted events of the group have value v. A retracted extreme is replaced by an index
-//!   lookup in the group's multiset, never by a scan of the event table.
+//!   `m<i>_val` (min/max, or the distinct count); `__dirty` marks groups that took a
+//!   retraction in this refresh.
+//! Value multisets (`eventview._v<id>_m<i>`, one per min, max or count_distinct measure):
+//!   (keys, v, n), how many counted events of the group have value v. A retracted extreme is
+//!   replaced by an index lookup in the group's multiset, never by a scan of the event table; a
+//!   distinct count changes by the values whose n crosses zero (`prev_n`: n before the upsert).
 //! Value logs (`eventview._v<id>_m<i>_log`, one per min/max measure): the multiset is needed
 //!   only when an extreme is retracted, so a refresh of a stored (not realtime) view appends its
 //!   (keys, v, n) to an unindexed log instead of upserting the multiset (an upsert costs an index
@@ -29,10 +32,13 @@
 //!   rows     for each changed event id: its state when last applied (the old row of its
 //!            earliest record in the batch, unless that record is an insert) with sign -1,
 //!            and its state now (the row in the event table, if any) with sign +1;
-//!   f, c     field values, filters, type checks (`bad` holds the reason of a type error);
-//!   d        the signed delta per group; `up` adds it into storage; `a<i>` into multisets
-//!            (min/max of a stored view: appends to its value log);
-//!   q, st    quarantine and the new applied snapshot and counters.
+//!   f, ft, c field values (each reference once per event, its JSON type once), filters, type
+//!            checks (`bad` holds the reason of a type error); `good`, the events without one;
+//!   d0, d    the signed delta per group; `a<i>` adds the group's values into a multiset (min
+//!            and max of a stored view: appends them to the value log), `dd<i>` gives the change
+//!            of a distinct count; `up` adds the delta into storage;
+//!   unq, q   quarantine: entries of superseded event versions go, type errors come in;
+//!   st       the new applied snapshot and counters.
 //! Then, only when a group took a retraction, the fix-up statements delete emptied groups and
 //! multiset entries and recompute min/max of those groups from their multisets.
 
@@ -44,8 +50,8 @@ use super::{batch, jsonpath, names, quote};
 /// value changes, no key column does): room left on each page lets those updates stay on the
 /// page (HOT), with no new index entry per updated row. (Not for groups that take a retraction:
 /// `__dirty` is in the predicate of the storage's partial index, so setting and clearing it are
-/// not HOT.) Measured: about 8% off the apply of 10k
-/// inserted events on 1M (every update HOT instead of about half).
+/// not HOT.) Measured: about 8% off the apply of 10k inserted events on 1M (every update HOT
+/// instead of about half).
 pub const STORAGE_FILLFACTOR: u32 = 70;
 
 /// Most bytes the variable-length parts of a group key (and of a multiset value with its key)
@@ -82,6 +88,15 @@ fn bucket_expr(width: &str, ts: &str) -> String {
     format!("pg_catalog.date_bin({width}, {ts}, '2000-01-01 00:00:00+00'::timestamptz)")
 }
 
+/// `conds` as a WHERE clause on a line of its own, or nothing when there are none.
+fn where_clause(conds: &[String]) -> String {
+    if conds.is_empty() {
+        String::new()
+    } else {
+        format!("\n    WHERE {}", conds.join("\n      AND "))
+    }
+}
+
 /// The bucket width in statements: their parameter $1.
 const WIDTH_PARAM: &str = "$1::interval";
 
@@ -94,18 +109,16 @@ pub enum Reads<'b> {
     Realtime { bucket_width: Option<&'b str> },
 }
 
-struct Keys {
-    /// Storage key columns, in order, without `__k`.
-    columns: Vec<String>,
-}
-
 impl<'a> ViewSql<'a> {
+    /// The storage table, qualified.
     fn data(&self) -> String {
         names::view_data(self.view_id)
     }
 
-    fn keys(&self) -> Keys {
-        let mut columns = Vec::new();
+    /// The storage's key columns, in order: `__k`, `bucket`, then `g<i>, g<i>_null` per group
+    /// column.
+    fn key_columns(&self) -> Vec<String> {
+        let mut columns = vec!["__k".to_string()];
         if self.def.bucketed {
             columns.push("bucket".to_string());
         }
@@ -113,17 +126,57 @@ impl<'a> ViewSql<'a> {
             columns.push(format!("g{i}"));
             columns.push(format!("g{i}_null"));
         }
-        Keys { columns }
+        columns
     }
 
+    /// `__k, bucket, g1, g1_null, ...`: the key columns as a list.
     fn key_list(&self) -> String {
-        let mut all = vec!["__k".to_string()];
-        all.extend(self.keys().columns);
-        all.join(", ")
+        self.key_columns().join(", ")
     }
 
+    /// `l.__k = r.__k AND l.bucket = r.bucket AND ...`: rows `left` and `right` are of one group.
+    fn keys_equal(&self, left: &str, right: &str) -> String {
+        let terms: Vec<String> = self
+            .key_columns()
+            .iter()
+            .map(|k| format!("{left}.{k} = {right}.{k}"))
+            .collect();
+        terms.join(" AND ")
+    }
+
+    /// The measures with their numbers (from 1), which name their columns (`m<n>_...`).
+    fn numbered_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
+        self.def
+            .measures
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (i + 1, m))
+    }
+
+    /// The storage columns of the measures, in order: `m<n>_n` (count, sum, avg), `m<n>_sum`
+    /// (sum, avg), `m<n>_val` (min, max, count_distinct); count(*) is `__count`.
+    fn measure_columns(&self) -> Vec<String> {
+        let mut cols = Vec::new();
+        for (n, m) in self.numbered_measures() {
+            match m.kind {
+                AggKind::CountStar => {}
+                AggKind::Count => cols.push(format!("m{n}_n")),
+                AggKind::Sum | AggKind::Avg => {
+                    cols.push(format!("m{n}_n"));
+                    cols.push(format!("m{n}_sum"));
+                }
+                AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
+                    cols.push(format!("m{n}_val"))
+                }
+            }
+        }
+        cols
+    }
+
+    /// Measures kept as a multiset with a value log: min, max.
     fn minmax_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
-        self.multiset_measures().filter(|(_, m)| matches!(m.kind, AggKind::Min | AggKind::Max))
+        self.multiset_measures()
+            .filter(|(_, m)| matches!(m.kind, AggKind::Min | AggKind::Max))
     }
 
     /// Whether an apply of `mode` appends min/max values to the logs rather than upserting the
@@ -134,11 +187,7 @@ impl<'a> ViewSql<'a> {
 
     /// Measures kept as a per-group value multiset: min, max, count_distinct.
     fn multiset_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
-        self.def
-            .measures
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (i + 1, m))
+        self.numbered_measures()
             .filter(|(_, m)| matches!(m.kind, AggKind::Min | AggKind::Max | AggKind::CountDistinct))
     }
 
@@ -169,15 +218,23 @@ impl<'a> ViewSql<'a> {
                     cols.push(format!("m{n}_n bigint NOT NULL"));
                     cols.push(format!("m{n}_sum numeric NOT NULL"));
                 }
-                AggKind::Min | AggKind::Max => cols.push(format!("m{n}_val {}", m.value_type().name())),
+                AggKind::Min | AggKind::Max => {
+                    cols.push(format!("m{n}_val {}", m.value_type().name()))
+                }
                 AggKind::CountDistinct => cols.push(format!("m{n}_val bigint NOT NULL")),
             }
         }
         cols.push("__dirty boolean NOT NULL DEFAULT false".into());
         let vid = self.view_id;
         let mut out = vec![
-            format!("CREATE TABLE {data} (\n    {}\n) WITH (fillfactor = {STORAGE_FILLFACTOR})", cols.join(",\n    ")),
-            format!("CREATE UNIQUE INDEX _v{vid}_data_key ON {data} ({})", self.key_list()),
+            format!(
+                "CREATE TABLE {data} (\n    {}\n) WITH (fillfactor = {STORAGE_FILLFACTOR})",
+                cols.join(",\n    ")
+            ),
+            format!(
+                "CREATE UNIQUE INDEX _v{vid}_data_key ON {data} ({})",
+                self.key_list()
+            ),
             format!("CREATE INDEX _v{vid}_data_dirty ON {data} (__k) WHERE __dirty"),
         ];
         for (n, m) in self.multiset_measures() {
@@ -206,14 +263,15 @@ impl<'a> ViewSql<'a> {
     }
 
     /// DDL of a value log: the multiset's columns, no index (appends only; a merge reads it
-    /// whole). Shared with the upgrade script, which creates the logs of existing views.
+    /// whole). The upgrade script creates the logs of existing views with the same DDL.
     fn create_log(values: &str, log: &str) -> String {
         format!("CREATE TABLE {log} (LIKE {values} INCLUDING DEFAULTS)")
     }
 
     /// The value logs, qualified.
     fn logs(&self) -> impl Iterator<Item = String> + '_ {
-        self.minmax_measures().map(|(n, _)| names::view_values_log(self.view_id, n))
+        self.minmax_measures()
+            .map(|(n, _)| names::view_values_log(self.view_id, n))
     }
 
     /// Each value log with its DDL: a refresh creates a missing one (storage restored from a
@@ -231,7 +289,10 @@ impl<'a> ViewSql<'a> {
     /// The storage table, the multisets and the value logs, qualified.
     pub fn storage_tables(&self) -> Vec<String> {
         let mut out = vec![self.data()];
-        out.extend(self.multiset_measures().map(|(n, _)| names::view_values(self.view_id, n)));
+        out.extend(
+            self.multiset_measures()
+                .map(|(n, _)| names::view_values(self.view_id, n)),
+        );
         out.extend(self.logs());
         out
     }
@@ -254,7 +315,10 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 )
             })
             .collect();
-        out.push(format!("UPDATE eventview._views SET extremes_logged = 0 WHERE view_id = {}", self.view_id));
+        out.push(format!(
+            "UPDATE eventview._views SET extremes_logged = 0 WHERE view_id = {}",
+            self.view_id
+        ));
         out
     }
 
@@ -278,6 +342,15 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         )
     }
 
+    /// The user relation: the definition's columns (keys with their NULLs restored, measures
+    /// derived from the stored counters) over the storage, or over `merged` when realtime.
+    ///
+    /// ```sql
+    /// CREATE VIEW <name> AS
+    /// SELECT bucket,
+    ///        CASE WHEN g1_null THEN NULL ELSE g1 END AS "sku", ...
+    /// FROM eventview._v<id>_data
+    /// ```
     fn user_view_sql(&self, user_view: &str, reads: Reads, create: &str) -> String {
         let mut cols = Vec::new();
         if self.def.bucketed {
@@ -285,7 +358,10 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         }
         for (i, g) in self.def.group_by.iter().enumerate() {
             let n = i + 1;
-            cols.push(format!("CASE WHEN g{n}_null THEN NULL ELSE g{n} END AS {}", quote::ident(&g.name)));
+            cols.push(format!(
+                "CASE WHEN g{n}_null THEN NULL ELSE g{n} END AS {}",
+                quote::ident(&g.name)
+            ));
         }
         for (i, m) in self.def.measures.iter().enumerate() {
             let n = i + 1;
@@ -295,7 +371,9 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 AggKind::Sum => format!("CASE WHEN m{n}_n > 0 THEN m{n}_sum END"),
                 // trim_scale: the stored sum keeps the largest scale of any value ever added,
                 // even retracted ones; numeric division takes its precision from its inputs.
-                AggKind::Avg => format!("CASE WHEN m{n}_n > 0 THEN trim_scale(m{n}_sum) / m{n}_n END"),
+                AggKind::Avg => {
+                    format!("CASE WHEN m{n}_n > 0 THEN trim_scale(m{n}_sum) / m{n}_n END")
+                }
                 AggKind::Min | AggKind::Max | AggKind::CountDistinct => format!("m{n}_val"),
             };
             cols.push(format!("{expr} AS {}", quote::ident(&m.name)));
@@ -311,79 +389,151 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 cols.join(",\n       ")
             )
         } else {
-            format!("{create} {user_view} AS\nSELECT {}\nFROM {}", cols.join(",\n       "), self.data())
+            format!(
+                "{create} {user_view} AS\nSELECT {}\nFROM {}",
+                cols.join(",\n       "),
+                self.data()
+            )
         }
     }
 
-    /// Realtime read: WITH ... `merged`, the stored groups with the changes not yet applied
+    /// Realtime read: `WITH ... merged`, the stored groups with the changes not yet applied
     /// folded in, in the storage's columns. It computes what the next refresh would store:
     /// the same batch (snapshot batching over the reader's snapshot, read only), the same
     /// values and type checks (events with a type error are left out, as a refresh leaves
     /// them out of the aggregate), and for min/max of a group that lost values and for
     /// count_distinct, the group's multiset plus the pending values. Its cost grows with the
     /// pending changes, as a refresh's does; with none pending it is a read of the storage.
+    ///
+    /// ```sql
+    /// WITH snap ..., f ..., c ..., good ...,          -- delta_input (rows fetched by id)
+    /// d0 AS (SELECT <keys>, <signed sums>, <pending values> FROM good GROUP BY <keys>),
+    /// lg<n> AS MATERIALIZED (SELECT * FROM eventview._v<id>_m<n>_log),   -- each min/max
+    /// merged AS (<untouched stored groups> UNION ALL <pending groups merged with storage>)
+    /// ```
     fn realtime_groups(&self, bucket_width: Option<&str>) -> String {
-        let def = self.def;
         let width = match bucket_width {
             Some(w) => quote::typed_literal(w, "interval"),
             None => "NULL::interval".to_string(),
         };
         let mut ctes = self.delta_input(Mode::Delta, &width, false);
         let (key_exprs, mut d_cols) = self.group_delta_columns();
-        // Multiset measures carry the group's pending values along (value, sign), so that the
-        // merge below works per group with index lookups and never joins two large sets on a
-        // row estimate the planner cannot know.
-        for (n, _) in self.multiset_measures() {
-            d_cols.push(format!(
-                "array_agg(m{n}) FILTER (WHERE m{n} IS NOT NULL) AS m{n}_vs, array_agg(sign) FILTER (WHERE m{n} IS NOT NULL) AS m{n}_signs"
-            ));
-        }
-        let positions = (1..=key_exprs.len()).map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
-        ctes.push(format!(
-            "d0 AS (\n    SELECT {}\n    FROM good\n    GROUP BY {positions}\n)",
-            d_cols.join(",\n           ")
-        ));
-        let mut keys = vec!["__k".to_string()];
-        keys.extend(self.keys().columns);
-        let key_list = keys.join(", ");
-        let group_of = |alias: &str| keys.iter().map(|k| format!("{alias}.{k} = d0.{k}")).collect::<Vec<_>>().join(" AND ");
-        // Two branches: stored groups the pending changes do not touch, as they are (with
-        // nothing pending that is the whole read, at the cost of an anti-join with an empty
-        // set); and the groups of the pending changes, merged with what is stored.
+        d_cols.extend(self.pending_value_columns());
+        ctes.push(Self::group_delta(&d_cols, key_exprs.len()));
+        ctes.extend(self.minmax_measures().map(|(n, _)| self.value_log_read(n)));
+        ctes.push(self.merged());
+        format!("WITH {}", ctes.join(",\n"))
+    }
+
+    /// Columns of a realtime read's `d0` carrying each multiset measure's pending values along
+    /// as (value, sign) arrays, so that `merged` works per group with index lookups and never
+    /// joins two large sets on a row estimate the planner cannot know.
+    ///
+    /// ```sql
+    /// array_agg(m<n>) FILTER (WHERE m<n> IS NOT NULL) AS m<n>_vs,
+    /// array_agg(sign) FILTER (WHERE m<n> IS NOT NULL) AS m<n>_signs
+    /// ```
+    fn pending_value_columns(&self) -> Vec<String> {
+        self.multiset_measures()
+            .map(|(n, _)| {
+                format!(
+                    "array_agg(m{n}) FILTER (WHERE m{n} IS NOT NULL) AS m{n}_vs, array_agg(sign) FILTER (WHERE m{n} IS NOT NULL) AS m{n}_signs"
+                )
+            })
+            .collect()
+    }
+
+    /// A min/max measure's value log, read once per realtime read. A realtime view's log is
+    /// empty, except to a reader whose snapshot predates the merge that made the view realtime;
+    /// only a group that lost values reads it.
+    ///
+    /// ```sql
+    /// lg<n> AS MATERIALIZED (SELECT * FROM eventview._v<id>_m<n>_log)
+    /// ```
+    fn value_log_read(&self, n: usize) -> String {
+        format!(
+            "lg{n} AS MATERIALIZED (SELECT * FROM {})",
+            names::view_values_log(self.view_id, n)
+        )
+    }
+
+    /// The groups a realtime read shows, in the storage's columns, in two branches: stored
+    /// groups the pending changes do not touch, as they are (with nothing pending that is the
+    /// whole read, at the cost of an anti-join with an empty set); and the groups of the
+    /// pending changes, merged with what is stored.
+    ///
+    /// ```sql
+    /// merged AS (
+    ///     SELECT __k, bucket, g1, g1_null, __count, m1_n, ...
+    ///     FROM eventview._v<id>_data s
+    ///     WHERE NOT EXISTS (SELECT 1 FROM d0 WHERE d0.__k = s.__k AND ...)
+    ///     UNION ALL
+    ///     SELECT coalesce(s.__k, d0.__k) AS __k, ...,
+    ///            coalesce(s.__count, 0) + d0.__count AS __count, ...
+    ///     FROM d0 LEFT JOIN eventview._v<id>_data s USING (__k, bucket, g1, g1_null)
+    /// )
+    /// ```
+    fn merged(&self) -> String {
+        let keys = self.key_columns();
         let mut stored_cols = keys.clone();
         stored_cols.push("__count".into());
+        stored_cols.extend(self.measure_columns());
         // A pending group's keys as stored, as a refresh keeps them (its upsert never rewrites
         // keys): equal keys may be spelled differently (numeric 1 and 1.0).
-        let mut merged: Vec<String> = keys.iter().map(|k| format!("coalesce(s.{k}, d0.{k}) AS {k}")).collect();
+        let mut merged: Vec<String> = keys
+            .iter()
+            .map(|k| format!("coalesce(s.{k}, d0.{k}) AS {k}"))
+            .collect();
         merged.push("coalesce(s.__count, 0) + d0.__count AS __count".into());
-        for (i, m) in def.measures.iter().enumerate() {
-            let n = i + 1;
-            match m.kind {
-                AggKind::CountStar => {}
-                AggKind::Count => {
-                    stored_cols.push(format!("m{n}_n"));
-                    merged.push(format!("coalesce(s.m{n}_n, 0) + d0.m{n}_n AS m{n}_n"));
-                }
-                AggKind::Sum | AggKind::Avg => {
-                    stored_cols.push(format!("m{n}_n"));
-                    stored_cols.push(format!("m{n}_sum"));
-                    merged.push(format!("coalesce(s.m{n}_n, 0) + d0.m{n}_n AS m{n}_n"));
-                    merged.push(format!("coalesce(s.m{n}_sum, 0) + d0.m{n}_sum AS m{n}_sum"));
-                }
-                AggKind::Min | AggKind::Max => {
-                    // A group that lost values: its extreme over the multiset, its value log and
-                    // the pending (value, sign) pairs; otherwise the extreme can only have moved
-                    // outwards. (A realtime view's log is empty, except to a reader whose snapshot
-                    // predates the merge that made the view realtime: read once per read, and
-                    // only if some group lost values.)
-                    let values = names::view_values(self.view_id, n);
-                    ctes.push(format!(
-                        "lg{n} AS MATERIALIZED (SELECT * FROM {})",
-                        names::view_values_log(self.view_id, n)
-                    ));
-                    let (agg, pick) = if m.kind == AggKind::Min { ("min", "LEAST") } else { ("max", "GREATEST") };
-                    merged.push(format!(
-                        "CASE WHEN d0.__dirty THEN (
+        for (n, m) in self.numbered_measures() {
+            merged.extend(self.merged_measure(n, m));
+        }
+        format!(
+            "merged AS (\n    SELECT {}\n    FROM {data} s\n    WHERE NOT EXISTS (SELECT 1 FROM d0 WHERE {})\n    UNION ALL\n    SELECT {}\n    FROM d0 LEFT JOIN {data} s USING ({})\n)",
+            stored_cols.join(", "),
+            self.keys_equal("d0", "s"),
+            merged.join(",\n           "),
+            keys.join(", "),
+            data = self.data()
+        )
+    }
+
+    /// The columns of measure `n` in `merged`'s pending branch: stored (`s`) plus pending
+    /// (`d0`).
+    ///
+    /// ```sql
+    /// coalesce(s.m<n>_n, 0) + d0.m<n>_n AS m<n>_n,
+    /// coalesce(s.m<n>_sum, 0) + d0.m<n>_sum AS m<n>_sum      -- sum, avg
+    /// ```
+    fn merged_measure(&self, n: usize, m: &Measure) -> Vec<String> {
+        let counter =
+            |col: &str| format!("coalesce(s.m{n}_{col}, 0) + d0.m{n}_{col} AS m{n}_{col}");
+        match m.kind {
+            AggKind::CountStar => vec![],
+            AggKind::Count => vec![counter("n")],
+            AggKind::Sum | AggKind::Avg => vec![counter("n"), counter("sum")],
+            AggKind::Min | AggKind::Max => vec![self.merged_extreme(n, m.kind)],
+            AggKind::CountDistinct => vec![self.merged_distinct_count(n)],
+        }
+    }
+
+    /// A min/max in `merged`: for a group that lost values, the extreme over its multiset, its
+    /// value log and the pending (value, sign) pairs; otherwise the extreme can only have moved
+    /// outwards.
+    ///
+    /// ```sql
+    /// CASE WHEN d0.__dirty THEN (SELECT max(w.v) FROM (<multiset, log, pending>) ...)
+    ///      ELSE GREATEST(s.m<n>_val, d0.m<n>_val) END AS m<n>_val
+    /// ```
+    fn merged_extreme(&self, n: usize, kind: AggKind) -> String {
+        let values = names::view_values(self.view_id, n);
+        let (agg, pick) = if kind == AggKind::Min {
+            ("min", "LEAST")
+        } else {
+            ("max", "GREATEST")
+        };
+        format!(
+            "CASE WHEN d0.__dirty THEN (
                SELECT {agg}(w.v) FROM (
                    SELECT u.v FROM (SELECT ms.v, ms.n FROM {values} ms WHERE {}
                                     UNION ALL
@@ -392,36 +542,30 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                                     SELECT p.v, p.s FROM unnest(d0.m{n}_vs, d0.m{n}_signs) AS p(v, s)) u
                    GROUP BY u.v HAVING sum(u.n) > 0) w)
            ELSE {pick}(s.m{n}_val, d0.m{n}_val) END AS m{n}_val",
-                        group_of("ms"),
-                        group_of("l")
-                    ));
-                    stored_cols.push(format!("m{n}_val"));
-                }
-                AggKind::CountDistinct => {
-                    // The stored count plus the values whose count crosses zero.
-                    let values = names::view_values(self.view_id, n);
-                    merged.push(format!(
-                        "coalesce(s.m{n}_val, 0) + (
+            self.keys_equal("ms", "d0"),
+            self.keys_equal("l", "d0")
+        )
+    }
+
+    /// A count_distinct in `merged`: the stored count plus the values whose count in the
+    /// group's multiset crosses zero with the pending changes.
+    ///
+    /// ```sql
+    /// coalesce(s.m<n>_val, 0) + (SELECT <+1 or -1 per value crossing zero>
+    ///                            FROM <pending values> p CROSS JOIN LATERAL <multiset n> o)
+    ///     AS m<n>_val
+    /// ```
+    fn merged_distinct_count(&self, n: usize) -> String {
+        let values = names::view_values(self.view_id, n);
+        format!(
+            "coalesce(s.m{n}_val, 0) + (
                SELECT coalesce(sum(CASE WHEN o.n <= 0 AND o.n + p.dn > 0 THEN 1
                                         WHEN o.n > 0 AND o.n + p.dn <= 0 THEN -1 ELSE 0 END), 0)::bigint
                FROM (SELECT x.v, sum(x.s) AS dn FROM unnest(d0.m{n}_vs, d0.m{n}_signs) AS x(v, s) GROUP BY x.v) p
                CROSS JOIN LATERAL (SELECT coalesce((SELECT ms.n FROM {values} ms WHERE {} AND ms.v = p.v), 0) AS n) o)
            AS m{n}_val",
-                        group_of("ms")
-                    ));
-                    stored_cols.push(format!("m{n}_val"));
-                }
-            }
-        }
-        let same_keys: Vec<String> = keys.iter().map(|k| format!("d0.{k} = s.{k}")).collect();
-        ctes.push(format!(
-            "merged AS (\n    SELECT {}\n    FROM {data} s\n    WHERE NOT EXISTS (SELECT 1 FROM d0 WHERE {})\n    UNION ALL\n    SELECT {}\n    FROM d0 LEFT JOIN {data} s USING ({key_list})\n)",
-            stored_cols.join(", "),
-            same_keys.join(" AND "),
-            merged.join(",\n           "),
-            data = self.data()
-        ));
-        format!("WITH {}", ctes.join(",\n"))
+            self.keys_equal("ms", "d0")
+        )
     }
 
     /// Distinct JSONPath and logical-field references read by the view, in first-use order;
@@ -429,7 +573,9 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     fn refs(&self) -> Vec<&FieldRef> {
         let mut out: Vec<&FieldRef> = Vec::new();
         for r in self.def.references() {
-            if !matches!(r, FieldRef::Envelope(_)) && !out.iter().any(|o| o.display() == r.display()) {
+            if !matches!(r, FieldRef::Envelope(_))
+                && !out.iter().any(|o| o.display() == r.display())
+            {
                 out.push(r);
             }
         }
@@ -441,7 +587,10 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         match field {
             FieldRef::Envelope(e) => e.column().to_string(),
             _ => {
-                let i = refs.iter().position(|p| p.display() == field.display()).expect("reference collected");
+                let i = refs
+                    .iter()
+                    .position(|p| p.display() == field.display())
+                    .expect("reference collected");
                 format!("j{}", i + 1)
             }
         }
@@ -456,7 +605,13 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 let whens: Vec<String> = f
                     .variants
                     .iter()
-                    .map(|v| format!("WHEN {} THEN {}", Self::variant_applies(v, "r."), v.plan.to_sql("r.payload")))
+                    .map(|v| {
+                        format!(
+                            "WHEN {} THEN {}",
+                            Self::variant_applies(v, "r."),
+                            v.plan.to_sql("r.payload")
+                        )
+                    })
                     .collect();
                 format!("CASE {} END", whens.join(" "))
             }
@@ -474,7 +629,11 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         if let Some(ver) = v.version {
             conds.push(format!("{prefix}event_version = {ver}"));
         }
-        if conds.is_empty() { "true".to_string() } else { conds.join(" AND ") }
+        if conds.is_empty() {
+            "true".to_string()
+        } else {
+            conds.join(" AND ")
+        }
     }
 
     /// For a reference that may be evaluated by a rich JSONPath: the condition (in stage c)
@@ -482,11 +641,25 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     /// reason recorded then. Such an event is a type error: never a silent NULL.
     fn too_deep_check(field: &FieldRef, raw: &str) -> Option<(String, String)> {
         let (rich, what) = match field {
-            FieldRef::Path { plan, text } if plan.is_rich() => ("true".to_string(), format!("JSONPath {text}")),
+            FieldRef::Path { plan, text } if plan.is_rich() => {
+                ("true".to_string(), format!("JSONPath {text}"))
+            }
             FieldRef::Logical(f) if f.variants.iter().any(|v| v.plan.is_rich()) => {
-                let whens: Vec<String> =
-                    f.variants.iter().map(|v| format!("WHEN {} THEN {}", Self::variant_applies(v, ""), v.plan.is_rich())).collect();
-                (format!("CASE {} END", whens.join(" ")), format!("field \"{}\"", f.name))
+                let whens: Vec<String> = f
+                    .variants
+                    .iter()
+                    .map(|v| {
+                        format!(
+                            "WHEN {} THEN {}",
+                            Self::variant_applies(v, ""),
+                            v.plan.is_rich()
+                        )
+                    })
+                    .collect();
+                (
+                    format!("CASE {} END", whens.join(" ")),
+                    format!("field \"{}\"", f.name),
+                )
             }
             _ => return None,
         };
@@ -511,17 +684,20 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     /// Whether a refresh has anything to apply (see `batch::pending_check`), and how many
     /// values wait in the min/max logs (an idle refresh merges them).
     pub fn pending_check(&self) -> String {
-        batch::pending_check(
-            self.source_id,
-            &self.applied_state(),
-            &format!("(SELECT extremes_logged FROM eventview._views WHERE view_id = {}) AS extremes_logged", self.view_id),
-        )
+        let logged = format!(
+            "(SELECT extremes_logged FROM eventview._views WHERE view_id = {}) AS extremes_logged",
+            self.view_id
+        );
+        batch::pending_check(self.source_id, &self.applied_state(), &logged)
     }
 
     /// The signed rows of the batch; `by_runs`: fetch touched rows by id ranges (see `batch`).
     fn rows_delta(&self, by_runs: bool) -> String {
-        let touched =
-            if by_runs { batch::touched_rows(&self.source_table) } else { batch::touched_rows_by_id(&self.source_table) };
+        let touched = if by_runs {
+            batch::touched_rows(&self.source_table)
+        } else {
+            batch::touched_rows_by_id(&self.source_table)
+        };
         let batch = batch::ctes(self.source_id, &self.applied_state());
         format!(
             "{batch},
@@ -539,6 +715,8 @@ delta_rows AS (
         )
     }
 
+    /// `full_rows`: every event of the source, signed +1 (a full rebuild, which reports its
+    /// progress), or every event in the buckets `[$2, $3)` (`window`: a windowed rebuild).
     fn rows_full(&self, window: bool) -> String {
         let src = &self.source_table;
         // A full recomputation reports its progress (`eventview._progress_tick`, always true).
@@ -562,121 +740,194 @@ delta_rows AS (
 
     /// The one statement of an apply. Parameters: $1 bucket width (interval, NULL when not
     /// bucketed), $2 and $3 the window of `Mode::Window` (timestamptz). Returns one row:
-    /// (changes consumed, groups written, groups with a retraction, first type error).
+    /// (changes consumed, groups written, groups with a retraction, first type error, values
+    /// in the min/max logs).
+    ///
+    /// ```sql
+    /// WITH snap ..., f ..., c ..., bad_rows ..., good ...,   -- delta_input
+    /// d0 AS (...),                                           -- group_delta
+    /// a<n> AS (INSERT INTO <value log or multiset> ...),     -- each multiset measure
+    /// dd<n> AS (...),                                        -- each count_distinct
+    /// d AS (...), up AS (INSERT INTO eventview._v<id>_data ...),
+    /// unq AS (...), q AS (...),                              -- quarantine
+    /// st AS (UPDATE eventview._views ...)
+    /// SELECT <consumed>, <groups_written>, ...               -- apply_result
+    /// ```
     pub fn apply(&self, mode: Mode) -> String {
-        let def = self.def;
         let mut ctes = self.delta_input(mode, WIDTH_PARAM, true);
         let (key_exprs, d_cols) = self.group_delta_columns();
-        let group_positions: Vec<String> = (1..=key_exprs.len()).map(|p| p.to_string()).collect();
-        let mut insert_cols: Vec<String> = vec!["__k".into()];
-        insert_cols.extend(self.keys().columns);
-        let key_insert_cols = insert_cols.clone();
-        insert_cols.push("__count".into());
-        let mut sets = vec!["__count = t.__count + EXCLUDED.__count".to_string()];
-        for (i, m) in def.measures.iter().enumerate() {
-            let n = i + 1;
-            match m.kind {
-                AggKind::CountStar => {}
-                AggKind::Count => {
-                    insert_cols.push(format!("m{n}_n"));
-                    sets.push(format!("m{n}_n = t.m{n}_n + EXCLUDED.m{n}_n"));
-                }
-                AggKind::Sum | AggKind::Avg => {
-                    insert_cols.push(format!("m{n}_n"));
-                    insert_cols.push(format!("m{n}_sum"));
-                    sets.push(format!("m{n}_n = t.m{n}_n + EXCLUDED.m{n}_n"));
-                    sets.push(format!("m{n}_sum = t.m{n}_sum + EXCLUDED.m{n}_sum"));
-                }
-                AggKind::Min | AggKind::Max => {
-                    let pick = if m.kind == AggKind::Min { "LEAST" } else { "GREATEST" };
-                    insert_cols.push(format!("m{n}_val"));
-                    // Only additions: the extreme can only move outwards. A retraction defers
-                    // to the fix-up, which reads the group's multiset.
-                    sets.push(format!(
-                        "m{n}_val = CASE WHEN EXCLUDED.__dirty THEN t.m{n}_val ELSE {pick}(t.m{n}_val, EXCLUDED.m{n}_val) END"
-                    ));
-                }
-                AggKind::CountDistinct => {
-                    // Filled from the multiset upsert below: +1 per value whose count rose from
-                    // zero, -1 per value whose count fell to zero.
-                    insert_cols.push(format!("m{n}_val"));
-                    sets.push(format!("m{n}_val = t.m{n}_val + EXCLUDED.m{n}_val"));
-                }
+        ctes.push(Self::group_delta(&d_cols, key_exprs.len()));
+        let mut logged = Vec::new();
+        for (n, m) in self.multiset_measures() {
+            if m.kind == AggKind::CountDistinct {
+                ctes.push(self.multiset_upsert(n, m.kind, &key_exprs));
+                ctes.push(self.distinct_changes(n));
+            } else if self.logs_extremes(mode) {
+                ctes.push(self.value_log_append(n, &key_exprs));
+                logged.push(n);
+            } else {
+                ctes.push(self.multiset_upsert(n, m.kind, &key_exprs));
             }
         }
-        insert_cols.push("__dirty".into());
-        sets.push("__dirty = EXCLUDED.__dirty".into());
-        let key_list = key_insert_cols.join(", ");
-        ctes.push(format!(
-            "d0 AS (\n    SELECT {}\n    FROM good\n    GROUP BY {}\n)",
-            d_cols.join(",\n           "),
-            group_positions.join(", ")
-        ));
-        self.apply_tail(mode, ctes, key_exprs, key_list, insert_cols, sets)
+        ctes.push(self.group_delta_with_distinct_counts());
+        ctes.push(self.storage_upsert());
+        if mode != Mode::Full {
+            ctes.push(self.superseded_quarantine());
+        }
+        if self.def.on_type_error == TypePolicy::Quarantine {
+            ctes.push(self.quarantine());
+        }
+        ctes.push(self.position_update(mode, &logged));
+        format!("WITH {}\n{}", ctes.join(",\n"), Self::apply_result(mode))
     }
 
     /// The CTEs from the rows to read through `good` (the type-checked values of each event,
     /// signed) and `bad_rows`: shared by the apply statement and realtime reads.
+    ///
+    /// ```sql
+    /// <the batch and delta_rows, or snap and full_rows, or both>,   -- input_rows
+    /// f AS (...),                  -- each reference evaluated once per row
+    /// ft AS (...),                 -- each reference's JSON type taken once, when tested
+    /// c0 AS (...), c AS (...),     -- values, filter and type checks (c alone: no key sizes)
+    /// bad_rows AS (...),
+    /// good AS NOT MATERIALIZED (...)
+    /// ```
     fn delta_input(&self, mode: Mode, width: &str, by_runs: bool) -> Vec<String> {
-        let def = self.def;
         let refs = self.refs();
-        let mut ctes: Vec<String> = Vec::new();
-        let rows = match mode {
-            Mode::Delta => {
-                ctes.push(self.rows_delta(by_runs));
-                "delta_rows".to_string()
-            }
-            Mode::Full => {
-                ctes.push(batch::SNAP_CTE.to_string());
-                ctes.push(self.rows_full(false));
-                "full_rows".to_string()
-            }
-            Mode::Window => {
-                ctes.push(self.rows_delta(by_runs));
-                ctes.push(self.rows_full(true));
-                "(SELECT * FROM delta_rows UNION ALL SELECT * FROM full_rows)".to_string()
-            }
+        let (mut ctes, rows) = self.input_rows(mode, by_runs);
+        let too_deep: Vec<(String, String)> = refs
+            .iter()
+            .filter_map(|r| Self::too_deep_check(r, &self.raw_column(&refs, r)))
+            .collect();
+        ctes.push(self.evaluated_references(&refs, rows, mode, width, !too_deep.is_empty()));
+        let (mut c_cols, checks) = self.checked_values(&refs, width);
+        // Sizes are checked over c's columns, in a second step (c0 then c) when the view keeps
+        // keys whose size varies.
+        let oversize = self.oversize_check();
+        let bad = Self::type_error(too_deep.into_iter().chain(checks).collect());
+        let bad_column = if oversize.is_some() { "bad0" } else { "bad" };
+        c_cols.push(format!("{bad} AS {bad_column}"));
+        let (c_cols, c_where, types) = Self::take_json_types(
+            refs.len(),
+            c_cols.join(",\n           "),
+            self.filter_condition(&refs),
+        );
+        let from = if types.is_empty() {
+            "f"
+        } else {
+            ctes.push(Self::json_types(&types));
+            "ft"
         };
+        ctes.extend(Self::checked(&c_cols, from, &c_where, oversize));
+        ctes.push(
+            "bad_rows AS (SELECT event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0)".into(),
+        );
+        ctes.push("good AS NOT MATERIALIZED (SELECT * FROM c WHERE bad IS NULL)".into());
+        ctes
+    }
 
-        // f: each reference evaluated once per row (OFFSET 0 keeps the planner from inlining
-        // the expressions into every use).
+    /// The CTEs giving the signed rows of an apply of `mode`, and the FROM item that reads
+    /// them: the batch's rows (`delta_rows`), every event (`full_rows`, with `snap` for the
+    /// new position), or both (a windowed rebuild).
+    fn input_rows(&self, mode: Mode, by_runs: bool) -> (Vec<String>, &'static str) {
+        match mode {
+            Mode::Delta => (vec![self.rows_delta(by_runs)], "delta_rows"),
+            Mode::Full => (
+                vec![batch::SNAP_CTE.to_string(), self.rows_full(false)],
+                "full_rows",
+            ),
+            Mode::Window => (
+                vec![self.rows_delta(by_runs), self.rows_full(true)],
+                "(SELECT * FROM delta_rows UNION ALL SELECT * FROM full_rows)",
+            ),
+        }
+    }
+
+    /// `f`: each reference evaluated once per row of `rows` (OFFSET 0 keeps the planner from
+    /// inlining the expressions into every use), with the payload when a rich JSONPath may
+    /// need it for its depth check (`with_payload`).
+    ///
+    /// ```sql
+    /// f AS (
+    ///     SELECT r.sign, r.from_delta, r.event_id, ..., (r.payload -> 'sku') AS j1, ...
+    ///     FROM delta_rows r
+    ///     WHERE r.event_type = ANY (ARRAY[...]::text[])
+    ///     OFFSET 0
+    /// )
+    /// ```
+    fn evaluated_references(
+        &self,
+        refs: &[&FieldRef],
+        rows: &str,
+        mode: Mode,
+        width: &str,
+        with_payload: bool,
+    ) -> String {
         let mut f_cols = vec!["r.sign, r.from_delta, r.event_id, r.event_type, r.event_version, r.producer, r.occurred_at".to_string()];
         for (i, r) in refs.iter().enumerate() {
             f_cols.push(format!("{} AS j{}", Self::raw_sql(r), i + 1));
         }
-        let too_deep: Vec<(String, String)> =
-            refs.iter().filter_map(|r| Self::too_deep_check(r, &self.raw_column(&refs, r))).collect();
-        if !too_deep.is_empty() {
+        if with_payload {
             f_cols.push("r.payload".into());
         }
-        let mut f_where = Vec::new();
-        if let Some(types) = &def.event_types {
+        format!(
+            "f AS (\n    SELECT {}\n    FROM {rows} r{}\n    OFFSET 0\n)",
+            f_cols.join(",\n           "),
+            self.row_filter(mode, width)
+        )
+    }
+
+    /// The WHERE clause of `f`: the view's event types, and in a windowed rebuild, changes
+    /// outside the window only (the window's events come from `full_rows`).
+    ///
+    /// ```sql
+    ///     WHERE r.event_type = ANY (ARRAY['a', 'b']::text[])
+    ///       AND NOT (r.from_delta AND <bucket> >= $2 AND <bucket> < $3)
+    /// ```
+    fn row_filter(&self, mode: Mode, width: &str) -> String {
+        let mut conds = Vec::new();
+        if let Some(types) = &self.def.event_types {
             let list: Vec<String> = types.iter().map(|t| quote::literal(t)).collect();
-            f_where.push(format!("r.event_type = ANY (ARRAY[{}]::text[])", list.join(", ")));
+            conds.push(format!(
+                "r.event_type = ANY (ARRAY[{}]::text[])",
+                list.join(", ")
+            ));
         }
         if mode == Mode::Window {
             let b = bucket_expr(width, "r.occurred_at");
-            f_where.push(format!("NOT (r.from_delta AND {b} >= $2 AND {b} < $3)"));
+            conds.push(format!("NOT (r.from_delta AND {b} >= $2 AND {b} < $3)"));
         }
-        let f_where = if f_where.is_empty() { String::new() } else { format!("\n    WHERE {}", f_where.join("\n      AND ")) };
-        ctes.push(format!(
-            "f AS (\n    SELECT {}\n    FROM {rows} r{f_where}\n    OFFSET 0\n)",
-            f_cols.join(",\n           ")
-        ));
+        where_clause(&conds)
+    }
 
-        // c: keys, measure inputs and the type check of each event the filter keeps.
-        let mut c_cols = vec!["sign".to_string(), "event_id".to_string()];
-        let mut checks: Vec<(String, String)> = too_deep.clone();
+    /// The columns of `c` before its type error: sign, event id, bucket, each group key
+    /// (`g<i>`) and measure input (`m<n>`) as its use needs it, and the type checks of those
+    /// values as (condition, reason).
+    ///
+    /// ```sql
+    /// sign, event_id, <bucket> AS bucket,
+    /// CASE WHEN jsonb_typeof(j1) IN ('string', 'number', 'boolean') THEN j1 #>> '{}' END AS g1,
+    /// CASE WHEN jsonb_typeof(j2) = 'number' THEN j2::numeric END AS m1, ...
+    /// ```
+    fn checked_values(
+        &self,
+        refs: &[&FieldRef],
+        width: &str,
+    ) -> (Vec<String>, Vec<(String, String)>) {
+        let def = self.def;
+        let mut cols = vec!["sign".to_string(), "event_id".to_string()];
+        let mut checks = Vec::new();
         if def.bucketed {
-            c_cols.push(format!("{} AS bucket", bucket_expr(width, "occurred_at")));
+            cols.push(format!("{} AS bucket", bucket_expr(width, "occurred_at")));
         }
         for (i, g) in def.group_by.iter().enumerate() {
-            let raw = self.raw_column(&refs, &g.field);
-            let v = value_sql(&g.field, &raw, Use::GroupKey, &format!("group column \"{}\"", g.name));
+            let raw = self.raw_column(refs, &g.field);
+            let context = format!("group column \"{}\"", g.name);
+            let v = value_sql(&g.field, &raw, Use::GroupKey, &context);
             checks.extend(v.check);
-            c_cols.push(format!("{} AS g{}", v.expr, i + 1));
+            cols.push(format!("{} AS g{}", v.expr, i + 1));
         }
-        for (i, m) in def.measures.iter().enumerate() {
+        for (n, m) in self.numbered_measures() {
             let Some(field) = &m.field else { continue };
             let used = match m.kind {
                 AggKind::CountStar => continue,
@@ -685,47 +936,81 @@ delta_rows AS (
                 AggKind::Min | AggKind::Max => Use::Extreme,
                 AggKind::CountDistinct => Use::Distinct,
             };
-            let raw = self.raw_column(&refs, field);
-            let context = format!("measure \"{}\": {}({})", m.name, m.kind.name(), field.display());
+            let raw = self.raw_column(refs, field);
+            let context = format!(
+                "measure \"{}\": {}({})",
+                m.name,
+                m.kind.name(),
+                field.display()
+            );
             let v = value_sql(field, &raw, used, &context);
             checks.extend(v.check);
-            c_cols.push(format!("{} AS m{}", v.expr, i + 1));
+            cols.push(format!("{} AS m{n}", v.expr));
         }
+        (cols, checks)
+    }
+
+    /// The type error of an event: the reason of the first check that fails, NULL when none
+    /// does.
+    ///
+    /// ```sql
+    /// CASE WHEN <condition> THEN <reason> WHEN ... END
+    /// ```
+    fn type_error(mut checks: Vec<(String, String)>) -> String {
         // A condition already tested by an earlier WHEN can never choose its reason (two
         // measures over one field check it alike): tested once.
         let mut tested = std::collections::HashSet::new();
         checks.retain(|(cond, _)| tested.insert(cond.clone()));
-        let bad = if checks.is_empty() {
-            "NULL::text".to_string()
-        } else {
-            let whens: Vec<String> = checks.iter().map(|(cond, reason)| format!("WHEN {cond} THEN {reason}")).collect();
-            format!("CASE {} END", whens.join(" "))
-        };
-        // Sizes are checked over c's columns, in a second step (c0 then c) when the view keeps
-        // keys whose size varies.
-        let oversize = self.oversize_check();
-        c_cols.push(format!("{bad} AS {}", if oversize.is_some() { "bad0" } else { "bad" }));
-        let mut c_where = Vec::new();
-        for term in &def.filter {
+        if checks.is_empty() {
+            return "NULL::text".to_string();
+        }
+        let whens: Vec<String> = checks
+            .iter()
+            .map(|(cond, reason)| format!("WHEN {cond} THEN {reason}"))
+            .collect();
+        format!("CASE {} END", whens.join(" "))
+    }
+
+    /// The WHERE clause of `c`: the view's filter, each term a set of accepted jsonb values.
+    ///
+    /// ```sql
+    ///     WHERE j3 IN ('"DE"'::jsonb, '1'::jsonb)
+    ///       AND ...
+    /// ```
+    fn filter_condition(&self, refs: &[&FieldRef]) -> String {
+        let mut conds = Vec::new();
+        for term in &self.def.filter {
             let lhs = match &term.field {
                 FieldRef::Envelope(e) => e.jsonb_sql(e.column()),
-                field => self.raw_column(&refs, field),
+                field => self.raw_column(refs, field),
             };
-            let values: Vec<String> =
-                term.values.iter().map(|v| quote::typed_literal(&v.to_string(), "jsonb")).collect();
+            let values: Vec<String> = term
+                .values
+                .iter()
+                .map(|v| quote::typed_literal(&v.to_string(), "jsonb"))
+                .collect();
             // An event whose filter field cannot be evaluated passes on to its type check.
             match Self::too_deep_check(&term.field, &lhs) {
-                Some((deep, _)) => c_where.push(format!("({lhs} IN ({}) OR {deep})", values.join(", "))),
-                None => c_where.push(format!("{lhs} IN ({})", values.join(", "))),
+                Some((deep, _)) => {
+                    conds.push(format!("({lhs} IN ({}) OR {deep})", values.join(", ")))
+                }
+                None => conds.push(format!("{lhs} IN ({})", values.join(", "))),
             }
         }
-        let c_where = if c_where.is_empty() { String::new() } else { format!("\n    WHERE {}", c_where.join("\n      AND ")) };
-        // The JSON type of each reference, which the keys, values and checks above test up to
-        // four times per event, is taken once (ft, kept apart from c by OFFSET 0 so the planner
-        // does not substitute the expression back into every use).
-        let (mut c_cols, mut c_where) = (c_cols.join(",\n           "), c_where);
+        where_clause(&conds)
+    }
+
+    /// The JSON type of each reference, which the keys, values and checks of `c` test up to
+    /// four times per event, taken once: `c`'s columns and condition with every
+    /// `jsonb_typeof(j<i>)` outside quotes replaced by `t<i>`, and the `ft` columns that
+    /// compute the types used (`jsonb_typeof(j<i>) AS t<i>`).
+    fn take_json_types(
+        refs: usize,
+        mut c_cols: String,
+        mut c_where: String,
+    ) -> (String, String, Vec<String>) {
         let mut types = Vec::new();
-        for i in 1..=refs.len() {
+        for i in 1..=refs {
             // Not inside literals: filter values and type error messages hold user text.
             let typeof_j = format!("jsonb_typeof(j{i})");
             let cols = quote::replace_outside_quotes(&c_cols, &typeof_j, &format!("t{i}"));
@@ -735,29 +1020,58 @@ delta_rows AS (
                 types.push(format!("{typeof_j} AS t{i}"));
             }
         }
-        let from = if types.is_empty() {
-            "f"
-        } else {
-            ctes.push(format!("ft AS (\n    SELECT f.*, {}\n    FROM f\n    OFFSET 0\n)", types.join(", ")));
-            "ft"
-        };
-        // c is computed once per event (MATERIALIZED; it would be anyway, being read twice),
-        // and every reader of good (the group delta d0, and a{n} of each min/max or
-        // count_distinct measure: its value log or multiset) scans it with good's condition (NOT
-        // MATERIALIZED), rather than through a second stored copy of the same rows: about a
-        // sixth of a 10,000-event refresh, with the fence below (session 10, BENCHMARKS.md).
+        (c_cols, c_where, types)
+    }
+
+    /// `ft`: `f` with the JSON types `c` tests, kept apart from `c` by OFFSET 0 so the planner
+    /// does not substitute the expressions back into every use.
+    ///
+    /// ```sql
+    /// ft AS (
+    ///     SELECT f.*, jsonb_typeof(j1) AS t1, ...
+    ///     FROM f
+    ///     OFFSET 0
+    /// )
+    /// ```
+    fn json_types(types: &[String]) -> String {
+        format!(
+            "ft AS (\n    SELECT f.*, {}\n    FROM f\n    OFFSET 0\n)",
+            types.join(", ")
+        )
+    }
+
+    /// `c`: each event's values and type error, computed once per event (MATERIALIZED; it
+    /// would be anyway, being read twice). Every reader of `good` (the group delta `d0`, and
+    /// `a<n>` of each min/max or count_distinct measure: its value log or multiset) scans it
+    /// with good's condition (NOT MATERIALIZED), rather than through a second stored copy of
+    /// the same rows: measured, about a sixth of the time of a 10,000-event refresh, with the
+    /// fence of `c0`. With an `oversize` check, `c0` computes the values and `c` adds the size
+    /// check to the type error.
+    ///
+    /// ```sql
+    /// c0 AS (
+    ///     SELECT sign, event_id, ..., <type error> AS bad0
+    ///     FROM ft
+    ///     WHERE <filter>
+    ///     OFFSET 0
+    /// ),
+    /// c AS MATERIALIZED (
+    ///     SELECT c0.*, coalesce(c0.bad0, <oversize>) AS bad
+    ///     FROM c0
+    /// )
+    /// ```
+    fn checked(c_cols: &str, from: &str, c_where: &str, oversize: Option<String>) -> Vec<String> {
         match oversize {
-            None => ctes.push(format!("c AS MATERIALIZED (\n    SELECT {c_cols}\n    FROM {from}{c_where}\n)")),
-            Some(oversize) => {
-                // c0 is fenced by OFFSET 0: pulled up into c, each of its columns the size check
-                // reads (keys, min/max and count_distinct values) would be computed again.
-                ctes.push(format!("c0 AS (\n    SELECT {c_cols}\n    FROM {from}{c_where}\n    OFFSET 0\n)"));
-                ctes.push(format!("c AS MATERIALIZED (\n    SELECT c0.*, coalesce(c0.bad0, {oversize}) AS bad\n    FROM c0\n)"));
-            }
+            None => vec![format!(
+                "c AS MATERIALIZED (\n    SELECT {c_cols}\n    FROM {from}{c_where}\n)"
+            )],
+            // c0 is fenced by OFFSET 0: pulled up into c, each of its columns the size check
+            // reads (keys, min/max and count_distinct values) would be computed again.
+            Some(oversize) => vec![
+                format!("c0 AS (\n    SELECT {c_cols}\n    FROM {from}{c_where}\n    OFFSET 0\n)"),
+                format!("c AS MATERIALIZED (\n    SELECT c0.*, coalesce(c0.bad0, {oversize}) AS bad\n    FROM c0\n)"),
+            ],
         }
-        ctes.push("bad_rows AS (SELECT event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0)".into());
-        ctes.push("good AS NOT MATERIALIZED (SELECT * FROM c WHERE bad IS NULL)".into());
-        ctes
     }
 
     /// The type error of an event whose group key, or group key and value of a min/max or
@@ -769,16 +1083,27 @@ delta_rows AS (
     /// flags, headers) fits in what MAX_KEY_BYTES leaves.
     fn oversize_check(&self) -> Option<String> {
         let def = self.def;
-        let keys: Vec<String> =
-            (1..=def.group_by.len()).map(|n| format!("coalesce(pg_catalog.pg_column_size(c0.g{n}), 0)")).collect();
-        let key_bytes = if keys.is_empty() { "0".to_string() } else { keys.join(" + ") };
+        let keys: Vec<String> = (1..=def.group_by.len())
+            .map(|n| format!("coalesce(pg_catalog.pg_column_size(c0.g{n}), 0)"))
+            .collect();
+        let key_bytes = if keys.is_empty() {
+            "0".to_string()
+        } else {
+            keys.join(" + ")
+        };
         let mut whens = Vec::new();
         if !keys.is_empty() {
-            let names: Vec<String> = def.group_by.iter().map(|g| format!("\"{}\"", g.name)).collect();
+            let names: Vec<String> = def
+                .group_by
+                .iter()
+                .map(|g| format!("\"{}\"", g.name))
+                .collect();
             whens.push(format!(
                 "WHEN {key_bytes} > {MAX_KEY_BYTES} THEN {} || ({key_bytes}) || {}",
                 quote::literal(&format!("group columns {} take ", names.join(", "))),
-                quote::literal(&format!(" bytes, more than the {MAX_KEY_BYTES} a group key may take"))
+                quote::literal(&format!(
+                    " bytes, more than the {MAX_KEY_BYTES} a group key may take"
+                ))
             ));
         }
         for (n, m) in self.multiset_measures() {
@@ -786,8 +1111,14 @@ delta_rows AS (
             let bytes = format!("{key_bytes} + coalesce(pg_catalog.pg_column_size(c0.m{n}), 0)");
             whens.push(format!(
                 "WHEN {bytes} > {MAX_KEY_BYTES} THEN {} || ({bytes}) || {}",
-                quote::literal(&format!("measure \"{}\": {}({field}) takes, with the group columns, ", m.name, m.kind.name())),
-                quote::literal(&format!(" bytes, more than the {MAX_KEY_BYTES} a stored value may take"))
+                quote::literal(&format!(
+                    "measure \"{}\": {}({field}) takes, with the group columns, ",
+                    m.name,
+                    m.kind.name()
+                )),
+                quote::literal(&format!(
+                    " bytes, more than the {MAX_KEY_BYTES} a stored value may take"
+                ))
             ));
         }
         if whens.is_empty() {
@@ -807,7 +1138,10 @@ delta_rows AS (
         }
         for (i, g) in self.def.group_by.iter().enumerate() {
             let n = i + 1;
-            key_exprs.push(format!("coalesce(g{n}, {}) AS g{n}", g.sql_type().placeholder()));
+            key_exprs.push(format!(
+                "coalesce(g{n}, {}) AS g{n}",
+                g.sql_type().placeholder()
+            ));
             key_exprs.push(format!("(g{n} IS NULL) AS g{n}_null"));
         }
         let mut d_cols = key_exprs.clone();
@@ -816,9 +1150,13 @@ delta_rows AS (
             let n = i + 1;
             match m.kind {
                 AggKind::CountStar => {}
-                AggKind::Count => d_cols.push(format!("sum(CASE WHEN m{n} THEN sign ELSE 0 END)::bigint AS m{n}_n")),
+                AggKind::Count => d_cols.push(format!(
+                    "sum(CASE WHEN m{n} THEN sign ELSE 0 END)::bigint AS m{n}_n"
+                )),
                 AggKind::Sum | AggKind::Avg => {
-                    d_cols.push(format!("sum(CASE WHEN m{n} IS NOT NULL THEN sign ELSE 0 END)::bigint AS m{n}_n"));
+                    d_cols.push(format!(
+                        "sum(CASE WHEN m{n} IS NOT NULL THEN sign ELSE 0 END)::bigint AS m{n}_n"
+                    ));
                     d_cols.push(format!("coalesce(sum(sign * m{n}), 0) AS m{n}_sum"));
                 }
                 AggKind::Min | AggKind::Max => {
@@ -832,86 +1170,228 @@ delta_rows AS (
         (key_exprs, d_cols)
     }
 
-    /// The rest of the apply statement after `d0`: multisets, the group upsert, the type-error
-    /// policy and the consumer's new position.
-    fn apply_tail(
-        &self,
-        mode: Mode,
-        mut ctes: Vec<String>,
-        key_exprs: Vec<String>,
-        key_list: String,
-        insert_cols: Vec<String>,
-        sets: Vec<String>,
-    ) -> String {
-        let def = self.def;
-        let vid = self.view_id;
-        // Multisets (min/max/count_distinct): (keys, v) -> n, in the same statement.
-        let mut d_select = vec!["d0.*".to_string()];
-        let mut d_joins = String::new();
-        let mut logged = Vec::new();
+    /// `d0`: the signed delta of each group the rows of `good` touch, over `d_cols` (see
+    /// `group_delta_columns`), grouped by the first `key_count` of them.
+    ///
+    /// ```sql
+    /// d0 AS (
+    ///     SELECT true AS __k,
+    ///            bucket,
+    ///            coalesce(g1, ''::text) AS g1,
+    ///            (g1 IS NULL) AS g1_null,
+    ///            sum(sign)::bigint AS __count, ...
+    ///     FROM good
+    ///     GROUP BY 1, 2, 3, 4
+    /// )
+    /// ```
+    fn group_delta(d_cols: &[String], key_count: usize) -> String {
+        let positions: Vec<String> = (1..=key_count).map(|p| p.to_string()).collect();
+        format!(
+            "d0 AS (\n    SELECT {}\n    FROM good\n    GROUP BY {}\n)",
+            d_cols.join(",\n           "),
+            positions.join(", ")
+        )
+    }
+
+    /// The signed count of each (group, value) of measure `n` in `good`, as selected into a
+    /// multiset or value log: the group's key expressions, `v` and `n`, and the GROUP BY
+    /// positions.
+    fn value_counts(n: usize, key_exprs: &[String]) -> (String, String) {
+        let mut sel = key_exprs.to_vec();
+        sel.push(format!("m{n} AS v"));
+        sel.push("sum(sign)::bigint AS n".into());
+        let positions: Vec<String> = (1..=key_exprs.len() + 1).map(|p| p.to_string()).collect();
+        (sel.join(", "), positions.join(", "))
+    }
+
+    /// `a<n>` of a min/max measure of a stored view's refresh: the batch's (keys, v, n) appended
+    /// to the value log, counted into `extremes_logged` by `position_update`.
+    ///
+    /// ```sql
+    /// a<n> AS (
+    ///     INSERT INTO eventview._v<id>_m<n>_log (__k, bucket, g1, g1_null, v, n)
+    ///     SELECT true AS __k, bucket, ..., m<n> AS v, sum(sign)::bigint AS n
+    ///     FROM good WHERE m<n> IS NOT NULL
+    ///     GROUP BY 1, 2, 3, 4, 5
+    ///     RETURNING 1
+    /// )
+    /// ```
+    fn value_log_append(&self, n: usize, key_exprs: &[String]) -> String {
+        let (select, positions) = Self::value_counts(n, key_exprs);
+        format!(
+            "a{n} AS (\n    INSERT INTO {} ({}, v, n)\n    SELECT {select}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {positions}\n    RETURNING 1\n)",
+            names::view_values_log(self.view_id, n),
+            self.key_list()
+        )
+    }
+
+    /// `a<n>`: the batch's (keys, v, n) of measure `n` added into its multiset. A
+    /// count_distinct multiset keeps each value's count before the upsert (`prev_n`) and returns
+    /// per value whether it entered (1) or left (-1) the distinct count.
+    ///
+    /// ```sql
+    /// a<n> AS (
+    ///     INSERT INTO eventview._v<id>_m<n> AS t (__k, bucket, g1, g1_null, v, n)
+    ///     SELECT true AS __k, bucket, ..., m<n> AS v, sum(sign)::bigint AS n
+    ///     FROM good WHERE m<n> IS NOT NULL
+    ///     GROUP BY 1, 2, 3, 4, 5
+    ///     ON CONFLICT (__k, bucket, g1, g1_null, v) DO UPDATE SET n = t.n + EXCLUDED.n
+    ///     RETURNING 1
+    /// )
+    /// ```
+    fn multiset_upsert(&self, n: usize, kind: AggKind, key_exprs: &[String]) -> String {
+        let key_list = self.key_list();
+        let (select, positions) = Self::value_counts(n, key_exprs);
+        let (set, returning) = if kind == AggKind::CountDistinct {
+            (
+                "prev_n = t.n, n = t.n + EXCLUDED.n".to_string(),
+                format!("{key_list}, CASE WHEN t.n > 0 AND t.prev_n <= 0 THEN 1 WHEN t.n <= 0 AND t.prev_n > 0 THEN -1 ELSE 0 END AS dd"),
+            )
+        } else {
+            ("n = t.n + EXCLUDED.n".to_string(), "1".to_string())
+        };
+        format!(
+            "a{n} AS (\n    INSERT INTO {} AS t ({key_list}, v, n)\n    SELECT {select}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {positions}\n    ON CONFLICT ({key_list}, v) DO UPDATE SET {set}\n    RETURNING {returning}\n)",
+            names::view_values(self.view_id, n)
+        )
+    }
+
+    /// `dd<n>`: per group, the change of count_distinct measure `n` (values entering minus
+    /// values leaving the distinct count, from `a<n>`).
+    ///
+    /// ```sql
+    /// dd<n> AS (SELECT __k, ..., sum(dd)::bigint AS dd FROM a<n> GROUP BY __k, ...)
+    /// ```
+    fn distinct_changes(&self, n: usize) -> String {
+        let key_list = self.key_list();
+        format!("dd{n} AS (SELECT {key_list}, sum(dd)::bigint AS dd FROM a{n} GROUP BY {key_list})")
+    }
+
+    /// `d`: the group deltas of `d0` with the change of each count_distinct measure.
+    ///
+    /// ```sql
+    /// d AS (SELECT d0.*, coalesce(dd<n>.dd, 0) AS m<n>_val FROM d0 LEFT JOIN dd<n> USING (...))
+    /// ```
+    fn group_delta_with_distinct_counts(&self) -> String {
+        let key_list = self.key_list();
+        let mut select = vec!["d0.*".to_string()];
+        let mut joins = String::new();
         for (n, m) in self.multiset_measures() {
-            let values = names::view_values(self.view_id, n);
-            let mut sel = key_exprs.clone();
-            sel.push(format!("m{n} AS v"));
-            sel.push("sum(sign)::bigint AS n".into());
-            let positions: Vec<String> = (1..=key_exprs.len() + 1).map(|p| p.to_string()).collect();
-            if m.kind != AggKind::CountDistinct && self.logs_extremes(mode) {
-                ctes.push(format!(
-                    "a{n} AS (\n    INSERT INTO {} ({key_list}, v, n)\n    SELECT {}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {}\n    RETURNING 1\n)",
-                    names::view_values_log(self.view_id, n),
-                    sel.join(", "),
-                    positions.join(", ")
-                ));
-                logged.push(format!(" + (SELECT count(*) FROM a{n})"));
-                continue;
-            }
-            let (set, returning) = if m.kind == AggKind::CountDistinct {
-                (
-                    "prev_n = t.n, n = t.n + EXCLUDED.n".to_string(),
-                    format!("{key_list}, CASE WHEN t.n > 0 AND t.prev_n <= 0 THEN 1 WHEN t.n <= 0 AND t.prev_n > 0 THEN -1 ELSE 0 END AS dd"),
-                )
-            } else {
-                ("n = t.n + EXCLUDED.n".to_string(), "1".to_string())
-            };
-            ctes.push(format!(
-                "a{n} AS (\n    INSERT INTO {values} AS t ({key_list}, v, n)\n    SELECT {}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {}\n    ON CONFLICT ({key_list}, v) DO UPDATE SET {set}\n    RETURNING {returning}\n)",
-                sel.join(", "),
-                positions.join(", ")
-            ));
             if m.kind == AggKind::CountDistinct {
-                ctes.push(format!("dd{n} AS (SELECT {key_list}, sum(dd)::bigint AS dd FROM a{n} GROUP BY {key_list})"));
-                d_select.push(format!("coalesce(dd{n}.dd, 0) AS m{n}_val"));
-                d_joins.push_str(&format!(" LEFT JOIN dd{n} USING ({key_list})"));
+                select.push(format!("coalesce(dd{n}.dd, 0) AS m{n}_val"));
+                joins.push_str(&format!(" LEFT JOIN dd{n} USING ({key_list})"));
             }
         }
-        ctes.push(format!("d AS (SELECT {} FROM d0{d_joins})", d_select.join(", ")));
-        let data = self.data();
-        ctes.push(format!(
-            "up AS (\n    INSERT INTO {data} AS t ({cols})\n    SELECT {cols} FROM d\n    ON CONFLICT ({key_list}) DO UPDATE SET\n        {sets}\n    RETURNING t.__dirty\n)",
-            cols = insert_cols.join(", "),
+        format!("d AS (SELECT {} FROM d0{joins})", select.join(", "))
+    }
+
+    /// `up`: the group deltas added into storage.
+    ///
+    /// ```sql
+    /// up AS (
+    ///     INSERT INTO eventview._v<id>_data AS t (__k, ..., __count, m1_n, ..., __dirty)
+    ///     SELECT __k, ..., __dirty FROM d
+    ///     ON CONFLICT (__k, ...) DO UPDATE SET
+    ///         __count = t.__count + EXCLUDED.__count,
+    ///         ...
+    ///         __dirty = EXCLUDED.__dirty
+    ///     RETURNING t.__dirty
+    /// )
+    /// ```
+    fn storage_upsert(&self) -> String {
+        let mut cols = self.key_columns();
+        cols.push("__count".into());
+        cols.extend(self.measure_columns());
+        cols.push("__dirty".into());
+        let mut sets = vec!["__count = t.__count + EXCLUDED.__count".to_string()];
+        sets.extend(self.measure_updates());
+        sets.push("__dirty = EXCLUDED.__dirty".into());
+        format!(
+            "up AS (\n    INSERT INTO {} AS t ({cols})\n    SELECT {cols} FROM d\n    ON CONFLICT ({}) DO UPDATE SET\n        {sets}\n    RETURNING t.__dirty\n)",
+            self.data(),
+            self.key_list(),
+            cols = cols.join(", "),
             sets = sets.join(",\n        ")
-        ));
-        let mut counters = String::new();
-        // A quarantine entry describes the version of an event the view left out; when the
-        // event is updated or deleted (an erasure request must not leave a copy behind), that
-        // version is superseded and its entry goes, whatever the policy and declarations are
-        // now. The DELETE sees only the entries from before this statement, never those `q`
-        // files for the events' new versions. (`eventview.views.quarantined` counts the
-        // entries themselves, so no counter follows them.)
-        if mode != Mode::Full {
-            ctes.push(format!(
-                "unq AS (
+        )
+    }
+
+    /// How `up` adds a group delta (`EXCLUDED`) into each measure's stored columns (`t`).
+    ///
+    /// ```sql
+    /// m<n>_n = t.m<n>_n + EXCLUDED.m<n>_n,
+    /// m<n>_val = CASE WHEN EXCLUDED.__dirty THEN t.m<n>_val
+    ///                 ELSE GREATEST(t.m<n>_val, EXCLUDED.m<n>_val) END      -- max
+    /// ```
+    fn measure_updates(&self) -> Vec<String> {
+        let mut sets = Vec::new();
+        let add = |col: String| format!("{col} = t.{col} + EXCLUDED.{col}");
+        for (n, m) in self.numbered_measures() {
+            match m.kind {
+                AggKind::CountStar => {}
+                AggKind::Count => sets.push(add(format!("m{n}_n"))),
+                AggKind::Sum | AggKind::Avg => {
+                    sets.push(add(format!("m{n}_n")));
+                    sets.push(add(format!("m{n}_sum")));
+                }
+                AggKind::Min | AggKind::Max => {
+                    let pick = if m.kind == AggKind::Min {
+                        "LEAST"
+                    } else {
+                        "GREATEST"
+                    };
+                    // Only additions: the extreme can only move outwards. A retraction defers
+                    // to the fix-up, which reads the group's multiset.
+                    sets.push(format!(
+                        "m{n}_val = CASE WHEN EXCLUDED.__dirty THEN t.m{n}_val ELSE {pick}(t.m{n}_val, EXCLUDED.m{n}_val) END"
+                    ));
+                }
+                // The change `d` takes from the multiset upsert: +1 per value whose count rose
+                // from zero, -1 per value whose count fell to zero.
+                AggKind::CountDistinct => sets.push(add(format!("m{n}_val"))),
+            }
+        }
+        sets
+    }
+
+    /// `unq`: the quarantine entries of the events the batch updated or deleted. An entry
+    /// describes the version of an event the view left out; when the event is updated or
+    /// deleted (an erasure request must not leave a copy behind), that version is superseded
+    /// and its entry goes, whatever the policy and declarations are now. The DELETE sees only
+    /// the entries from before this statement, never those `q` files for the events' new
+    /// versions. (`eventview.views.quarantined` counts the entries themselves, so no counter
+    /// follows them.)
+    ///
+    /// ```sql
+    /// unq AS (
+    ///     DELETE FROM eventview.quarantine q
+    ///     WHERE q.view_name = <known name>
+    ///       AND q.event_id IN (SELECT event_id FROM chg WHERE op <> 'I')
+    /// )
+    /// ```
+    fn superseded_quarantine(&self) -> String {
+        format!(
+            "unq AS (
     DELETE FROM eventview.quarantine q
     WHERE q.view_name = {known}
       AND q.event_id IN (SELECT event_id FROM chg WHERE op <> 'I')
 )",
-                known = self.known_name()
-            ));
-        }
-        match def.on_type_error {
-            TypePolicy::Quarantine => {
-                ctes.push(format!(
-                    "q AS (
+            known = self.known_name()
+        )
+    }
+
+    /// `q`: the events with a type error, copied into the quarantine (`on_type_error`
+    /// quarantine).
+    ///
+    /// ```sql
+    /// q AS (
+    ///     INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
+    ///     SELECT ..., b.event_id, b.bad, jsonb_build_object(...)
+    ///     FROM bad_rows b LEFT JOIN ONLY <event table> e ON e.event_id = b.event_id
+    /// )
+    /// ```
+    fn quarantine(&self) -> String {
+        format!(
+            "q AS (
     INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
     SELECT (SELECT relid FROM eventview._sources WHERE source_id = {sid}),
            {known},
@@ -922,23 +1402,43 @@ delta_rows AS (
                               'payload', e.payload)
     FROM bad_rows b LEFT JOIN ONLY {src} e ON e.event_id = b.event_id
 )",
-                    sid = self.source_id,
-                    known = self.known_name(),
-                    src = self.source_table
-                ));
-            }
-            TypePolicy::Skip => {
-                counters.push_str(",\n        skipped = skipped + (SELECT count(*) FROM bad_rows)");
-            }
-            TypePolicy::Fail => {}
+            sid = self.source_id,
+            known = self.known_name(),
+            src = self.source_table
+        )
+    }
+
+    /// `st`: the view's new position in the changelog and its counters: events skipped
+    /// (`on_type_error` skip), and values in the min/max logs, which the value logs of the
+    /// measures `logged` grew by (a full rebuild empties the logs).
+    ///
+    /// ```sql
+    /// st AS (
+    ///     UPDATE eventview._views
+    ///     SET applied_snapshot = (SELECT s FROM snap),
+    ///         applied_own_xid = (SELECT own FROM snap),
+    ///         applied_own_seq = CASE WHEN (SELECT own FROM snap) IS NOT NULL THEN ... END,
+    ///         skipped = skipped + (SELECT count(*) FROM bad_rows),
+    ///         extremes_logged = extremes_logged + (SELECT count(*) FROM a<n>)
+    ///     WHERE view_id = <id>
+    ///     RETURNING extremes_logged
+    /// )
+    /// ```
+    fn position_update(&self, mode: Mode, logged: &[usize]) -> String {
+        let mut counters = String::new();
+        if self.def.on_type_error == TypePolicy::Skip {
+            counters.push_str(",\n        skipped = skipped + (SELECT count(*) FROM bad_rows)");
         }
-        // Values appended to the logs so far (a full rebuild empties them).
-        match mode {
-            Mode::Full => counters.push_str(",\n        extremes_logged = 0"),
-            _ if !logged.is_empty() => {
-                counters.push_str(&format!(",\n        extremes_logged = extremes_logged{}", logged.concat()))
-            }
-            _ => {}
+        if mode == Mode::Full {
+            counters.push_str(",\n        extremes_logged = 0");
+        } else if !logged.is_empty() {
+            let added: String = logged
+                .iter()
+                .map(|n| format!(" + (SELECT count(*) FROM a{n})"))
+                .collect();
+            counters.push_str(&format!(
+                ",\n        extremes_logged = extremes_logged{added}"
+            ));
         }
         // Our own transaction's changes are applied up to the last one we can see: after a full
         // scan, all of them; after a delta, the newest consumed (or what an earlier refresh in
@@ -950,20 +1450,35 @@ delta_rows AS (
             ),
             _ => batch::OWN_SEQ_AFTER_DELTA.to_string(),
         };
-        ctes.push(format!(
+        format!(
             "st AS (
     UPDATE eventview._views
     SET applied_snapshot = (SELECT s FROM snap),
         applied_own_xid = (SELECT own FROM snap),
         applied_own_seq = CASE WHEN (SELECT own FROM snap) IS NOT NULL THEN {own_seq} END{counters}
-    WHERE view_id = {vid}
+    WHERE view_id = {}
     RETURNING extremes_logged
-)"
-        ));
-        let consumed = if mode == Mode::Full { "0::bigint".to_string() } else { batch::CONSUMED.to_string() };
+)",
+            self.view_id
+        )
+    }
+
+    /// The row an apply returns: changes consumed (none counted by a full rebuild), groups
+    /// written, groups that took a retraction, the first type error and the values in the
+    /// min/max logs.
+    ///
+    /// ```sql
+    /// SELECT <consumed> AS consumed,
+    ///        (SELECT count(*) FROM up) AS groups_written, ...
+    /// ```
+    fn apply_result(mode: Mode) -> String {
+        let consumed = if mode == Mode::Full {
+            "0::bigint"
+        } else {
+            batch::CONSUMED
+        };
         format!(
-            "WITH {}\nSELECT {consumed} AS consumed,\n       (SELECT count(*) FROM up) AS groups_written,\n       (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,\n       (SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1) AS first_error,\n       (SELECT extremes_logged FROM st) AS extremes_logged",
-            ctes.join(",\n")
+            "SELECT {consumed} AS consumed,\n       (SELECT count(*) FROM up) AS groups_written,\n       (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,\n       (SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1) AS first_error,\n       (SELECT extremes_logged FROM st) AS extremes_logged"
         )
     }
 
@@ -974,35 +1489,41 @@ delta_rows AS (
         // Emptied multiset entries can only be in groups that took a retraction: find them
         // through the dirty groups and the multiset's key index. (No partial index on n = 0:
         // it would make every update of n a non-HOT update.)
-        let key_match: Vec<String> = std::iter::once("__k".to_string())
-            .chain(self.keys().columns)
-            .map(|k| format!("a.{k} = t.{k}"))
-            .collect();
+        let key_match = self.keys_equal("a", "t");
         for (n, _) in self.multiset_measures() {
             out.push(format!(
                 "DELETE FROM {} a USING {data} t WHERE t.__dirty AND {} AND a.n = 0",
                 names::view_values(self.view_id, n),
-                key_match.join(" AND ")
+                key_match
             ));
         }
         out.push(format!("DELETE FROM {data} WHERE __dirty AND __count = 0"));
         let mut sets = Vec::new();
         for (n, m) in self.minmax_measures() {
             let values = names::view_values(self.view_id, n);
-            let dir = if m.kind == AggKind::Min { "ASC" } else { "DESC" };
+            let dir = if m.kind == AggKind::Min {
+                "ASC"
+            } else {
+                "DESC"
+            };
             sets.push(format!(
-                "m{n}_val = (SELECT a.v FROM {values} a WHERE {} ORDER BY a.v {dir} LIMIT 1)",
-                key_match.join(" AND ")
+                "m{n}_val = (SELECT a.v FROM {values} a WHERE {key_match} ORDER BY a.v {dir} LIMIT 1)"
             ));
         }
         sets.push("__dirty = false".into());
-        out.push(format!("UPDATE {data} AS t SET {} WHERE t.__dirty", sets.join(", ")));
+        out.push(format!(
+            "UPDATE {data} AS t SET {} WHERE t.__dirty",
+            sets.join(", ")
+        ));
         out
     }
 
     /// Deletes the buckets `[$2, $3)` from storage and multisets (windowed rebuild).
     pub fn clear_window(&self) -> Vec<String> {
-        let mut out = vec![format!("DELETE FROM {} WHERE bucket >= $2 AND bucket < $3", self.data())];
+        let mut out = vec![format!(
+            "DELETE FROM {} WHERE bucket >= $2 AND bucket < $3",
+            self.data()
+        )];
         for (n, _) in self.multiset_measures() {
             out.push(format!(
                 "DELETE FROM {} WHERE bucket >= $2 AND bucket < $3",
@@ -1056,16 +1577,21 @@ WHERE view_name = {known}
 
     /// Empties storage and multisets (full rebuild).
     pub fn clear_all(&self) -> Vec<String> {
-        self.storage_tables().iter().map(|t| format!("DELETE FROM {t}")).collect()
+        self.storage_tables()
+            .iter()
+            .map(|t| format!("DELETE FROM {t}"))
+            .collect()
     }
 }
-
 
 /// A storage table of a view (data, multiset, log) goes to the view's owner, and its row type is
 /// nobody else's to use: a column or function of that type, made by anyone, would stop the
 /// table from being dropped with its view (everyone has USAGE on schema eventview).
 pub fn storage_grants(table: &str, owner_ident: &str) -> [String; 2] {
-    [format!("ALTER TABLE {table} OWNER TO {owner_ident}"), format!("REVOKE USAGE ON TYPE {table} FROM PUBLIC")]
+    [
+        format!("ALTER TABLE {table} OWNER TO {owner_ident}"),
+        format!("REVOKE USAGE ON TYPE {table} FROM PUBLIC"),
+    ]
 }
 
 #[cfg(test)]
@@ -1087,16 +1613,29 @@ mod tests {
     }
 
     fn sql(d: &ViewDefinition) -> ViewSql<'_> {
-        ViewSql { def: d, view_id: 3, source_id: 2, source_table: "\"shop\".\"events\"".into(), log_extremes: true }
+        ViewSql {
+            def: d,
+            view_id: 3,
+            source_id: 2,
+            source_table: "\"shop\".\"events\"".into(),
+            log_extremes: true,
+        }
     }
 
     #[test]
     fn storage_has_flagged_keys_and_multisets_for_extremes() {
-        let d = def(r#"{"sku": "$.sku"}"#, r#"{"n": "count(*)", "top": "max($.p)"}"#, None, true);
+        let d = def(
+            r#"{"sku": "$.sku"}"#,
+            r#"{"n": "count(*)", "top": "max($.p)"}"#,
+            None,
+            true,
+        );
         let ddl = sql(&d).create_storage().join(";\n");
         assert!(ddl.contains("g1 text NOT NULL"));
         assert!(ddl.contains("g1_null boolean NOT NULL"));
-        assert!(ddl.contains("CREATE UNIQUE INDEX _v3_data_key ON eventview._v3_data (__k, bucket, g1, g1_null)"));
+        assert!(ddl.contains(
+            "CREATE UNIQUE INDEX _v3_data_key ON eventview._v3_data (__k, bucket, g1, g1_null)"
+        ));
         assert!(ddl.contains("CREATE TABLE eventview._v3_m2"));
         assert!(ddl.contains("v numeric NOT NULL"));
         assert_eq!(ddl.matches(") WITH (fillfactor = 70)").count(), 2);
@@ -1104,7 +1643,12 @@ mod tests {
 
     #[test]
     fn user_view_quotes_names_and_derives_avg() {
-        let d = def(r#"{"Sku \"x\"": "$.sku"}"#, r#"{"a": "avg($.p)", "s": "sum(event_version)"}"#, None, false);
+        let d = def(
+            r#"{"Sku \"x\"": "$.sku"}"#,
+            r#"{"a": "avg($.p)", "s": "sum(event_version)"}"#,
+            None,
+            false,
+        );
         let v = sql(&d).create_user_view("\"public\".\"v\"", Reads::Stored);
         assert!(v.contains("AS \"Sku \"\"x\"\"\""));
         assert!(v.contains("CASE WHEN m1_n > 0 THEN trim_scale(m1_sum) / m1_n END AS \"a\""));
@@ -1112,12 +1656,20 @@ mod tests {
 
     #[test]
     fn apply_reads_one_snapshot_and_quotes_user_values() {
-        let d = def(r#"{"sku": "$.sku"}"#, r#"{"q": "sum($.qty)"}"#, Some(r#"{"$.c": ["D'E", 1]}"#), true);
+        let d = def(
+            r#"{"sku": "$.sku"}"#,
+            r#"{"q": "sum($.qty)"}"#,
+            Some(r#"{"$.c": ["D'E", 1]}"#),
+            true,
+        );
         let a = sql(&d).apply(Mode::Delta);
         assert!(a.contains("pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))"));
         assert!(a.contains("ARRAY['add''to']::text[]"));
         assert!(a.contains("IN ('\"D''E\"'::jsonb, '1'::jsonb)"));
-        assert!(a.contains("measure \"\"q\"\": sum($.qty) needs a JSON number, found ") || a.contains("measure \"q\": sum($.qty) needs a JSON number, found "));
+        assert!(
+            a.contains("measure \"\"q\"\": sum($.qty) needs a JSON number, found ")
+                || a.contains("measure \"q\": sum($.qty) needs a JSON number, found ")
+        );
         assert!(a.contains("INSERT INTO eventview.quarantine"));
         // Deterministic: generating twice gives the same text.
         assert_eq!(a, sql(&d).apply(Mode::Delta));
@@ -1125,23 +1677,48 @@ mod tests {
 
     #[test]
     fn each_path_is_evaluated_once() {
-        let d = def(r#"{"a": "$.x", "b": "$.x"}"#, r#"{"s": "sum($.x)"}"#, None, false);
+        let d = def(
+            r#"{"a": "$.x", "b": "$.x"}"#,
+            r#"{"s": "sum($.x)"}"#,
+            None,
+            false,
+        );
         let a = sql(&d).apply(Mode::Full);
         assert_eq!(a.matches("(r.payload -> 'x') AS j1").count(), 1);
-        // count_distinct keeps a jsonb multiset and counts zero crossings.
-        let d = def(r#"{"sku": "$.sku"}"#, r#"{"users": "count_distinct($.user)"}"#, None, false);
-        let v = sql(&d);
-        assert!(v.create_storage().join(";").contains("prev_n bigint NOT NULL DEFAULT 0"));
-        assert!(v.apply(Mode::Delta).contains("LEFT JOIN dd1 USING (__k, g1, g1_null)"));
         assert!(!a.contains(" AS j2"));
     }
 
     #[test]
+    fn count_distinct_keeps_a_multiset_and_counts_zero_crossings() {
+        let d = def(
+            r#"{"sku": "$.sku"}"#,
+            r#"{"users": "count_distinct($.user)"}"#,
+            None,
+            false,
+        );
+        let v = sql(&d);
+        assert!(v
+            .create_storage()
+            .join(";")
+            .contains("prev_n bigint NOT NULL DEFAULT 0"));
+        assert!(v
+            .apply(Mode::Delta)
+            .contains("LEFT JOIN dd1 USING (__k, g1, g1_null)"));
+    }
+
+    #[test]
     fn stored_views_log_extremes_and_realtime_views_do_not() {
-        let d = def(r#"{"sku": "$.sku"}"#, r#"{"hi": "max($.p)", "users": "count_distinct($.u)"}"#, None, true);
+        let d = def(
+            r#"{"sku": "$.sku"}"#,
+            r#"{"hi": "max($.p)", "users": "count_distinct($.u)"}"#,
+            None,
+            true,
+        );
         let stored = sql(&d);
         let ddl = stored.create_storage().join(";\n");
-        assert!(ddl.contains("CREATE TABLE eventview._v3_m1_log (LIKE eventview._v3_m1 INCLUDING DEFAULTS)"));
+        assert!(ddl.contains(
+            "CREATE TABLE eventview._v3_m1_log (LIKE eventview._v3_m1 INCLUDING DEFAULTS)"
+        ));
         // count_distinct needs its multiset at every refresh (zero crossings): no log.
         assert!(!ddl.contains("_v3_m2_log"));
         assert_eq!(stored.storage_tables().len(), 4);
@@ -1155,21 +1732,37 @@ mod tests {
         assert!(full.contains("INSERT INTO eventview._v3_m1 AS t") && !full.contains("_m1_log"));
         assert!(full.contains("extremes_logged = 0"));
         assert!(!stored.apply(Mode::Window).contains("_m1_log"));
-        assert!(stored.clear_all().contains(&"DELETE FROM eventview._v3_m1_log".to_string()));
         assert!(stored
-            .clear_window()
-            .iter()
-            .any(|s| s.starts_with("WITH gone AS (DELETE FROM eventview._v3_m1_log WHERE bucket >= $2")
-                && s.contains("SET extremes_logged = greatest(extremes_logged - (SELECT count(*) FROM gone), 0)")));
+            .clear_all()
+            .contains(&"DELETE FROM eventview._v3_m1_log".to_string()));
+        assert!(stored.clear_window().iter().any(|s| s
+            .starts_with("WITH gone AS (DELETE FROM eventview._v3_m1_log WHERE bucket >= $2")
+            && s.contains(
+                "SET extremes_logged = greatest(extremes_logged - (SELECT count(*) FROM gone), 0)"
+            )));
         // Realtime reads take the log into account (empty but to a reader with an older snapshot).
-        let realtime_read = ViewSql { log_extremes: false, ..sql(&d) }.create_user_view("\"v\"", Reads::Realtime { bucket_width: Some("1 day") });
+        let realtime_read = ViewSql {
+            log_extremes: false,
+            ..sql(&d)
+        }
+        .create_user_view(
+            "\"v\"",
+            Reads::Realtime {
+                bucket_width: Some("1 day"),
+            },
+        );
         assert!(realtime_read.contains("lg1 AS MATERIALIZED (SELECT * FROM eventview._v3_m1_log)"));
         assert!(realtime_read.contains("SELECT l.v, l.n FROM lg1 l WHERE l.__k = d0.__k"));
         let merge = stored.merge_logs().join(";\n");
         assert!(merge.contains("WITH moved AS (DELETE FROM eventview._v3_m1_log RETURNING __k, bucket, g1, g1_null, v, n)"));
         assert!(merge.contains("HAVING sum(n) <> 0\nON CONFLICT (__k, bucket, g1, g1_null, v) DO UPDATE SET n = t.n + EXCLUDED.n"));
-        assert!(merge.ends_with("UPDATE eventview._views SET extremes_logged = 0 WHERE view_id = 3"));
-        let realtime = ViewSql { log_extremes: false, ..sql(&d) };
+        assert!(
+            merge.ends_with("UPDATE eventview._views SET extremes_logged = 0 WHERE view_id = 3")
+        );
+        let realtime = ViewSql {
+            log_extremes: false,
+            ..sql(&d)
+        };
         assert!(!realtime.logs_extremes(Mode::Delta));
         assert!(!realtime.apply(Mode::Delta).contains("_m1_log"));
     }
@@ -1185,17 +1778,37 @@ mod tests {
 
     #[test]
     fn each_reference_has_its_json_type_taken_once() {
-        let d = def(r#"{"sku": "$.sku"}"#, r#"{"q": "sum($.qty)", "hi": "max($.qty)", "n": "count($.sku)"}"#, None, true);
-        for statement in [sql(&d).apply(Mode::Delta), sql(&d).create_user_view("\"v\"", Reads::Realtime { bucket_width: Some("1 day") })] {
+        let d = def(
+            r#"{"sku": "$.sku"}"#,
+            r#"{"q": "sum($.qty)", "hi": "max($.qty)", "n": "count($.sku)"}"#,
+            None,
+            true,
+        );
+        for statement in [
+            sql(&d).apply(Mode::Delta),
+            sql(&d).create_user_view(
+                "\"v\"",
+                Reads::Realtime {
+                    bucket_width: Some("1 day"),
+                },
+            ),
+        ] {
             assert!(statement.contains("ft AS (\n    SELECT f.*, jsonb_typeof(j1) AS t1, jsonb_typeof(j2) AS t2\n    FROM f\n    OFFSET 0\n)"));
-            assert_eq!(statement.matches("jsonb_typeof(j").count(), 2, "{statement}");
+            assert_eq!(
+                statement.matches("jsonb_typeof(j").count(),
+                2,
+                "{statement}"
+            );
             assert!(statement.contains("CASE WHEN t2 = 'number' THEN j2::numeric END"));
             assert!(statement.contains("FROM ft\n"));
         }
         // Envelope columns only: no JSON types to take.
         let plain = def(r#"{"t": "event_type"}"#, r#"{"n": "count(*)"}"#, None, true);
         let statement = sql(&plain).apply(Mode::Delta);
-        assert!(!statement.contains("ft AS") && statement.contains("    FROM f\n    OFFSET 0\n)"), "{statement}");
+        assert!(
+            !statement.contains("ft AS") && statement.contains("    FROM f\n    OFFSET 0\n)"),
+            "{statement}"
+        );
         assert!(statement.contains("good AS NOT MATERIALIZED (SELECT * FROM c WHERE bad IS NULL)"));
         assert!(statement.contains("c AS MATERIALIZED (\n    SELECT c0.*, coalesce(c0.bad0, "));
     }

@@ -39,19 +39,27 @@ pub fn value_sql(field: &FieldRef, raw: &str, used: Use, context: &str) -> Value
             let (conv, bad, found) = convert(raw, f.sql_type);
             let reason = format!(
                 "{} || {found}",
-                quote::literal(&format!("{context}: field \"{}\" is declared {} and cannot take ", f.name, f.sql_type.name()))
+                quote::literal(&format!(
+                    "{context}: field \"{}\" is declared {} and cannot take ",
+                    f.name,
+                    f.sql_type.name()
+                ))
             );
             let check = bad.map(|b| (b, reason));
             let expr = match used {
                 Use::GroupKey | Use::Extreme => conv,
                 // A double's own numeric conversion keeps 15 significant digits: sums and
                 // averages take the JSON number exactly, as for numeric fields.
-                Use::Number if f.sql_type == SqlType::Double => format!("CASE WHEN ({conv}) IS NOT NULL THEN {raw}::numeric END"),
+                Use::Number if f.sql_type == SqlType::Double => {
+                    format!("CASE WHEN ({conv}) IS NOT NULL THEN {raw}::numeric END")
+                }
                 Use::Number => format!("({conv})::numeric"),
                 Use::CountNonNull => format!("(({conv}) IS NOT NULL)"),
                 // One instant is one value however its offset was written: the UTC form, as
                 // for occurred_at.
-                Use::Distinct if f.sql_type == SqlType::Timestamptz => Envelope::OccurredAt.jsonb_sql(&format!("({conv})")),
+                Use::Distinct if f.sql_type == SqlType::Timestamptz => {
+                    Envelope::OccurredAt.jsonb_sql(&format!("({conv})"))
+                }
                 Use::Distinct => format!("CASE WHEN ({conv}) IS NOT NULL THEN {raw} END"),
             };
             ValueSql { expr, check }
@@ -73,7 +81,9 @@ fn envelope_value(e: Envelope, used: Use) -> ValueSql {
 fn path_value(raw: &str, used: Use, context: &str, path: &str) -> ValueSql {
     match used {
         Use::GroupKey => ValueSql {
-            expr: format!("CASE WHEN jsonb_typeof({raw}) IN ('string', 'number', 'boolean') THEN {raw} #>> '{{}}' END"),
+            expr: format!(
+                "CASE WHEN jsonb_typeof({raw}) IN ('string', 'number', 'boolean') THEN {raw} #>> '{{}}' END"
+            ),
             check: Some((
                 format!("jsonb_typeof({raw}) IN ('object', 'array')"),
                 format!(
@@ -86,11 +96,20 @@ fn path_value(raw: &str, used: Use, context: &str, path: &str) -> ValueSql {
             expr: format!("CASE WHEN jsonb_typeof({raw}) = 'number' THEN {raw}::numeric END"),
             check: Some((
                 format!("jsonb_typeof({raw}) NOT IN ('number', 'null')"),
-                format!("{} || jsonb_typeof({raw})", quote::literal(&format!("{context} needs a JSON number, found "))),
+                format!(
+                    "{} || jsonb_typeof({raw})",
+                    quote::literal(&format!("{context} needs a JSON number, found "))
+                ),
             )),
         },
-        Use::CountNonNull => ValueSql { expr: format!("coalesce(jsonb_typeof({raw}) <> 'null', false)"), check: None },
-        Use::Distinct => ValueSql { expr: format!("CASE WHEN jsonb_typeof({raw}) <> 'null' THEN {raw} END"), check: None },
+        Use::CountNonNull => ValueSql {
+            expr: format!("coalesce(jsonb_typeof({raw}) <> 'null', false)"),
+            check: None,
+        },
+        Use::Distinct => ValueSql {
+            expr: format!("CASE WHEN jsonb_typeof({raw}) <> 'null' THEN {raw} END"),
+            check: None,
+        },
     }
 }
 
@@ -99,9 +118,16 @@ fn convert(raw: &str, t: SqlType) -> (String, Option<String>, String) {
     let kind = format!("jsonb_typeof({raw})");
     let found_kind = format!("'a JSON ' || {kind}");
     const INT8_RANGE: &str = "BETWEEN -9223372036854775808 AND 9223372036854775807";
+    // The check of a type that takes only some numbers: a JSON kind that is neither a number
+    // nor null, or a number outside `fits`.
+    let not_a_fitting_number = |fits: &str| {
+        format!("({kind} NOT IN ('number', 'null') OR ({kind} = 'number' AND NOT {fits}))")
+    };
     match t {
         SqlType::Text => (
-            format!("CASE WHEN {kind} IN ('string', 'number', 'boolean') THEN {raw} #>> '{{}}' END"),
+            format!(
+                "CASE WHEN {kind} IN ('string', 'number', 'boolean') THEN {raw} #>> '{{}}' END"
+            ),
             Some(format!("{kind} IN ('object', 'array')")),
             found_kind,
         ),
@@ -111,11 +137,15 @@ fn convert(raw: &str, t: SqlType) -> (String, Option<String>, String) {
             found_kind,
         ),
         SqlType::Bigint => {
-            let fits = format!("({raw}::numeric = trunc({raw}::numeric) AND {raw}::numeric {INT8_RANGE})");
+            let fits = format!(
+                "({raw}::numeric = trunc({raw}::numeric) AND {raw}::numeric {INT8_RANGE})"
+            );
             (
                 format!("CASE WHEN {kind} = 'number' AND {fits} THEN {raw}::numeric::bigint END"),
-                Some(format!("({kind} NOT IN ('number', 'null') OR ({kind} = 'number' AND NOT {fits}))")),
-                format!("CASE WHEN {kind} = 'number' THEN 'the number ' || {raw}::text ELSE 'a JSON ' || {kind} END"),
+                Some(not_a_fitting_number(&fits)),
+                format!(
+                    "CASE WHEN {kind} = 'number' THEN 'the number ' || {raw}::text ELSE 'a JSON ' || {kind} END"
+                ),
             )
         }
         SqlType::Double => {
@@ -127,9 +157,13 @@ fn convert(raw: &str, t: SqlType) -> (String, Option<String>, String) {
                 "(abs({raw}::numeric) <= 1.7976931348623157e308 AND ({raw}::numeric = 0 OR abs({raw}::numeric) >= 2.4703282292062328e-324))"
             );
             (
-                format!("CASE WHEN {kind} = 'number' AND {fits} THEN {raw}::numeric::double precision END"),
-                Some(format!("({kind} NOT IN ('number', 'null') OR ({kind} = 'number' AND NOT {fits}))")),
-                format!("CASE WHEN {kind} = 'number' THEN 'an out-of-range number' ELSE 'a JSON ' || {kind} END"),
+                format!(
+                    "CASE WHEN {kind} = 'number' AND {fits} THEN {raw}::numeric::double precision END"
+                ),
+                Some(not_a_fitting_number(&fits)),
+                format!(
+                    "CASE WHEN {kind} = 'number' THEN 'an out-of-range number' ELSE 'a JSON ' || {kind} END"
+                ),
             )
         }
         SqlType::Boolean => (
@@ -140,9 +174,15 @@ fn convert(raw: &str, t: SqlType) -> (String, Option<String>, String) {
         SqlType::Timestamptz => (
             format!("eventview._rfc3339({raw})"),
             Some(format!("({kind} <> 'null' AND eventview._rfc3339({raw}) IS NULL)")),
-            format!("CASE WHEN {kind} = 'string' THEN 'a string that is not an RFC 3339 timestamp' ELSE 'a JSON ' || {kind} END"),
+            format!(
+                "CASE WHEN {kind} = 'string' THEN 'a string that is not an RFC 3339 timestamp' ELSE 'a JSON ' || {kind} END"
+            ),
         ),
-        SqlType::Jsonb => (format!("CASE WHEN {kind} <> 'null' THEN {raw} END"), None, found_kind),
+        SqlType::Jsonb => (
+            format!("CASE WHEN {kind} <> 'null' THEN {raw} END"),
+            None,
+            found_kind,
+        ),
     }
 }
 
@@ -156,13 +196,23 @@ mod tests {
         FieldRef::Logical(LogicalField::new(
             "qty".into(),
             t,
-            vec![FieldVariant { event_type: None, version: None, path: "$.q".into(), plan: jsonpath::plan("$.q").unwrap() }],
+            vec![FieldVariant {
+                event_type: None,
+                version: None,
+                path: "$.q".into(),
+                plan: jsonpath::plan("$.q").unwrap(),
+            }],
         ))
     }
 
     #[test]
     fn strings_are_never_numbers() {
-        let v = value_sql(&logical(SqlType::Numeric), "j1", Use::Number, "measure \"s\"");
+        let v = value_sql(
+            &logical(SqlType::Numeric),
+            "j1",
+            Use::Number,
+            "measure \"s\"",
+        );
         assert!(v.expr.contains("jsonb_typeof(j1) = 'number'"));
         let (cond, reason) = v.check.unwrap();
         assert_eq!(cond, "jsonb_typeof(j1) NOT IN ('number', 'null')");
@@ -171,15 +221,30 @@ mod tests {
 
     #[test]
     fn bigint_takes_only_integral_numbers_in_range() {
-        let v = value_sql(&logical(SqlType::Bigint), "j1", Use::GroupKey, "group column \"k\"");
+        let v = value_sql(
+            &logical(SqlType::Bigint),
+            "j1",
+            Use::GroupKey,
+            "group column \"k\"",
+        );
         assert!(v.expr.contains("trunc(j1::numeric)"));
         assert!(v.check.unwrap().0.contains("NOT (j1::numeric = trunc"));
     }
 
     #[test]
     fn jsonb_takes_anything_and_count_distinct_compares_jsonb() {
-        assert!(value_sql(&logical(SqlType::Jsonb), "j1", Use::GroupKey, "g").check.is_none());
-        let p = FieldRef::Path { text: "$.a".into(), plan: jsonpath::plan("$.a").unwrap() };
-        assert_eq!(value_sql(&p, "j2", Use::Distinct, "m").expr, "CASE WHEN jsonb_typeof(j2) <> 'null' THEN j2 END");
+        assert!(
+            value_sql(&logical(SqlType::Jsonb), "j1", Use::GroupKey, "g")
+                .check
+                .is_none()
+        );
+        let p = FieldRef::Path {
+            text: "$.a".into(),
+            plan: jsonpath::plan("$.a").unwrap(),
+        };
+        assert_eq!(
+            value_sql(&p, "j2", Use::Distinct, "m").expr,
+            "CASE WHEN jsonb_typeof(j2) <> 'null' THEN j2 END"
+        );
     }
 }

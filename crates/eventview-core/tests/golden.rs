@@ -3,7 +3,7 @@
 //! to generated SQL shows as a diff of those files in review.
 //!
 //! `UPDATE_GOLDEN=1 cargo test -p eventview-core --test golden` rewrites the files from the
-//! current code (and removes files no statement kind writes any more).
+//! current code, and removes the files of statement kinds it does not list.
 
 use std::path::{Path, PathBuf};
 
@@ -280,7 +280,7 @@ fn generated_sql_matches_the_golden_files() {
             Err(e) => failures.push(format!("{}: {e}", path.display())),
         }
     }
-    // A golden file of a statement kind no longer generated is stale.
+    // A golden file of a statement kind the list above does not hold is stale.
     for entry in std::fs::read_dir(&dir).into_iter().flatten() {
         let path = entry.unwrap().path();
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
