@@ -60,8 +60,7 @@ pub struct Source {
 /// snapshot: a position written by a transaction that committed after the statement's snapshot
 /// was taken (a row locked after waiting for it) is not from elsewhere.
 pub fn position_from_elsewhere(xmax: Option<i64>) -> bool {
-    // SAFETY: reads the shared next transaction id (under its lock); no side effects.
-    let next = unsafe { pg_sys::ReadNextFullTransactionId() }.value;
+    let next = crate::pg::next_full_transaction_id();
     xmax.is_some_and(|x| x as u64 > next)
 }
 
@@ -844,4 +843,119 @@ pub fn view_table(view_id: i32) -> EvResult<Option<ViewTable>> {
             table_exists: row.get::<bool>(4)?,
         }))
     })?)
+}
+
+// ---- Forgetting a view ----
+
+/// A view's catalog facts that forgetting it needs.
+pub struct ForgottenView {
+    pub view_id: i32,
+    pub source_id: i32,
+    pub owner: pg_sys::Oid,
+    /// None when the owner role is gone.
+    pub owner_name: Option<String>,
+    pub source_relid: pg_sys::Oid,
+}
+
+/// Locks the view's catalog row, deletes its quarantine entries (unless another view has the
+/// same name: a view dropped behind the API's back and made again under its name shares
+/// them) and the row itself, and returns what the rest of forgetting the view needs; None
+/// for a view already forgotten. The row is taken before the quarantine rows, as a refresh
+/// takes them (the other order deadlocks with one).
+pub fn delete_view(view_id: i32) -> EvResult<Option<ForgottenView>> {
+    let row = Spi::connect_mut(|client| {
+        let t = crate::pg::plan_cache::execute(
+            client,
+            "SELECT w.source_id, w.known_name, w.owner::oid, o.rolname::text, s.relid::oid
+             FROM eventview._views w
+             JOIN eventview._sources s ON s.source_id OPERATOR(pg_catalog.=) w.source_id
+             LEFT JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) w.owner::oid
+             WHERE w.view_id OPERATOR(pg_catalog.=) $1
+             FOR UPDATE OF w",
+            Some(1),
+            &[view_id.into()],
+            crate::pg::plan_cache::Plans::Generic,
+        )?;
+        if t.is_empty() {
+            return Ok::<_, pgrx::spi::SpiError>(None);
+        }
+        let row = t.first();
+        Ok(Some((
+            row.get::<i32>(1)?,
+            row.get::<String>(2)?,
+            row.get::<pg_sys::Oid>(3)?,
+            row.get::<String>(4)?,
+            row.get::<pg_sys::Oid>(5)?,
+        )))
+    })?;
+    let Some((Some(source_id), known_name, Some(owner), owner_name, Some(source_relid))) = row
+    else {
+        return Ok(None);
+    };
+    spi::run(
+        "DELETE FROM eventview.quarantine
+         WHERE view_name OPERATOR(pg_catalog.=) $2
+           AND NOT EXISTS (SELECT 1 FROM eventview._views o
+                           WHERE o.known_name OPERATOR(pg_catalog.=) $2
+                             AND o.view_id OPERATOR(pg_catalog.<>) $1)",
+        &[view_id.into(), known_name.into()],
+    )?;
+    spi::run(
+        "DELETE FROM eventview._views WHERE view_id OPERATOR(pg_catalog.=) $1",
+        &[view_id.into()],
+    )?;
+    Ok(Some(ForgottenView {
+        view_id,
+        source_id,
+        owner,
+        owner_name,
+        source_relid,
+    }))
+}
+
+/// The storage tables of a view that exist (`_v<id>_data`, `_v<id>_m<n>`, `_v<id>_m<n>_log`),
+/// as quoted qualified names: the logs and multisets before the data (none depends on
+/// another; the same order every time keeps two drops from waiting on each other).
+pub fn storage_tables(view_id: i32) -> EvResult<Vec<String>> {
+    Ok(spi::one::<Vec<String>>(
+        "SELECT coalesce(pg_catalog.array_agg(c.oid::pg_catalog.regclass::text
+                                              ORDER BY c.relname OPERATOR(pg_catalog.~) '_data$', c.relname), '{}')
+         FROM pg_catalog.pg_class c
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'eventview'::pg_catalog.regnamespace
+           AND c.relkind OPERATOR(pg_catalog.=) 'r'
+           AND c.relname OPERATOR(pg_catalog.~) pg_catalog.format('^_v%s_(data|m[0-9]+(_log)?)$', $1)",
+        &[view_id.into()],
+    )?
+    .unwrap_or_default())
+}
+
+/// Whether the owner of a forgotten view still needs to read the changelog of its event table:
+/// another view of theirs reads the table, or they own the table. False when the changelog is
+/// gone.
+pub fn owner_still_reads_changelog(view: &ForgottenView) -> EvResult<bool> {
+    Ok(spi::one::<bool>(
+        "SELECT pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', $1)) IS NULL
+             OR EXISTS (SELECT 1 FROM eventview._views w
+                        WHERE w.source_id OPERATOR(pg_catalog.=) $1
+                          AND w.owner::oid OPERATOR(pg_catalog.=) $2)
+             OR EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                        WHERE c.oid OPERATOR(pg_catalog.=) $3
+                          AND c.relowner OPERATOR(pg_catalog.=) $2)",
+        &[
+            view.source_id.into(),
+            view.owner.into(),
+            view.source_relid.into(),
+        ],
+    )?
+    .unwrap_or(true))
+}
+
+/// Whether an event table whose relation is gone has no view left: then it is forgotten too.
+pub fn dropped_source_unread(source_id: i32, source_relid: pg_sys::Oid) -> EvResult<bool> {
+    Ok(spi::one::<bool>(
+        "SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) $2)
+            AND NOT EXISTS (SELECT 1 FROM eventview._views w WHERE w.source_id OPERATOR(pg_catalog.=) $1)",
+        &[source_id.into(), source_relid.into()],
+    )?
+    .unwrap_or(false))
 }

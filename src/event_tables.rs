@@ -1,5 +1,5 @@
-//! Event tables: creating one (envelope DDL, changelog, capture triggers), dropping it, and
-//! pruning its raw events past retention.
+//! Event tables: creating one (envelope DDL, changelog, capture triggers), forgetting one that
+//! is gone, and pruning its raw events past retention.
 
 use crate::catalog;
 use crate::errors::{EvError, EvResult};
@@ -7,7 +7,6 @@ use crate::pg::roles;
 use crate::pg::spi;
 use crate::privileges;
 use crate::relation;
-use crate::views;
 use eventview_core::{envelope_sql, names};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
@@ -74,38 +73,6 @@ fn refuse_schema(quoted: &str) -> EvResult<()> {
         ));
     }
     Ok(())
-}
-
-pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
-    let source = catalog::source_by_name(name)?;
-    privileges::require_table_owner(source.relid, "drop")?;
-    // Before listing its views: a view or field declaration being added waits, or makes this wait.
-    catalog::lock_source(&source, catalog::SourceLock::Drops)?;
-    let readers = catalog::views_of_source(source.source_id)?;
-    if !readers.is_empty() && !cascade {
-        let names = readers
-            .iter()
-            .map(|(_, relid)| crate::relation::regclass_text(*relid))
-            .collect::<EvResult<Vec<_>>>()?
-            .join(", ");
-        return Err(EvError::new(
-            PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
-            format!(
-                "cannot drop event table {} because views read it",
-                crate::relation::regclass_text(source.relid)?
-            ),
-        )
-        .with_detail(format!("Views reading it: {names}."))
-        .with_hint("Drop the views first, or call drop_event_table with cascade => true."));
-    }
-    for (_, relid) in readers {
-        views::drop_view_by_relid(relid)?;
-    }
-    views::require_no_dependents(source.relid, "event table")?;
-    // The DROP fires eventview._follow_drop, which forgets the table; forgotten here again in
-    // case event triggers did not fire (session_replication_role = replica).
-    roles::as_caller(|| spi::run_all(&[format!("DROP TABLE {}", source.table_sql)]))?;
-    forget_source(source.source_id)
 }
 
 /// Forgets an event table that is gone or going: what was recorded about it (drift,
@@ -195,13 +162,10 @@ pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> E
                     AND NOT EXISTS (SELECT 1 FROM updated u WHERE u.event_id = t.event_id) RETURNING 1)
          SELECT count(*) FROM gone"
     );
-    roles::as_role(owner, || {
-        // The cutoff `now() - retention`, in the lock statement and in the delete capture's
-        // exemption of pruned rows, is computed in UTC whatever the session's time zone, as
-        // rebuild's horizon is (`catalog::retention_horizon`). Set at as_role's nest level,
-        // so it ends with it.
-        // SAFETY: a SAVE-action set inside the nest level as_role pushed and pops.
-        unsafe { crate::pg::guc::set_in_nest_level(c"TimeZone", c"UTC") };
+    // The cutoff `now() - retention`, in the lock statement and in the delete capture's
+    // exemption of pruned rows, is computed in UTC whatever the session's time zone, as
+    // rebuild's horizon is (`catalog::retention_horizon`).
+    roles::as_role_with_setting(owner, c"TimeZone", c"UTC", || {
         let mut done: i64 = 0;
         loop {
             let want = (max_rows - done).min(10_000);

@@ -33,6 +33,7 @@ mod progress;
 mod refresh;
 mod relation;
 mod scheduler;
+mod teardown;
 mod view_objects;
 mod views;
 

@@ -58,7 +58,7 @@ pub fn apply(
             format!("view {} was restored from another cluster whose transaction ids are ahead of this one's, and its position was not renumbered at restore", relname(view)?),
         )
         .with_hint(format!(
-            "As a superuser, SELECT eventview._rebase_positions({}) renumbers the positions of its event table (a serial restore does it itself; see the README on dump and restore); run it before new events are written, or rebuild the table's views after it.",
+            "As a superuser, SELECT eventview._rebase_positions({}) renumbers the positions of its event table (a serial restore does it itself; see Dump and restore in docs/reference.md); run it before new events are written, or rebuild the table's views after it.",
             view.source.source_id
         )));
     }

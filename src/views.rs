@@ -10,8 +10,8 @@ use crate::refresh;
 use crate::relation;
 use crate::view_objects;
 use eventview_core::definition::{parse_definition, DefinitionInput, TypePolicy};
-use eventview_core::names;
 use eventview_core::sqlgen::{self, Mode, Reads, ViewSql};
+use eventview_core::{names, quote};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
@@ -157,7 +157,44 @@ pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
         require_no_dependents(relid, "view")?;
         spi::run_all(&[format!("DROP VIEW {}", relation::qualified(relid)?)])?;
     }
-    spi::run("SELECT eventview._forget_view($1)", &[view_id.into()])
+    forget_view(view_id)
+}
+
+/// Forgets an incremental view whose relation is gone: its quarantine entries, its catalog
+/// row, its storage, its owner's right to read the changelog when no other view of theirs
+/// reads it, and its event table when that was dropped and no other view reads it. Run by
+/// `eventview._follow_drop` after a DROP took the view's relation (drop_view's DROP VIEW too,
+/// which runs it again: a no-op unless event triggers did not fire). As the extension owner.
+pub fn forget_view(view_id: i32) -> EvResult<()> {
+    let Some(view) = catalog::delete_view(view_id)? else {
+        return Ok(());
+    };
+    // CASCADE: storage is internal; what a role built on it (a view of its own) goes too,
+    // rather than keep the view from being dropped (by the event table's owner among others).
+    let drops: Vec<String> = catalog::storage_tables(view.view_id)?
+        .iter()
+        .map(|table| format!("DROP TABLE IF EXISTS {table} CASCADE"))
+        .collect();
+    spi::run_all(&drops)?;
+    if let Some(owner_name) = &view.owner_name {
+        if !catalog::owner_still_reads_changelog(&view)? {
+            // The REVOKE fires eventview._follow_ddl, which has nothing to add.
+            let revoke = format!(
+                "REVOKE SELECT ON {} FROM {}",
+                names::changelog(view.source_id),
+                quote::ident(owner_name)
+            );
+            crate::pg::guc::with_setting(c"eventview.following_ddl", c"on", || {
+                spi::run_all(&[revoke])
+            })?;
+        }
+    }
+    // Its event table was dropped while the view read it (see eventview._follow_drop): the
+    // table is forgotten with the last of its views.
+    if catalog::dropped_source_unread(view.source_id, view.source_relid)? {
+        crate::event_tables::forget_source(view.source_id)?;
+    }
+    Ok(())
 }
 
 /// No other object depends on the relation, a view or an event table (another view reads it, a
@@ -262,23 +299,10 @@ pub fn group_count(view_id: i32) -> EvResult<Option<i64>> {
     // Counted only while the storage is a plain table without row-level security, checked under
     // the lock the count takes: a rule or a policy of its owner's could otherwise make every
     // read of eventview.views fail (their functions run as the owner, but may raise).
-    // SAFETY: locks a relation of the extension's schema by OID, as the count below would.
-    unsafe { pg_sys::LockRelationOid(storage, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
+    crate::pg::locks::lock_for_reading(storage);
     // (From the relation cache, current once the lock is taken: a catalog query would read it
     // with the transaction's snapshot under REPEATABLE READ, older than what the count plans with.)
-    // SAFETY: opens and closes a relcache entry of a relation this backend holds locked.
-    let plain = unsafe {
-        let rel = pg_sys::RelationIdGetRelation(storage);
-        if rel.is_null() {
-            false
-        } else {
-            let form = (*rel).rd_rel;
-            let plain = (*form).relkind == pg_sys::RELKIND_RELATION as std::ffi::c_char
-                && !(*form).relrowsecurity;
-            pg_sys::RelationClose(rel);
-            plain
-        }
-    };
+    let plain = crate::pg::relcache::is_plain_table_without_row_security(storage);
     if !plain {
         return Ok(None);
     }

@@ -378,7 +378,7 @@ def test_no_other_table_borrows_a_capture_function(cluster, roles):
         admin.q(f"GRANT EXECUTE ON FUNCTION {f} TO PUBLIC")
     bob.q(f"CREATE TRIGGER borrowed AFTER INSERT ON fake REFERENCING NEW TABLE AS new_rows "
           f"FOR EACH STATEMENT EXECUTE FUNCTION {functions[0]}")
-    # The README's query finds such a trigger, and only it.
+    # The query of docs/reference.md (the extension's own objects) finds such a trigger, and only it.
     borrowed = admin.q("""SELECT t.tgrelid::regclass::text, t.tgname FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
                           JOIN eventview._sources s ON p.proname ~ ('^_capture_' || s.source_id || '_')
                           WHERE p.pronamespace = 'eventview'::regnamespace AND t.tgrelid <> s.relid""")

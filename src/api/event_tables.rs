@@ -28,7 +28,7 @@ fn create_event_table(
 
 #[pg_extern(name = "_drop_event_table", volatile, parallel_unsafe)]
 fn drop_event_table(name: &str, cascade: bool) -> Result<(), ErrorReport> {
-    at_boundary(|| crate::event_tables::drop_event_table(name, cascade))
+    at_boundary(|| crate::teardown::drop_event_table(name, cascade))
 }
 
 /// Forgets an event table a plain DROP TABLE took (called by eventview._follow_drop, as the

@@ -1,5 +1,8 @@
 //! Configuration settings changed for the span of a GUC nest level.
 
+use crate::errors::EvResult;
+use pgrx::prelude::*;
+
 /// Sets `name` to `value` until the innermost GUC nest level (`pg_sys::NewGUCNestLevel`) is
 /// popped, as a function's SET clause does (a SAVE action: the previous value comes back with
 /// `AtEOXact_GUC`, or with the (sub)transaction abort of an error).
@@ -17,4 +20,26 @@ pub unsafe fn set_in_nest_level(name: &std::ffi::CStr, value: &std::ffi::CStr) {
         0,
         false,
     );
+}
+
+/// Runs `f` with the setting `name` at `value`, as a function's SET clause would: the previous
+/// value comes back when `f` returns or unwinds.
+pub fn with_setting<T>(
+    name: &std::ffi::CStr,
+    value: &std::ffi::CStr,
+    f: impl FnOnce() -> EvResult<T>,
+) -> EvResult<T> {
+    struct Pop(i32);
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            // SAFETY: pops the nest level pushed below, in the same backend (after an error,
+            // the (sub)transaction abort does the same; the call is then harmless).
+            unsafe { pg_sys::AtEOXact_GUC(true, self.0) };
+        }
+    }
+    // SAFETY: a new nest level, popped by `Pop`; the SAVE-action set lives inside it.
+    let _pop = Pop(unsafe { pg_sys::NewGUCNestLevel() });
+    // SAFETY: inside the nest level just pushed.
+    unsafe { set_in_nest_level(name, value) };
+    f()
 }

@@ -105,6 +105,20 @@ pub fn as_role<T>(role: pg_sys::Oid, f: impl FnOnce() -> EvResult<T>) -> EvResul
     f()
 }
 
+/// Runs `f` as `role`, with search_path pinned and the setting `name` at `value` until `f`
+/// returns (it ends with the role switch's nest level).
+pub fn as_role_with_setting<T>(
+    role: pg_sys::Oid,
+    name: &std::ffi::CStr,
+    value: &std::ffi::CStr,
+    f: impl FnOnce() -> EvResult<T>,
+) -> EvResult<T> {
+    let _restore = switch_to(role, PINNED_SEARCH_PATH, true);
+    // SAFETY: a SAVE-action set inside the nest level switch_to pushed; `_restore` pops it.
+    unsafe { super::guc::set_in_nest_level(name, value) };
+    f()
+}
+
 /// Runs an API call: remembers the caller, then runs `f` as the extension owner.
 pub fn api_call<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
     let owner = extension_owner()?;

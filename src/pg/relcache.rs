@@ -1,0 +1,23 @@
+//! Facts about a relation read from the relation cache: current once the relation is locked,
+//! where a catalog query would read them with the transaction's snapshot (older under
+//! REPEATABLE READ).
+
+use pgrx::prelude::*;
+
+/// Whether the relation is a plain table without row-level security. The caller holds a lock on
+/// it; false for a relation that does not exist.
+pub fn is_plain_table_without_row_security(relid: pg_sys::Oid) -> bool {
+    // SAFETY: opens and closes a relcache entry of a relation this backend holds locked; a
+    // missing relation gives a null pointer, checked before use.
+    unsafe {
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        if rel.is_null() {
+            return false;
+        }
+        let form = (*rel).rd_rel;
+        let plain = (*form).relkind == pg_sys::RELKIND_RELATION as std::ffi::c_char
+            && !(*form).relrowsecurity;
+        pg_sys::RelationClose(rel);
+        plain
+    }
+}
