@@ -127,13 +127,14 @@ AS $$ SELECT eventview._jsonpath_first(doc::text, path) $$;
 COMMENT ON FUNCTION eventview.jsonpath_first(jsonb, text) IS
 'First value an RFC 9535 JSONPath selects in doc, in document order (NULL when none), as views evaluate rich paths';
 
--- Row estimate of the refresh's set-returning function (see core::batch::touched_rows): a
--- batch has few runs of ids; the default estimate of 1000 rows made every hash aggregate above
--- it allocate and scan tables sized for millions of groups.
+-- Row estimate of the refresh's set-returning function (see
+-- eventview_core::batch::touched_rows): a batch has few runs of ids; with the default estimate
+-- of 1000 rows every hash aggregate above it would allocate and scan tables sized for millions
+-- of groups.
 ALTER FUNCTION eventview._id_runs(bigint[]) ROWS 10;
 
--- The field observer's payload walk (see core::observe_sql): one transition call per event,
--- the counts as JSON at the end. READ_WRITE: the final function takes the state.
+-- The field observer's payload walk (see eventview_core::observe_sql): one transition call per
+-- event, the counts as JSON at the end. READ_WRITE: the final function takes the state.
 CREATE AGGREGATE eventview._shapes_agg(text, integer, anyelement) (
     SFUNC = eventview._shapes_step,
     STYPE = internal,

@@ -80,7 +80,8 @@ CREATE TABLE eventview._views (
     -- or its schema is renamed, see eventview._follow_ddl).
     known_name       text,
     -- Rows in the view's min/max value logs, not yet merged into its multisets (see
-    -- core::sqlgen; a refresh merges them when they pass eventview.extreme_log_limit).
+    -- eventview_core::sqlgen; a refresh merges them when they pass
+    -- eventview.extreme_log_limit).
     extremes_logged  bigint NOT NULL DEFAULT 0
 );
 COMMENT ON TABLE eventview._views IS 'pg_eventview: incremental views (see eventview.views)';
@@ -110,7 +111,8 @@ CREATE TABLE eventview._observed (
     seen          bigint NOT NULL,
     -- The number of the last event with the path and type among the events of its type and
     -- version ever observed (_observed_versions.events): which type a path had last, also
-    -- between observations in one transaction, which share last_seen (NULL: observed before 0.12.0).
+    -- between observations in one transaction, which share last_seen (NULL in rows observed by
+    -- a release older than 0.12.0, which did not count events per path).
     last_event    bigint,
     PRIMARY KEY (source_id, event_type, event_version, path, json_type)
 );
@@ -134,7 +136,7 @@ CREATE TABLE eventview.drift (
 );
 COMMENT ON TABLE eventview.drift IS 'pg_eventview: payload paths that appeared, changed JSON type, or went missing';
 
--- Events a view's type policy (or, later, the ingest gate) refused.
+-- Events refused by a view's type policy or by the ingest gate.
 CREATE TABLE eventview.quarantine (
     id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     source         regclass,
@@ -156,7 +158,8 @@ SELECT pg_catalog.pg_extension_config_dump('eventview._fields', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._observed', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._observed_versions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview.drift', '');
--- (Registered last since 0.7.0, as the update from 0.6.0 does.)
+-- The identity sequences last, in the order the update script to 0.7.0 registers them: an
+-- updated database and a fresh install then have the same pg_extension.extconfig.
 SELECT pg_catalog.pg_extension_config_dump('eventview.quarantine_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview.drift_id_seq', '');
 
@@ -180,7 +183,7 @@ $$;
 -- NULL while another session holds the changelog locked.
 -- SECURITY DEFINER (pinned search_path): counts for eventview.views, which everyone may read,
 -- over changelogs and storage that only their owners may. "Applied" is spelled as in the Rust
--- core::batch::applied_by.
+-- eventview_core::batch::applied_by.
 CREATE FUNCTION eventview._pending(p_view_id integer, OUT changes bigint, OUT oldest timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -454,15 +457,15 @@ CREATE EVENT TRIGGER eventview_follow_ddl ON ddl_command_end
     EXECUTE FUNCTION eventview._follow_ddl();
 
 -- Forgets an incremental view: its quarantine rows, its catalog row, its storage (the tables
--- eventview._v<id>_data, _v<id>_m<n> and _v<id>_m<n>_log, named as in the Rust core::names), and
--- its owner's right to read the changelog when no other view of theirs reads it, and its event
--- table when that was dropped and no other view reads it. Run by
+-- eventview._v<id>_data, _v<id>_m<n> and _v<id>_m<n>_log, named as in the Rust
+-- eventview_core::names), and its owner's right to read the changelog when no other view of
+-- theirs reads it, and its event table when that was dropped and no other view reads it. Run by
 -- eventview._follow_drop after a DROP took the view's relation (drop_view's DROP VIEW too; it runs
 -- it again, a no-op unless event triggers did not fire). Takes the view's row first, as a refresh
 -- does before it touches quarantine rows (the other order deadlocks with one). Quarantine rows go
--- only if no other view has the same name (a view dropped behind the API's back before 0.9.0
--- and created again under its name shares it). Internal (no EXECUTE for PUBLIC): it runs as the
--- extension owner.
+-- only if no other view has the same name (a view whose catalog row outlived its relation, see
+-- _names_its_relation, shares it with a view created again under that name). Internal (no
+-- EXECUTE for PUBLIC): it runs as the extension owner.
 CREATE FUNCTION eventview._forget_view(p_view_id integer) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -524,8 +527,9 @@ $$;
 REVOKE EXECUTE ON FUNCTION eventview._forget_view(integer) FROM PUBLIC;
 
 -- Whether the view's catalog row still names its relation: a view that reads the view's storage.
--- A row can outlive its relation (dropped while event triggers did not fire, or before 0.9.0);
--- after a dump and restore, its old OID may then name an unrelated relation.
+-- A row can outlive its relation (dropped while event triggers did not fire, or under a release
+-- older than 0.9.0, which did not follow plain DROPs); after a dump and restore, its old OID may
+-- then name an unrelated relation.
 CREATE FUNCTION eventview._names_its_relation(p_view_id integer) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT EXISTS (
@@ -542,14 +546,13 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
               pg_catalog.to_regclass(pg_catalog.format('eventview._v%s_data', p_view_id))::oid)
 $$;
 
--- An incremental view dropped with plain SQL (DROP VIEW, DROP SCHEMA ... CASCADE, DROP OWNED)
--- goes as with drop_view. Before, the catalog kept it: its position held the changelog back
--- from pruning for good, and drop_event_table refused to go past it.
--- Follows plain DROPs. A view's relation dropped (DROP VIEW, DROP SCHEMA ... CASCADE) forgets the
--- view. An event table dropped is forgotten as drop_event_table does (its changelog, capture
--- functions and what was recorded about it) once no view reads it: at once when the same
--- statement dropped its views too, else when the last of them is dropped (_forget_view); those
--- views keep their contents, and eventview.views.last_error says why they can no longer be
+-- Follows plain DROPs. A view's relation dropped with plain SQL (DROP VIEW, DROP SCHEMA ...
+-- CASCADE, DROP OWNED) forgets the view as drop_view does: a catalog row left behind would hold
+-- the changelog back from pruning for good with its position, and drop_event_table would refuse
+-- to go past it. An event table dropped is forgotten as drop_event_table does (its changelog,
+-- capture functions and what was recorded about it) once no view reads it: at once when the
+-- same statement dropped its views too, else when the last of them is dropped (_forget_view);
+-- those views keep their contents, and eventview.views.last_error says why they can no longer be
 -- refreshed (eventview._refresh_problem).
 -- (Not refused: pg_restore --clean drops tables and views in name order.)
 CREATE FUNCTION eventview._follow_drop() RETURNS event_trigger
@@ -603,7 +606,8 @@ CREATE EVENT TRIGGER eventview_follow_drop ON sql_drop
 -- Incremental views are read-only, as materialized views are: their rows are what refresh made
 -- of the events. A stored view would otherwise be a simple auto-updatable view over its storage,
 -- and a write through it would be added to by every later refresh (only a rebuild repairs it).
--- Each view gets an INSTEAD OF trigger running this (core::sqlgen::read_only_trigger).
+-- Each view gets an INSTEAD OF trigger running this
+-- (eventview_core::sqlgen::ViewSql::read_only_trigger).
 CREATE FUNCTION eventview._refuse_change() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN

@@ -1,8 +1,8 @@
 -- An RFC 3339 timestamp ("2026-11-30T10:00:00Z", "...+02:00") from a JSON string, or NULL when
 -- the value is anything else. Postgres-only inputs such as 'now' or 'yesterday' are not RFC 3339.
--- The check (Rust, core::rfc3339) guarantees the cast cannot fail; plain SQL so that it is
--- inlined into refreshes (STABLE because the cast is, though the offset is always explicit and
--- the session TimeZone does not matter). The ingest gate checks occurred_at in its own pass.
+-- The check (Rust, eventview_core::rfc3339) guarantees the cast cannot fail; plain SQL so that
+-- it is inlined into refreshes (STABLE because the cast is, though the offset is always explicit
+-- and the session TimeZone does not matter). The ingest gate checks occurred_at in its own pass.
 -- Inlined, its body is parsed with the search_path of the query it is inlined into (a realtime
 -- view's reader's): every operator is spelled with its schema, so none of theirs can match.
 CREATE FUNCTION eventview._rfc3339(j jsonb) RETURNS timestamptz
@@ -15,9 +15,9 @@ $$;
 -- The ingest gate: validates envelopes, inserts the good ones in one statement, quarantines the
 -- bad ones with a reason, and counts duplicates of the idempotency key. Thousands of envelopes
 -- per call at INSERT ... SELECT speed, with no per-row round trip: each envelope is checked by
--- one pass in Rust over the stored jsonb (eventview._envelope_problem, core::envelope_check),
--- which returns the number of its first problem; the reason text is written here, only for
--- the envelopes refused.
+-- one pass in Rust over the stored jsonb (eventview._envelope_problem,
+-- eventview_core::envelope_check), which returns the number of its first problem; the reason
+-- text is written here, only for the envelopes refused.
 CREATE FUNCTION eventview.ingest(source text, events jsonb)
 RETURNS TABLE(inserted bigint, duplicates bigint, quarantined bigint)
 LANGUAGE plpgsql VOLATILE AS $$

@@ -49,7 +49,7 @@ LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- A changelog record goes once every consumer has applied it ("applied" as in the Rust
--- core::batch::applied_by).
+-- eventview_core::batch::applied_by).
 CREATE FUNCTION eventview._prune(source regclass) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

@@ -1,16 +1,35 @@
 //! pg_eventview: incremental aggregate views over envelope-typed, schema-evolving event tables.
 //!
-//! Module map (dependencies point downwards):
-//!   api            every SQL-callable function (thin)
-//!   views, refresh, envelope, fields   feature modules: view lifecycle, refresh engine,
-//!                  event tables, logical fields
-//!   catalog, relation          the extension's tables; user relation names
-//!   spi_util, plan_cache, errors   SPI helpers, statements kept per backend; the error
-//!                  type and its SQLSTATE mapping
-//!   core           pure: definitions, JSONPath planning, quoting, SQL generation
-//!   jsonpath_eval  per-backend evaluation of rich JSONPaths
-//!   progress       NOTICEs from inside long recomputations
-//!   scheduler, gucs  the background worker and configuration parameters
+//! Layout, top to bottom:
+//!
+//! - `api/`: every `#[pg_extern]`, grouped by what users do (event tables, ingest, views,
+//!   refresh, fields, the observer, JSONPath). Each parses its arguments, calls a feature module
+//!   and maps the error. Nothing imports it (only the `requires` lists below name its functions,
+//!   to order the SQL files); `sql/api.sql` wraps these functions in the public signatures.
+//! - `scheduler`: the background worker; it calls `eventview.run_maintenance()` through SQL.
+//! - Feature modules: `teardown` (dropping an event table with its views), `event_tables`
+//!   (creating, forgetting, pruning raw events), `capture` (keeping capture functions current),
+//!   `envelope` (the envelope contract, checked before every read), `views` (creating, altering,
+//!   dropping), `view_objects` (a view's generated SQL, value logs and user relation), `refresh`
+//!   (refresh and rebuild), `observer` (observed fields and drift), `fields` (logical fields).
+//! - `catalog` (every statement on the extension's tables `eventview._*`), `relation` (user
+//!   relation names, resolved as the caller), `privileges` (the caller's rights).
+//! - `pg/`: SPI helpers, the per-backend plan cache, relation locks, role switches, GUC nest
+//!   levels, the relation cache and stored jsonb datums. The calls into PostgreSQL's C API live
+//!   there, apart from those where pgrx hands over raw backend state: `_PG_init`, the worker's
+//!   loop, the aggregate state and argument types in `api/`, role membership in `privileges`,
+//!   and the relation lookups and lock in `relation`.
+//! - `errors`: the error type and its SQLSTATE mapping at the SQL boundary.
+//! - `gucs` (configuration parameters) and `progress` (NOTICEs from inside long
+//!   recomputations): leaves that import no other module of the crate.
+//! - `eventview_core` (crates/eventview-core): the pgrx-free crate, tested with plain
+//!   `cargo test`: definition parsing, JSONPath planning and evaluation, the stored-jsonb reader
+//!   and the observer's walk, value rules, and every SQL text builder.
+//!
+//! Dependencies point one way: `api` and `scheduler` -> feature modules -> `catalog`,
+//! `relation`, `privileges` -> `pg` -> `errors` -> `eventview_core`. A module may reach past the
+//! layer below it, never above its own; within a layer imports form no cycle (`teardown` ->
+//! `views` -> `refresh` -> `observer` -> `envelope`; `catalog` and `privileges` -> `relation`).
 
 // Every SQL-callable function returns pgrx's `ErrorReport` as its error (the type pgrx raises
 // as a Postgres error), which is large; boxing it is not an option there.

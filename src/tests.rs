@@ -422,8 +422,8 @@ mod tests {
     }
 
     /// The ingest gate's one-pass check in Rust gives, for every combination of good and bad
-    /// envelope members, the problem the SQL checks of release 0.3.0 found (kept here as the
-    /// reference), in the same order of precedence.
+    /// envelope members, the problem that a reference written in plain SQL (one jsonb test per
+    /// member, below) gives, in the same order of precedence.
     #[pg_test]
     fn envelope_checks_match_the_sql_reference() {
         Spi::run(
@@ -633,10 +633,10 @@ mod tests {
     }
 
     /// The retention horizon of a rebuild is the same instant in every session time zone (it is
-    /// computed in UTC, as prune's cutoff is). Computed in the session's zone, it moved by the
-    /// daylight saving shift whenever the date and the date a retention back had different
+    /// computed in UTC, as prune's cutoff is). Computed in the session's zone, it would move by
+    /// the daylight saving shift whenever the date and the date a retention back have different
     /// offsets: from any date, 3, 6 or 9 months back reaches Berlin's other season (its summer
-    /// is 7 months long, its winter 5), so at least one of these differed by an hour.
+    /// is 7 months long, its winter 5), so at least one of these would be an hour off.
     #[pg_test]
     fn retention_horizon_is_the_same_in_every_time_zone() {
         for months in [3, 6, 9] {
@@ -895,7 +895,7 @@ mod tests {
         Spi::run("SELECT eventview.create_view('ut_grow_v', 'ut_grow', group_by => '{\"k\": \"$.k\"}', measures => '{\"n\": \"count(*)\"}')").unwrap();
         let add = |n: i64| add_padded_events("ut_grow", n);
         // Analyzed while empty, as autovacuum or a restore leaves a new table: a plan made now
-        // reads it by sequential scan (what the worker's refreshes did with kept plans).
+        // reads it by sequential scan, and kept for any size it would go on doing so.
         Spi::run("ANALYZE ut_grow").unwrap();
         assert_eq!(scalar_i64("SELECT eventview.refresh('ut_grow_v')"), 0);
         add(10);

@@ -1,7 +1,8 @@
 //! Every SQL-callable function. Each one parses its arguments, calls a feature module and maps
 //! the error; nothing else. JSON arguments arrive as the text of the `json` value (the
-//! wrappers cast), which keeps key order and duplicates for the definition parser. The public signatures (names, defaults, regclass results) are
-//! declared in `sql/api.sql`, which wraps these `_`-prefixed functions.
+//! wrappers cast), which keeps key order and duplicates for the definition parser. The public
+//! signatures (names, defaults, regclass results) are declared in `sql/api.sql`, which wraps
+//! these `_`-prefixed functions.
 
 use crate::errors::{EvError, EvResult};
 use pgrx::pg_sys::panic::ErrorReport;

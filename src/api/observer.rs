@@ -34,9 +34,9 @@ fn payload_shapes_of_old_releases(
 }
 
 /// Transition function of `eventview._shapes_agg(event_type, event_version, payload)`, the
-/// observer's payload walk (see `shapes`): walks each payload as it comes, in place (declared
-/// anyelement so the stored jsonb reaches it as it is, not as text; one call per event instead
-/// of arrays of payloads, which cost a copy of each payload twice).
+/// observer's payload walk (see `eventview_core::shapes`): walks each payload as it comes, in
+/// place (declared anyelement so the stored jsonb reaches it as it is, not as text; one call per
+/// event, as an array of payloads would cost a copy of each payload twice).
 #[pg_extern(name = "_shapes_step", immutable, parallel_safe)]
 fn shapes_step(
     mut state: pgrx::Internal,

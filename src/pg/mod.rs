@@ -1,6 +1,7 @@
 //! The PostgreSQL layer: SPI helpers, statements prepared once per backend, relation locks,
-//! role switches, GUC nest levels and stored jsonb datums. Every `unsafe` block of the
-//! extension is here, each with a `SAFETY:` line; the modules above call safe functions.
+//! role switches, GUC nest levels, the relation cache and stored jsonb datums. The extension's
+//! `unsafe` blocks are here, each with a `SAFETY:` line, apart from the few the module map in
+//! lib.rs lists (where pgrx hands over raw backend state); the modules above call safe functions.
 
 pub mod guc;
 pub mod locks;

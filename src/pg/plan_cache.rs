@@ -2,9 +2,9 @@
 //! (a view's apply, the observer of a source, the catalog reads of every call) is parsed once
 //! per backend instead of once per call, and a catalog statement is also planned once.
 //!
-//! Why: a refresh of a handful of events spent about 40% of its time in the parser and the
-//! planner (the apply and observer statements are a few hundred lines of SQL each). The
-//! background worker and connection pools keep their backends, so they run the kept statements.
+//! Why: parsed and planned at every call, the apply and observer statements (a few hundred
+//! lines of SQL each) take about 40% of a refresh of a handful of events. The background worker
+//! and connection pools keep their backends, so they run the kept statements.
 //!
 //! How: statements are prepared with `SPI_prepare` and kept (`SPI_keepplan`), keyed by their
 //! text and argument types, as PL/pgSQL keeps its statements. Postgres' plan cache keeps them
@@ -52,8 +52,8 @@ pub enum Plans {
     /// Afresh at each execution, for the tables as they are then (only parsing and analysis
     /// are kept): statements over event tables, changelogs and view storage. A plan made once
     /// goes stale as they grow: one made while an event table was nearly empty reads each run
-    /// of changed ids with a sequential scan of the table (measured: the worker's refreshes
-    /// took 2-4 times as long within a minute of ingest at 5,000 events/s).
+    /// of changed ids with a sequential scan of the table (with such plans the worker's
+    /// refreshes take 2-4 times as long within a minute of ingest at 5,000 events/s).
     Custom,
     /// Once per size class of the tables the statement reads (`size_class`): the statements of
     /// every refresh (the apply, the observer). Planning them costs about 2.5 ms each, a third
