@@ -15,10 +15,10 @@
 //! - `catalog` (every statement on the extension's tables `eventview._*`), `relation` (user
 //!   relation names, resolved as the caller), `privileges` (the caller's rights).
 //! - `pg/`: SPI helpers, the per-backend plan cache, relation locks, role switches, GUC nest
-//!   levels, the relation cache and stored jsonb datums. The calls into PostgreSQL's C API live
-//!   there, apart from those where pgrx hands over raw backend state: `_PG_init`, the worker's
-//!   loop, the aggregate state and argument types in `api/`, role membership in `privileges`,
-//!   and the relation lookups and lock in `relation`.
+//!   levels, the relation cache, the observer aggregate's state and stored jsonb datums. Every
+//!   `unsafe` block of the extension is there, each with a `SAFETY:` line; the modules above
+//!   call safe functions. (The worker's entry point carries `#[unsafe(no_mangle)]`: PostgreSQL
+//!   finds it by name.)
 //! - `errors`: the error type and its SQLSTATE mapping at the SQL boundary.
 //! - `gucs` (configuration parameters) and `progress` (NOTICEs from inside long
 //!   recomputations): leaves that import no other module of the crate.
@@ -80,8 +80,7 @@ extension_sql_file!("../sql/api.sql", name = "api", finalize);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    // SAFETY: reading a Postgres global during library load, in the loading process.
-    let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    let preloading = pg::preloading();
     gucs::define(preloading);
     if preloading {
         scheduler::register_workers();

@@ -27,14 +27,12 @@ fn role_name(role: pg_sys::Oid) -> EvResult<String> {
 
 /// Whether the caller is a member of `role` (superusers are members of every role).
 pub fn caller_acts_as(role: pg_sys::Oid) -> bool {
-    // SAFETY: a catalog lookup of role membership for two valid role oids.
-    unsafe { pg_sys::is_member_of_role(caller(), role) }
+    crate::pg::roles::is_member_of(caller(), role)
 }
 
 /// Whether `member` has the privileges of `role` (is it, or inherits from it).
 pub fn has_privileges_of(member: pg_sys::Oid, role: pg_sys::Oid) -> bool {
-    // SAFETY: a catalog lookup of role membership for two role oids.
-    unsafe { pg_sys::has_privs_of_role(member, role) }
+    crate::pg::roles::has_privileges_of(member, role)
 }
 
 fn denied(message: String, hint: &str) -> EvError {

@@ -119,20 +119,7 @@ pub fn regclass_text(relid: pg_sys::Oid) -> EvResult<String> {
 
 /// A relation of the extension's schema (`_changes_1`), or InvalidOid when there is none.
 pub fn extension_relid(name: &str) -> pg_sys::Oid {
-    let (Ok(schema), Ok(name)) = (
-        std::ffi::CString::new(eventview_core::names::SCHEMA),
-        std::ffi::CString::new(name),
-    ) else {
-        return pg_sys::InvalidOid;
-    };
-    // SAFETY: catalog cache lookups with valid C strings; missing_ok for the schema.
-    unsafe {
-        let namespace = pg_sys::get_namespace_oid(schema.as_ptr(), true);
-        if namespace == pg_sys::InvalidOid {
-            return pg_sys::InvalidOid;
-        }
-        pg_sys::get_relname_relid(name.as_ptr(), namespace)
-    }
+    crate::pg::relcache::relid_in_schema(eventview_core::names::SCHEMA, name)
 }
 
 /// Before a view applies changes from an event table under REPEATABLE READ or SERIALIZABLE:
@@ -151,9 +138,8 @@ pub fn require_same_storage_as_snapshot(relid: pg_sys::Oid) -> EvResult<()> {
     if !spi::uses_transaction_snapshot() {
         return Ok(());
     }
-    // SAFETY: a relation lock by oid, as a reading statement takes it, released at transaction
-    // end; waiting for it takes in the invalidations of whatever held a conflicting lock.
-    unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
+    // Waiting for the lock takes in the invalidations of whatever held a conflicting one.
+    crate::pg::locks::lock_for_reading(relid);
     let replaced = spi::one::<bool>(
         "SELECT pg_catalog.pg_relation_filenode($1::pg_catalog.regclass)
                 IS DISTINCT FROM (SELECT relfilenode FROM pg_catalog.pg_class WHERE oid = $1)",

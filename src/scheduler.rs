@@ -43,9 +43,7 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
     let mut told_behind: Option<String> = None;
     while BackgroundWorker::wait_latch(Some(gucs::naptime())) {
         if BackgroundWorker::sighup_received() {
-            // SAFETY: called from the worker's main loop, outside any transaction, as the
-            // postmaster's own SIGHUP handling does.
-            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            crate::pg::guc::reload_config_file();
         }
         if !gucs::WORKER_ENABLED.get() {
             continue;
@@ -92,6 +90,5 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
     // Exit code 1: a worker terminated on its own (pg_terminate_backend) is restarted by the
     // postmaster after RESTART_AFTER; during server shutdown nothing is restarted anyway.
     log!("pg_eventview worker in database \"{db}\" stopping");
-    // SAFETY: ends this worker process; nothing is held outside a transaction here.
-    unsafe { pg_sys::proc_exit(1) };
+    crate::pg::exit_process(1);
 }

@@ -18,15 +18,12 @@ pub fn envelope_problem(
     max_payload_bytes: i64,
 ) -> Result<Option<i32>, ErrorReport> {
     crate::errors::at_boundary(|| {
-        // SAFETY: a catalog lookup of the argument's type.
-        if unsafe { pg_sys::getBaseType(envelope.oid()) } != pg_sys::JSONBOID {
+        let Some(root) = crate::pg::stored_jsonb::jsonb_argument(&envelope, true) else {
             return Err(crate::errors::EvError::new(
                 PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
                 "eventview._envelope_problem takes a jsonb",
             ));
-        }
-        // SAFETY: a non-null jsonb argument (the function is strict), alive for this call.
-        let root = unsafe { crate::pg::stored_jsonb::jsonb_root(envelope.datum()) };
+        };
         let limit = u64::try_from(max_payload_bytes).unwrap_or(0);
         Ok(eventview_core::envelope_check::check(root, limit).map(|problem| problem as i32))
     })

@@ -46,28 +46,17 @@ fn shapes_step(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Result<pgrx::Internal, ErrorReport> {
     crate::errors::at_boundary(|| {
-        let mut context: pg_sys::MemoryContext = std::ptr::null_mut();
-        // SAFETY: asks Postgres whether this call is an aggregate's, and for its context.
-        if unsafe { pg_sys::AggCheckCallContext(fcinfo, &mut context) } == 0 {
+        let Some(counter) = crate::pg::aggregate::shape_counter(fcinfo, &mut state) else {
             return Err(crate::errors::EvError::invalid(
                 "eventview._shapes_step is the transition function of eventview._shapes_agg",
             ));
-        }
-        // SAFETY: the state lives in the aggregate's context (dropped with it), so it survives
-        // the per-row context this call runs in.
-        let counter = unsafe {
-            pgrx::PgMemoryContexts::For(context).switch_to(|_| {
-                state.get_or_insert_default::<eventview_core::shapes::ShapeCounter>()
-            })
         };
         if let (Some(t), Some(v), Some(doc)) = (event_type, event_version, payload) {
-            if doc.oid() != pg_sys::JSONBOID {
+            let Some(root) = crate::pg::stored_jsonb::jsonb_argument(&doc, false) else {
                 return Err(crate::errors::EvError::invalid(
                     "eventview._shapes_agg takes a jsonb payload",
                 ));
-            }
-            // SAFETY: a non-null jsonb argument, alive for this call.
-            let root = unsafe { crate::pg::stored_jsonb::jsonb_root(doc.datum()) };
+            };
             counter.add_shaped(t, v, || eventview_core::jsonb_bytes::JsonbBytes::new(root));
         }
         Ok(state)
@@ -81,10 +70,7 @@ fn shapes_step(
 /// the events walked (NULL when no event was walked).
 #[pg_extern(name = "_shapes_final", immutable, parallel_safe)]
 fn shapes_final(mut state: pgrx::Internal) -> Option<String> {
-    // SAFETY: the state `_shapes_step` made (the aggregate is FINALFUNC_MODIFY = READ_WRITE:
-    // the final function runs once per state, so it may take it).
-    let counter = unsafe { state.get_mut::<eventview_core::shapes::ShapeCounter>() }?;
-    let rows = std::mem::take(counter).rows();
+    let rows = crate::pg::aggregate::take_shape_counter(&mut state)?.rows();
     let json: Vec<serde_json::Value> = rows
         .into_iter()
         .map(|r| {

@@ -43,3 +43,10 @@ pub fn with_setting<T>(
     unsafe { set_in_nest_level(name, value) };
     f()
 }
+
+/// Reads the configuration files again, as the postmaster does on SIGHUP. Called from a
+/// background worker's main loop, outside any transaction.
+pub fn reload_config_file() {
+    // SAFETY: called outside any transaction, as the postmaster's own SIGHUP handling does.
+    unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+}

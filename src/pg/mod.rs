@@ -1,8 +1,9 @@
 //! The PostgreSQL layer: SPI helpers, statements prepared once per backend, relation locks,
-//! role switches, GUC nest levels, the relation cache and stored jsonb datums. The extension's
-//! `unsafe` blocks are here, each with a `SAFETY:` line, apart from the few the module map in
-//! lib.rs lists (where pgrx hands over raw backend state); the modules above call safe functions.
+//! role switches, GUC nest levels, the relation cache, the observer aggregate's state and stored
+//! jsonb datums. Every `unsafe` block of the extension is here, each with a `SAFETY:` line; the
+//! modules above call safe functions.
 
+pub mod aggregate;
 pub mod guc;
 pub mod locks;
 pub mod plan_cache;
@@ -17,4 +18,16 @@ use pgrx::prelude::*;
 pub fn next_full_transaction_id() -> u64 {
     // SAFETY: reads the shared next transaction id (under its lock); no side effects.
     unsafe { pg_sys::ReadNextFullTransactionId() }.value
+}
+
+/// Whether the library is being loaded from `shared_preload_libraries`.
+pub fn preloading() -> bool {
+    // SAFETY: reads a Postgres global during library load, in the loading process.
+    unsafe { pg_sys::process_shared_preload_libraries_in_progress }
+}
+
+/// Ends this (background worker) process with `code`.
+pub fn exit_process(code: i32) -> ! {
+    // SAFETY: ends the process; the caller holds nothing outside a transaction.
+    unsafe { pg_sys::proc_exit(code) }
 }

@@ -21,3 +21,20 @@ pub fn is_plain_table_without_row_security(relid: pg_sys::Oid) -> bool {
         plain
     }
 }
+
+/// The relation `name` in schema `schema`, from the catalog caches; InvalidOid when either is
+/// missing.
+pub fn relid_in_schema(schema: &str, name: &str) -> pg_sys::Oid {
+    let (Ok(schema), Ok(name)) = (std::ffi::CString::new(schema), std::ffi::CString::new(name))
+    else {
+        return pg_sys::InvalidOid;
+    };
+    // SAFETY: catalog cache lookups with valid C strings; missing_ok for the schema.
+    unsafe {
+        let namespace = pg_sys::get_namespace_oid(schema.as_ptr(), true);
+        if namespace == pg_sys::InvalidOid {
+            return pg_sys::InvalidOid;
+        }
+        pg_sys::get_relname_relid(name.as_ptr(), namespace)
+    }
+}

@@ -99,6 +99,18 @@ fn current_search_path() -> std::ffi::CString {
     }
 }
 
+/// Whether `member` is a member of `role` (superusers are members of every role).
+pub fn is_member_of(member: pg_sys::Oid, role: pg_sys::Oid) -> bool {
+    // SAFETY: a catalog lookup of role membership for two role oids.
+    unsafe { pg_sys::is_member_of_role(member, role) }
+}
+
+/// Whether `member` has the privileges of `role` (is it, or inherits from it).
+pub fn has_privileges_of(member: pg_sys::Oid, role: pg_sys::Oid) -> bool {
+    // SAFETY: a catalog lookup of role membership for two role oids.
+    unsafe { pg_sys::has_privs_of_role(member, role) }
+}
+
 /// Runs `f` as `role`, with search_path pinned.
 pub fn as_role<T>(role: pg_sys::Oid, f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
     let _restore = switch_to(role, PINNED_SEARCH_PATH, true);

@@ -15,3 +15,20 @@ pub unsafe fn jsonb_root<'a>(datum: pgrx::pg_sys::Datum) -> &'a [u8] {
         total.saturating_sub(pg_sys::VARHDRSZ),
     )
 }
+
+/// The bytes of a jsonb argument declared `anyelement` (so the stored datum reaches the
+/// function as it is, not as text); None when its type is not jsonb (or, with `domains`, a
+/// domain over jsonb).
+pub fn jsonb_argument(arg: &pgrx::AnyElement, domains: bool) -> Option<&[u8]> {
+    let type_oid = if domains {
+        // SAFETY: a catalog lookup of the argument's type.
+        unsafe { pgrx::pg_sys::getBaseType(arg.oid()) }
+    } else {
+        arg.oid()
+    };
+    if type_oid != pgrx::pg_sys::JSONBOID {
+        return None;
+    }
+    // SAFETY: a non-null jsonb datum (pgrx passes SQL NULL as None), alive while `arg` is.
+    Some(unsafe { jsonb_root(arg.datum()) })
+}
