@@ -145,5 +145,8 @@ CREATE AGGREGATE eventview._shapes_agg(text, integer, anyelement) (
 -- Called by eventview._follow_drop (as the extension owner) for an event table a plain DROP
 -- TABLE took; nobody else.
 REVOKE EXECUTE ON FUNCTION eventview._forget_source(integer) FROM PUBLIC;
+-- Called by eventview._follow_drop (as the extension owner) after a DROP took a view's
+-- relation; nobody else.
+REVOKE EXECUTE ON FUNCTION eventview._forget_view(integer) FROM PUBLIC;
 -- Called by eventview._pending (as the extension owner); nobody else.
 REVOKE EXECUTE ON FUNCTION eventview._changelog_free(integer) FROM PUBLIC;

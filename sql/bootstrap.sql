@@ -29,6 +29,20 @@ BEGIN
 END
 $$;
 
+-- Whether a consumer (a view, or a table's field observer) has applied the changelog record
+-- (xid, seq): its transaction is visible in the consumer's applied snapshot s, or it is the
+-- consumer's own transaction own up to changelog position own_seq (a refresh inside the writing
+-- transaction). The one spelling of "applied": refreshes, the observer, prune, _pending and
+-- position renumbering all call it. A SQL function the planner inlines (IMMUTABLE, no SET
+-- clause, every name schema-qualified), so it costs nothing per row and index conditions next
+-- to it stay usable; EXECUTE stays granted to PUBLIC, as inlining needs.
+CREATE FUNCTION eventview._applied(xid xid8, seq bigint, s pg_snapshot, own xid8, own_seq bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT pg_catalog.pg_visible_in_snapshot(xid, s)
+           OR coalesce(xid OPERATOR(pg_catalog.=) own AND seq OPERATOR(pg_catalog.<=) own_seq, false)
+$$;
+
 -- No foreign keys between these tables (the source_id of views, fields and observations): a
 -- parallel restore (pg_restore -j) loads the data of extension tables in any order and would fail
 -- on them; eventview.drop_event_table removes a table's rows from each (catalog::delete_source).
@@ -208,7 +222,7 @@ BEGIN
                 min(logged_at)
          FROM eventview._changes_%s
          WHERE (xid >= pg_snapshot_xmin($1) OR xid = $2)
-           AND NOT (pg_visible_in_snapshot(xid, $1) OR coalesce(xid = $2 AND seq <= $3, false))', v_source)
+           AND NOT eventview._applied(xid, seq, $1, $2, $3)', v_source)
     INTO changes, oldest USING v_applied, v_own, v_own_seq;
 END
 $$;
@@ -456,76 +470,6 @@ CREATE EVENT TRIGGER eventview_follow_ddl ON ddl_command_end
     WHEN TAG IN ('ALTER TABLE', 'ALTER VIEW', 'ALTER SCHEMA', 'GRANT', 'REVOKE')
     EXECUTE FUNCTION eventview._follow_ddl();
 
--- Forgets an incremental view: its quarantine rows, its catalog row, its storage (the tables
--- eventview._v<id>_data, _v<id>_m<n> and _v<id>_m<n>_log, named as in the Rust
--- eventview_core::names), and its owner's right to read the changelog when no other view of
--- theirs reads it, and its event table when that was dropped and no other view reads it. Run by
--- eventview._follow_drop after a DROP took the view's relation (drop_view's DROP VIEW too; it runs
--- it again, a no-op unless event triggers did not fire). Takes the view's row first, as a refresh
--- does before it touches quarantine rows (the other order deadlocks with one). Quarantine rows go
--- only if no other view has the same name (a view whose catalog row outlived its relation, see
--- _names_its_relation, shares it with a view created again under that name). Internal (no
--- EXECUTE for PUBLIC): it runs as the extension owner.
-CREATE FUNCTION eventview._forget_view(p_view_id integer) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v record;
-    t regclass;
-    following text := pg_catalog.current_setting('eventview.following_ddl', true);
-BEGIN
-    SELECT w.view_id, w.source_id, w.known_name, w.owner::oid AS owner, o.rolname AS owner_name,
-           s.relid::oid AS source_relid
-    INTO v
-    FROM eventview._views w
-    JOIN eventview._sources s ON s.source_id OPERATOR(pg_catalog.=) w.source_id
-    LEFT JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) w.owner::oid
-    WHERE w.view_id OPERATOR(pg_catalog.=) p_view_id
-    FOR UPDATE OF w;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    DELETE FROM eventview.quarantine
-    WHERE view_name OPERATOR(pg_catalog.=) v.known_name
-      AND NOT EXISTS (SELECT 1 FROM eventview._views o
-                      WHERE o.known_name OPERATOR(pg_catalog.=) v.known_name
-                        AND o.view_id OPERATOR(pg_catalog.<>) v.view_id);
-    DELETE FROM eventview._views WHERE view_id OPERATOR(pg_catalog.=) v.view_id;
-    FOR t IN
-        SELECT c.oid::pg_catalog.regclass FROM pg_catalog.pg_class c
-        WHERE c.relnamespace OPERATOR(pg_catalog.=) 'eventview'::pg_catalog.regnamespace
-          AND c.relkind OPERATOR(pg_catalog.=) 'r'
-          AND c.relname OPERATOR(pg_catalog.~) pg_catalog.format('^_v%s_(data|m[0-9]+(_log)?)$', v.view_id)
-        -- The logs and multisets before the data (none depends on another; the same order
-        -- every time keeps two drops from waiting on each other).
-        ORDER BY c.relname OPERATOR(pg_catalog.~) '_data$', c.relname
-    LOOP
-        -- CASCADE: storage is internal; what a role built on it (a view of its own) goes too,
-        -- rather than keep the view from being dropped (by the event table's owner among others).
-        EXECUTE pg_catalog.format('DROP TABLE IF EXISTS %s CASCADE', t);
-    END LOOP;
-    IF v.owner_name IS NOT NULL
-       AND pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', v.source_id)) IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM eventview._views w
-                       WHERE w.source_id OPERATOR(pg_catalog.=) v.source_id
-                         AND w.owner::oid OPERATOR(pg_catalog.=) v.owner)
-       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
-                       WHERE c.oid OPERATOR(pg_catalog.=) v.source_relid
-                         AND c.relowner OPERATOR(pg_catalog.=) v.owner) THEN
-        -- (Its REVOKE fires eventview._follow_ddl, which has nothing to add.)
-        PERFORM pg_catalog.set_config('eventview.following_ddl', 'on', true);
-        EXECUTE pg_catalog.format('REVOKE SELECT ON eventview._changes_%s FROM %I', v.source_id, v.owner_name);
-        PERFORM pg_catalog.set_config('eventview.following_ddl', coalesce(following, 'off'), true);
-    END IF;
-    -- Its event table was dropped while the view read it (see _follow_drop): the table is
-    -- forgotten with the last of its views.
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) v.source_relid)
-       AND NOT EXISTS (SELECT 1 FROM eventview._views w WHERE w.source_id OPERATOR(pg_catalog.=) v.source_id) THEN
-        PERFORM eventview._forget_source(v.source_id);
-    END IF;
-END
-$$;
-REVOKE EXECUTE ON FUNCTION eventview._forget_view(integer) FROM PUBLIC;
-
 -- Whether the view's catalog row still names its relation: a view that reads the view's storage.
 -- A row can outlive its relation (dropped while event triggers did not fire, or under a release
 -- older than 0.9.0, which did not follow plain DROPs); after a dump and restore, its old OID may
@@ -690,8 +634,7 @@ BEGIN
     -- The new xid of the class at position n (in text order) is n + 2.
     EXECUTE format(
         'WITH applied AS (
-             SELECT r.seq, string_agg(CASE WHEN pg_visible_in_snapshot(r.xid, c.s)
-                                                OR coalesce(r.xid = c.own AND r.seq <= c.own_seq, false)
+             SELECT r.seq, string_agg(CASE WHEN eventview._applied(r.xid, r.seq, c.s, c.own, c.own_seq)
                                            THEN ''1'' ELSE ''0'' END, '''' ORDER BY c.n) AS class
              FROM %1$s r CROSS JOIN unnest($1, $2, $3) WITH ORDINALITY AS c(s, own, own_seq, n)
              GROUP BY r.seq),

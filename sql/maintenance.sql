@@ -26,8 +26,8 @@ COMMENT ON FUNCTION eventview.schedule(text, interval) IS
 
 -- Algorithm (pruning the changelog): a record can go once every consumer of its source (each
 -- view and the field observer) has applied it, and it is older than delta_retention. Applied
--- means: its transaction is visible in the consumer's applied snapshot, or it is the consumer's
--- own transaction's record up to own_seq. Deleting works in batches of at most batch_size
+-- means eventview._applied: its transaction is visible in the consumer's applied snapshot, or
+-- it is the consumer's own transaction's record up to own_seq. Deleting works in batches of at most batch_size
 -- records per statement, walking the (xid, seq) index upwards from where the previous batch
 -- ended (so a backlog of millions costs one pass, not one rescan of the deleted rows per
 -- batch), and at most about eventview.prune_max_rows rows per source per call: one call is one
@@ -48,23 +48,76 @@ LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
     SELECT pg_try_advisory_xact_lock(1885828709, p_source_id)
 $$;
 
--- A changelog record goes once every consumer has applied it ("applied" as in the Rust
--- eventview_core::batch::applied_by).
+-- Deletes the applied changelog records of one event table older than delta_retention, at most
+-- max_rows: walks the (xid, seq) index upwards in windows of at most 10,000 records below the
+-- smallest xmax of the consumers, each window found by an index scan that starts where the
+-- previous one ended, and deletes the window's records every consumer has applied
+-- (eventview._applied). Work is linear in the records walked, whatever the transaction sizes.
+CREATE FUNCTION eventview._prune_changelog(p_source_id integer, p_delta_retention interval, p_max_rows bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
+    m bigint;
+    done bigint := 0;
+    below xid8;
+    lo_xid xid8 := '0'::xid8;
+    lo_seq bigint := 0;
+    hi_xid xid8;
+    hi_seq bigint;
+    oldest timestamptz;
+    batch_size constant integer := 10000;
+BEGIN
+    EXECUTE 'SELECT min(pg_snapshot_xmax(s)) FROM (
+                 SELECT applied_snapshot AS s FROM eventview._views WHERE source_id = $1
+                 UNION ALL SELECT observed_snapshot FROM eventview._sources WHERE source_id = $1) k'
+        INTO below USING p_source_id;
+    LOOP
+        EXECUTE format('SELECT count(*), (array_agg(xid ORDER BY xid DESC, seq DESC))[1],
+                               (array_agg(seq ORDER BY xid DESC, seq DESC))[1], min(logged_at)
+                        FROM (SELECT xid, seq, logged_at FROM eventview._changes_%s
+                              WHERE (xid, seq) > ($1, $2) AND xid < $3
+                              ORDER BY xid, seq LIMIT $4) w', p_source_id)
+            INTO n, hi_xid, hi_seq, oldest USING lo_xid, lo_seq, below, least(batch_size, p_max_rows - done);
+        EXIT WHEN n = 0;
+        EXECUTE format($q$
+            WITH consumers AS (
+                SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+                FROM eventview._views WHERE source_id = $1
+                UNION ALL
+                SELECT observed_snapshot, observed_own_xid, observed_own_seq
+                FROM eventview._sources WHERE source_id = $1
+            ),
+            gone AS (
+                DELETE FROM eventview._changes_%s c
+                WHERE (c.xid, c.seq) > ($3, $4) AND (c.xid, c.seq) <= ($5, $6)
+                  AND c.logged_at < now() - $2
+                  AND NOT EXISTS (SELECT 1 FROM consumers k
+                                  WHERE NOT eventview._applied(c.xid, c.seq, k.s, k.own, k.own_seq))
+                RETURNING 1
+            )
+            SELECT count(*) FROM gone
+        $q$, p_source_id)
+        INTO m USING p_source_id, p_delta_retention, lo_xid, lo_seq, hi_xid, hi_seq;
+        done := done + m;
+        lo_xid := hi_xid;
+        lo_seq := hi_seq;
+        -- Records come in (roughly) the order they were logged: once a whole window is
+        -- younger than delta_retention, so is what follows.
+        EXIT WHEN n < least(batch_size, p_max_rows - done + m) OR done >= p_max_rows
+                  OR oldest >= now() - p_delta_retention;
+    END LOOP;
+    RETURN done;
+END
+$$;
+
+-- Prunes one event table (source) or every table of the caller's roles (NULL): the changelog
+-- of each (eventview._prune_changelog), then its raw events past retention.
 CREATE FUNCTION eventview._prune(source regclass) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s record;
-    n bigint;
-    m bigint;
-    done bigint;
-    below xid8;
-    lo_xid xid8;
-    lo_seq bigint;
-    hi_xid xid8;
-    hi_seq bigint;
-    oldest timestamptz;
     total bigint := 0;
-    batch_size constant integer := 10000;
     -- (The setting exists once the library is loaded; the same default otherwise.)
     max_rows constant bigint := coalesce(nullif(pg_catalog.current_setting('eventview.prune_max_rows', true), ''), '200000')::bigint;
 BEGIN
@@ -96,55 +149,7 @@ BEGIN
                 CONTINUE;
             END;
         END IF;
-        -- Walk the (xid, seq) index upwards in windows of batch_size records below the
-        -- smallest xmax of the consumers: each window is found by an index scan that starts
-        -- where the previous one ended, then its applied records older than delta_retention
-        -- are deleted. Work is linear in the records walked, whatever the transaction sizes.
-        done := 0;
-        lo_xid := '0'::xid8;
-        lo_seq := 0;
-        EXECUTE 'SELECT min(pg_snapshot_xmax(s)) FROM (
-                     SELECT applied_snapshot AS s FROM eventview._views WHERE source_id = $1
-                     UNION ALL SELECT observed_snapshot FROM eventview._sources WHERE source_id = $1) k'
-            INTO below USING s.source_id;
-        LOOP
-            EXECUTE format('SELECT count(*), (array_agg(xid ORDER BY xid DESC, seq DESC))[1],
-                                   (array_agg(seq ORDER BY xid DESC, seq DESC))[1], min(logged_at)
-                            FROM (SELECT xid, seq, logged_at FROM eventview._changes_%s
-                                  WHERE (xid, seq) > ($1, $2) AND xid < $3
-                                  ORDER BY xid, seq LIMIT $4) w', s.source_id)
-                INTO n, hi_xid, hi_seq, oldest USING lo_xid, lo_seq, below, least(batch_size, max_rows - done);
-            EXIT WHEN n = 0;
-            EXECUTE format($q$
-                WITH consumers AS (
-                    SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
-                    FROM eventview._views WHERE source_id = $1
-                    UNION ALL
-                    SELECT observed_snapshot, observed_own_xid, observed_own_seq
-                    FROM eventview._sources WHERE source_id = $1
-                ),
-                gone AS (
-                    DELETE FROM eventview._changes_%s c
-                    WHERE (c.xid, c.seq) > ($3, $4) AND (c.xid, c.seq) <= ($5, $6)
-                      AND c.logged_at < now() - $2
-                      AND NOT EXISTS (
-                          SELECT 1 FROM consumers k
-                          WHERE NOT (pg_visible_in_snapshot(c.xid, k.s)
-                                     OR coalesce(c.xid = k.own AND c.seq <= k.own_seq, false)))
-                    RETURNING 1
-                )
-                SELECT count(*) FROM gone
-            $q$, s.source_id)
-            INTO m USING s.source_id, s.delta_retention, lo_xid, lo_seq, hi_xid, hi_seq;
-            done := done + m;
-            lo_xid := hi_xid;
-            lo_seq := hi_seq;
-            -- Records come in (roughly) the order they were logged: once a whole window is
-            -- younger than delta_retention, so is what follows.
-            EXIT WHEN n < least(batch_size, max_rows - done + m) OR done >= max_rows
-                      OR oldest >= now() - s.delta_retention;
-        END LOOP;
-        total := total + done;
+        total := total + eventview._prune_changelog(s.source_id, s.delta_retention, max_rows);
         IF s.retention IS NOT NULL THEN
             -- As the table's owner (its triggers must not run with the maintainer's rights).
             -- Its triggers may also fail: when pruning every table, that one is skipped with a

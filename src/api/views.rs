@@ -76,3 +76,10 @@ pub fn refresh_problem(p_view_id: i32) -> Result<Option<String>, ErrorReport> {
 pub fn view_id(name: &str) -> Result<i32, ErrorReport> {
     lookup(|| crate::catalog::view_by_name(name, false).map(|v| v.view_id))
 }
+
+/// Forgets a view whose relation a DROP took (called by `eventview._follow_drop`; see
+/// `views::forget_view`).
+#[pg_extern(name = "_forget_view", volatile, strict, parallel_unsafe)]
+fn forget_view(p_view_id: i32) -> Result<(), ErrorReport> {
+    at_boundary(|| crate::views::forget_view(p_view_id))
+}

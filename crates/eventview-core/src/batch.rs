@@ -22,15 +22,13 @@ pub const OWN_SEQ_AFTER_DELTA: &str =
 
 /// Whether a consumer has applied the changelog row `c`: its transaction is visible in the
 /// consumer's applied snapshot `s`, or it is the consumer's own transaction `own` up to position
-/// `own_seq` (a refresh inside the writing transaction). Every reader of positions uses this:
-/// the batch (`in_batch`), and prune's protection of events with unapplied updates (the
-/// extension's `prune_events`); the SQL functions `eventview._prune` and `eventview._pending`
-/// spell the same condition.
+/// `own_seq` (a refresh inside the writing transaction). The condition is spelled once, in the
+/// SQL function `eventview._applied` (sql/bootstrap.sql), which the planner inlines; every
+/// reader of positions calls it: the batch (`in_batch`), prune's protection of events with
+/// unapplied updates (the extension's `prune_events`), `eventview._pending`, changelog pruning
+/// and position renumbering.
 pub fn applied_by(s: &str, own: &str, own_seq: &str) -> String {
-    format!(
-        "(pg_catalog.pg_visible_in_snapshot(c.xid, {s})
-               OR coalesce(c.xid = {own} AND c.seq <= {own_seq}, false))"
-    )
+    format!("eventview._applied(c.xid, c.seq, {s}, {own}, {own_seq})")
 }
 
 /// The records of the batch, as a condition on a changelog row `c`: visible now (or written by

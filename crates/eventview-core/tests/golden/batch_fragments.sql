@@ -1,6 +1,5 @@
 -- applied_by
-(pg_catalog.pg_visible_in_snapshot(c.xid, k.s)
-               OR coalesce(c.xid = k.own AND c.seq <= k.own_seq, false))
+eventview._applied(c.xid, c.seq, k.s, k.own, k.own_seq)
 
 -- touched_rows
 (SELECT lo, hi FROM record_runs WHERE (SELECT yes FROM by_record)

@@ -10,7 +10,6 @@ SELECT EXISTS (SELECT 1 FROM eventview._changes_2 c WHERE ((c.xid >= pg_catalog.
            OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM applied))
       AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
            OR coalesce(c.xid = (SELECT own FROM snap), false))
-      AND NOT (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM applied))
-               OR coalesce(c.xid = (SELECT own FROM applied) AND c.seq <= (SELECT own_seq FROM applied), false))) AS pending,
+      AND NOT eventview._applied(c.xid, c.seq, (SELECT s FROM applied), (SELECT own FROM applied), (SELECT own_seq FROM applied))) AS pending,
        (SELECT pg_catalog.pg_snapshot_xmax(s)::text::bigint FROM applied) AS applied_xmax,
        NULL::bigint AS unused;

@@ -14,8 +14,7 @@ chg AS MATERIALIZED (
            OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM applied))
       AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
            OR coalesce(c.xid = (SELECT own FROM snap), false))
-      AND NOT (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM applied))
-               OR coalesce(c.xid = (SELECT own FROM applied) AND c.seq <= (SELECT own_seq FROM applied), false))
+      AND NOT eventview._applied(c.xid, c.seq, (SELECT s FROM applied), (SELECT own FROM applied), (SELECT own_seq FROM applied))
 ),
 ids AS MATERIALIZED (
     SELECT seq, op, unnest(event_ids) AS event_id FROM chg WHERE op = 'I'
