@@ -10,13 +10,13 @@ thread_local! {
     static CAPTURES_CHECKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Capture functions older than this build's, replaced or fixed: event tables created before 0.2.0 have
-/// a delete capture that any session could switch off with `eventview.pruning`; truncate
-/// captures older than this build run under REPEATABLE READ and SERIALIZABLE, where they cannot
-/// see every row TRUNCATE removes (replaced since 0.10.0's library). An extension script may
-/// not replace functions the extension does not own (capture functions are run-time objects), so the first
-/// API call of each backend after the update replaces the old ones (as the extension owner; one
-/// catalog query when there is nothing to do).
+/// Brings the capture functions of existing event tables to this library's. One without the
+/// current mark was made by an older library (a delete capture that any session can switch off
+/// with `eventview.pruning`, or a truncate capture that cannot see every row TRUNCATE removes
+/// under REPEATABLE READ and SERIALIZABLE) and is replaced; one that PUBLIC may execute is
+/// revoked. An extension script may not replace functions the extension does not own (capture
+/// functions are run-time objects), so the first API call of each backend after an update does
+/// it (as the extension owner; one catalog query when there is nothing to do).
 pub fn upgrade_captures() -> EvResult<()> {
     if CAPTURES_CHECKED.get() {
         return Ok(());

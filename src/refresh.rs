@@ -29,7 +29,7 @@ use crate::privileges;
 use crate::progress;
 use crate::view_objects;
 use eventview_core::definition::TypePolicy;
-use eventview_core::sqlgen::Mode;
+use eventview_core::sqlgen::{Mode, ViewSql};
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use std::time::Instant;
@@ -41,6 +41,9 @@ pub struct Applied {
 }
 
 /// Runs the apply statement of `mode` and the fix-ups. The caller holds the view's row lock.
+/// The steps: the position must be this cluster's; type errors of what is recomputed are
+/// forgotten; a delta with nothing pending ends early; the event table is locked and checked;
+/// the statement runs as the view's owner; then the value logs and the min/max fix-ups.
 pub fn apply(
     view: &ViewRecord,
     mode: Mode,
@@ -48,122 +51,172 @@ pub fn apply(
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<Applied> {
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
-    if view.positions_from_elsewhere || view.source.changelog_from_elsewhere()? {
-        // Applying changes from this position would count this cluster's transactions as
-        // applied already (or skip records whose ids this cluster has not reached yet). A full
-        // recompute would store a position of this cluster under which the restored records
-        // still read as pending, to be applied once more after the renumbering.
-        return Err(EvError::new(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("view {} was restored from another cluster whose transaction ids are ahead of this one's, and its position was not renumbered at restore", relname(view)?),
-        )
-        .with_hint(format!(
-            "As a superuser, SELECT eventview._rebase_positions({}) renumbers the positions of its event table (a serial restore does it itself; see Dump and restore in docs/reference.md); run it before new events are written, or rebuild the table's views after it.",
-            view.source.source_id
-        )));
-    }
+    require_position_of_this_cluster(view)?;
     let sql = view_objects::sql_of(view);
     let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
-    // The quarantine is the extension's; storage, the source and the changelog are read and
-    // written as the view's owner.
-    if mode == Mode::Window {
-        spi::run_replanned(&sql.forget_type_errors_in_window(), &args)?;
-    } else if mode == Mode::Full {
-        spi::run_all(&[sql.forget_type_errors()])?;
-    }
+    forget_type_errors(&sql, mode, &args)?;
     view_objects::create_missing_logs(view, &sql)?;
-    if mode == Mode::Delta {
-        // Nothing pending: the apply statement would change nothing but the view's position.
-        // An idle refresh still merges the min/max logs, as below.
-        let plans = crate::pg::plan_cache::Plans::PerSize(view.source.plan_sizes());
-        let pending = catalog::pending(&sql.pending_check(), plans)?;
-        if !pending.any {
-            if pending.extra > 0 {
-                view_objects::merge_logs(view)?;
-            }
-            return Ok(Applied {
-                consumed: 0,
-                groups_written: 0,
-            });
-        }
+    if mode == Mode::Delta && nothing_pending(view, &sql)? {
+        return Ok(Applied {
+            consumed: 0,
+            groups_written: 0,
+        });
     }
-    // The table is read as the view's owner: not one whose owner gave an envelope column a
-    // type of theirs, whose casts would run with the view owner's rights (unless that owner
-    // has the view owner's rights anyway), nor one missing an envelope column, which the apply
-    // statement would fail on with a bare "column does not exist" (see envelope::require_intact).
-    // (After the idle return above: an idle refresh reads nothing, and waits for no lock on
-    // the table.)
-    crate::pg::locks::lock_for_reading(view.source.relid);
-    // (Dropped while this waited for the lock: as if it had been before.)
-    let table_owner = privileges::table_owner(view.source.relid)
-        .map_err(|_| catalog::event_table_gone(view.relid))?;
-    crate::envelope::require_intact_for(view.source.relid, table_owner, view.owner)?;
-    crate::relation::require_same_storage_as_snapshot(view.source.relid)?;
+    lock_and_check_event_table(view)?;
     let statement = sql.apply(mode);
     if mode == Mode::Full {
-        // As the planner estimates it: rows per page from the last ANALYZE or VACUUM, times the
-        // table's pages now (stale statistics, after a crash or a bulk load, are off by far).
-        let estimate: Option<f32> = spi::one(
-                "SELECT (CASE WHEN c.reltuples < 0 THEN NULL
-                              WHEN c.relpages > 0 THEN c.reltuples / c.relpages
-                                   * (pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::integer)
-                              ELSE c.reltuples END)::real
-                 FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass",
-                &[view.source.table_sql.as_str().into()],
-            )?;
-        progress::start(
-            format!("recomputing {}", relname(view)?),
-            estimate.map(|e| e as i64),
-        );
+        start_progress(view)?;
     }
-    let (consumed, groups_written, dirty, first_error, logged) =
-        roles::as_role(view.owner, || {
-            if mode == Mode::Window {
-                for statement in sql.clear_window() {
-                    spi::run_replanned(&statement, &args)?;
-                }
-            } else if mode == Mode::Full {
-                spi::run_all(&sql.clear_all())?;
-            }
-            Ok(Spi::connect_mut(|client| {
-                // A refresh runs the same statement every time: parsed once per backend and
-                // planned once per size of the event table and changelog. A rebuild is rare and long.
-                let result = if mode == Mode::Delta {
-                    let plans = crate::pg::plan_cache::Plans::PerSize(view.source.plan_sizes());
-                    crate::pg::plan_cache::execute(client, &statement, Some(1), &args, plans)?
-                } else {
-                    client.update(&statement, Some(1), &args)?
-                };
-                let row = result.first();
-                Ok::<_, pgrx::spi::SpiError>((
-                    row.get::<i64>(1)?.unwrap_or(0),
-                    row.get::<i64>(2)?.unwrap_or(0),
-                    row.get::<i64>(3)?.unwrap_or(0),
-                    row.get::<String>(4)?,
-                    row.get::<i64>(5)?.unwrap_or(0),
-                ))
-            })?)
-        })?;
+    let result = run_apply_statement(view, &sql, mode, &statement, &args)?;
     progress::finish();
     if view.definition.on_type_error == TypePolicy::Fail {
-        if let Some(reason) = first_error {
+        if let Some(reason) = result.first_error {
             return Err(EvError::invalid(format!("type error in view {}: {reason}", relname(view)?))
                 .with_hint("Nothing was applied. Fix the event, or leave such events out with on_type_error => 'quarantine' or 'skip' (alter_view, for a view that exists)."));
         }
     }
     // The fix-up reads the multisets, so the logs go into them first; so does a refresh that
-    // finds them past the limit. (An idle refresh merges them above, before the statement; an
-    // apply that consumed nothing counts as idle too.)
-    let idle = mode == Mode::Delta && consumed == 0;
-    if logged > 0 && (dirty > 0 || idle || logged > gucs::extreme_log_limit()) {
+    // finds them past the limit. (An idle refresh merges them in `nothing_pending`; an apply
+    // that consumed nothing counts as idle too.)
+    let idle = mode == Mode::Delta && result.consumed == 0;
+    if result.logged > 0 && (result.dirty > 0 || idle || result.logged > gucs::extreme_log_limit())
+    {
         view_objects::merge_logs(view)?;
     }
-    if dirty > 0 {
+    if result.dirty > 0 {
         roles::as_role(view.owner, || spi::run_all(&sql.fixup()))?;
     }
     Ok(Applied {
-        consumed,
-        groups_written,
+        consumed: result.consumed,
+        groups_written: result.groups_written,
+    })
+}
+
+/// A view whose position (or its changelog's) came from another cluster whose transaction ids
+/// are ahead cannot be applied: applying changes from this position would count this
+/// cluster's transactions as applied already (or skip records whose ids this cluster has not
+/// reached yet), and a full recompute would store a position of this cluster under which the
+/// restored records still read as pending, to be applied once more after the renumbering.
+fn require_position_of_this_cluster(view: &ViewRecord) -> EvResult<()> {
+    if !view.positions_from_elsewhere && !view.source.changelog_from_elsewhere()? {
+        return Ok(());
+    }
+    Err(EvError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("view {} was restored from another cluster whose transaction ids are ahead of this one's, and its position was not renumbered at restore", relname(view)?),
+    )
+    .with_hint(format!(
+        "As a superuser, SELECT eventview._rebase_positions({}) renumbers the positions of its event table (a serial restore does it itself; see Dump and restore in docs/reference.md); run it before new events are written, or rebuild the table's views after it.",
+        view.source.source_id
+    )))
+}
+
+/// Before a recomputation: the quarantine entries of what it recomputes go (the quarantine is
+/// the extension's; the recomputation files them again).
+fn forget_type_errors(sql: &ViewSql, mode: Mode, args: &[DatumWithOid; 3]) -> EvResult<()> {
+    match mode {
+        Mode::Window => spi::run_replanned(&sql.forget_type_errors_in_window(), args),
+        Mode::Full => spi::run_all(&[sql.forget_type_errors()]),
+        Mode::Delta => Ok(()),
+    }
+}
+
+/// Whether a delta has nothing pending: the apply statement would change nothing but the
+/// view's position. An idle refresh still merges the min/max logs when they hold values.
+fn nothing_pending(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
+    let plans = crate::pg::plan_cache::Plans::PerSize(view.source.plan_sizes());
+    let pending = catalog::pending(&sql.pending_check(), plans)?;
+    if pending.any {
+        return Ok(false);
+    }
+    if pending.extra > 0 {
+        view_objects::merge_logs(view)?;
+    }
+    Ok(true)
+}
+
+/// The event table is read as the view's owner: not one whose owner gave an envelope column a
+/// type of theirs, whose casts would run with the view owner's rights (unless that owner has
+/// the view owner's rights anyway), nor one missing an envelope column, which the apply
+/// statement would fail on with a bare "column does not exist" (see
+/// `envelope::require_intact`). Called after the idle check: an idle refresh reads nothing, and
+/// waits for no lock on the table.
+fn lock_and_check_event_table(view: &ViewRecord) -> EvResult<()> {
+    crate::pg::locks::lock_for_reading(view.source.relid);
+    // (Dropped while this waited for the lock: as if it had been before.)
+    let table_owner = privileges::table_owner(view.source.relid)
+        .map_err(|_| catalog::event_table_gone(view.relid))?;
+    crate::envelope::require_intact_for(view.source.relid, table_owner, view.owner)?;
+    crate::relation::require_same_storage_as_snapshot(view.source.relid)
+}
+
+/// Progress NOTICEs of a full recomputation, against the rows the planner estimates: rows per
+/// page from the last ANALYZE or VACUUM, times the table's pages now (stale statistics, after
+/// a crash or a bulk load, are off by far).
+fn start_progress(view: &ViewRecord) -> EvResult<()> {
+    let estimate: Option<f32> = spi::one(
+        "SELECT (CASE WHEN c.reltuples < 0 THEN NULL
+                      WHEN c.relpages > 0 THEN c.reltuples / c.relpages
+                           * (pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::integer)
+                      ELSE c.reltuples END)::real
+         FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass",
+        &[view.source.table_sql.as_str().into()],
+    )?;
+    progress::start(
+        format!("recomputing {}", relname(view)?),
+        estimate.map(|e| e as i64),
+    );
+    Ok(())
+}
+
+/// What the apply statement returned.
+struct StatementResult {
+    consumed: i64,
+    groups_written: i64,
+    /// Groups that took a retraction (their min/max need the fix-up).
+    dirty: i64,
+    /// The first type error, for views whose policy is `fail`.
+    first_error: Option<String>,
+    /// Rows the statement appended to the value logs.
+    logged: i64,
+}
+
+/// Clears what a recomputation replaces and runs the apply statement, as the view's owner. A
+/// refresh runs the same statement every time: parsed once per backend and planned once per
+/// size of the event table and changelog. A rebuild is rare and long: planned at each run.
+fn run_apply_statement(
+    view: &ViewRecord,
+    sql: &ViewSql,
+    mode: Mode,
+    statement: &str,
+    args: &[DatumWithOid; 3],
+) -> EvResult<StatementResult> {
+    roles::as_role(view.owner, || {
+        match mode {
+            Mode::Window => {
+                for statement in sql.clear_window() {
+                    spi::run_replanned(&statement, args)?;
+                }
+            }
+            Mode::Full => spi::run_all(&sql.clear_all())?,
+            Mode::Delta => {}
+        }
+        Ok(Spi::connect_mut(|client| {
+            let result = if mode == Mode::Delta {
+                let plans = crate::pg::plan_cache::Plans::PerSize(view.source.plan_sizes());
+                crate::pg::plan_cache::execute(client, statement, Some(1), args, plans)?
+            } else {
+                client.update(statement, Some(1), args)?
+            };
+            let row = result.first();
+            Ok::<_, pgrx::spi::SpiError>(StatementResult {
+                consumed: row.get::<i64>(1)?.unwrap_or(0),
+                groups_written: row.get::<i64>(2)?.unwrap_or(0),
+                dirty: row.get::<i64>(3)?.unwrap_or(0),
+                first_error: row.get::<String>(4)?,
+                logged: row.get::<i64>(5)?.unwrap_or(0),
+            })
+        })?)
     })
 }
 
