@@ -9,9 +9,10 @@ use pgrx::prelude::*;
 /// payloads with it; not in the current SQL (`sql = false`). The symbol lets a database at such
 /// a version load this library until `ALTER EXTENSION pg_eventview UPDATE`, and says so when
 /// called.
+/// (The Rust name gives the C symbol, `<name>_wrapper`, those install scripts name.)
 #[allow(clippy::type_complexity)] // pgrx reads the column names from the type as written
 #[pg_extern(name = "_payload_shapes", immutable, parallel_safe, sql = false)]
-fn payload_shapes_of_old_releases(
+fn payload_shapes(
     _event_types: Vec<Option<String>>,
     _event_versions: Vec<Option<i32>>,
     _payloads: pgrx::AnyArray,

@@ -20,8 +20,9 @@ fn refresh_view_unless_locked(name: &str) -> Result<Option<i64>, ErrorReport> {
 /// Declared by the install scripts of releases up to 0.6.0, whose `refresh_all` called it; not
 /// in the current SQL (`sql = false`). The symbol lets a database at such a version load this
 /// library until `ALTER EXTENSION pg_eventview UPDATE`, and says so when called.
+/// (The Rust name gives the C symbol, `<name>_wrapper`, those install scripts name.)
 #[pg_extern(name = "_refresh_all", volatile, parallel_unsafe, sql = false)]
-fn refresh_all_of_old_releases() -> Result<i64, ErrorReport> {
+fn refresh_all() -> Result<i64, ErrorReport> {
     Err(super::needs_update("eventview._refresh_all()"))
 }
 
