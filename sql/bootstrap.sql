@@ -196,8 +196,7 @@ $$;
 -- Counts only what this transaction can see: an uncommitted producer's changes are not pending yet.
 -- NULL while another session holds the changelog locked.
 -- SECURITY DEFINER (pinned search_path): counts for eventview.views, which everyone may read,
--- over changelogs and storage that only their owners may. "Applied" is spelled as in the Rust
--- eventview_core::batch::applied_by.
+-- over changelogs and storage that only their owners may. "Applied" is eventview._applied.
 CREATE FUNCTION eventview._pending(p_view_id integer, OUT changes bigint, OUT oldest timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

@@ -1,4 +1,5 @@
 -- pg_eventview 0.14.0 -> 0.15.0
+\echo Use "ALTER EXTENSION pg_eventview UPDATE TO '0.15.0'" to load this file. \quit
 -- "Applied" spelled once (eventview._applied); forgetting a view in Rust; changelog pruning in a
 -- function of its own.
 

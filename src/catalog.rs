@@ -1,7 +1,11 @@
-//! The only code that reads and writes the extension's own tables (`eventview._sources`,
+//! Every statement the extension's Rust code runs on its own tables (`eventview._sources`,
 //! `eventview._views`, `eventview._fields`, and the drift and quarantine rows of a table that is
-//! forgotten). Generated statements over user data and changelogs read a consumer's position
-//! through `eventview_core::batch`, which spells the condition "this change is applied".
+//! forgotten). Two kinds of statement read or write catalog rows elsewhere, on purpose: the
+//! generated refresh and observer statements (`eventview_core::sqlgen`, `observe_sql`) store
+//! the consumer's new position in the same statement that applies the changes, so both commit
+//! or neither does; and the pruning of raw events (`event_tables::prune_events`) reads the
+//! views' positions in its own statement. Whether a change is applied is
+//! `eventview._applied` everywhere.
 
 use crate::errors::{EvError, EvResult};
 use crate::pg::spi;

@@ -65,8 +65,8 @@ def current_version():
 
 def release_build(version):
     """The shared library and the install script of an old release, built once from its commit
-    (debug build, a target directory of their own so the current build is not disturbed; about
-    a minute the first time, seconds for each further release)."""
+    (debug builds, in a target directory of their own so the current build is not disturbed;
+    a few minutes the first time, about a minute for each further release)."""
     out = RELEASES / version
     library, script = out / "pg_eventview.so", out / f"pg_eventview--{version}.sql"
     if library.exists() and script.exists():
@@ -82,7 +82,7 @@ def release_build(version):
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
         env = dict(os.environ, CARGO_TARGET_DIR=str(target))
-        schema = subprocess.run(["cargo", "pgrx", "schema", "pg15", "--pg-config", PG_CONFIG, "--out", str(script)],
+        schema = subprocess.run(["cargo", "pgrx", "schema", "pg15", "--out", str(script)],
                                 cwd=src, env=env, capture_output=True, text=True)
         assert schema.returncode == 0, schema.stderr[-3000:]
         build = subprocess.run(["cargo", "build", "--lib", "--features", "pg15", "--no-default-features"],

@@ -77,9 +77,11 @@ pub fn view_id(name: &str) -> Result<i32, ErrorReport> {
     lookup(|| crate::catalog::view_by_name(name, false).map(|v| v.view_id))
 }
 
-/// Forgets a view whose relation a DROP took (called by `eventview._follow_drop`; see
-/// `views::forget_view`).
+/// Forgets a view whose relation a DROP took (called by `eventview._follow_drop`, which runs as
+/// the extension owner; see `views::forget_view`). Not an API call: it runs inside the user's
+/// DROP in the rights it has, with the version check only (the catalog statements are this
+/// library's).
 #[pg_extern(name = "_forget_view", volatile, strict, parallel_unsafe)]
 fn forget_view(p_view_id: i32) -> Result<(), ErrorReport> {
-    at_boundary(|| crate::views::forget_view(p_view_id))
+    lookup(|| crate::views::forget_view(p_view_id))
 }
