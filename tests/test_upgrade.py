@@ -270,6 +270,18 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
             c.execute("SELECT eventview.refresh('shop.by_sku')")
         assert "ALTER EXTENSION pg_eventview UPDATE" in refused.value.diag.message_hint
+        # The functions only old releases declare are there to let their SQL load this library:
+        # called, they say the same.
+        stubs = [r[0] for r in c.execute(
+            """SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'eventview'::regnamespace
+               AND p.proname IN ('_refresh_all', '_payload_shapes')""").fetchall()]
+        for stub in stubs:
+            call = ("SELECT eventview._refresh_all()" if stub == "_refresh_all"
+                    else "SELECT * FROM eventview._payload_shapes(ARRAY['cart'], ARRAY[1], ARRAY['{}'])")
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as stale:
+                c.execute(call)
+            assert "ALTER EXTENSION pg_eventview UPDATE" in stale.value.diag.message_hint
+        assert bool(stubs) == (version_key(old) <= (0, 6, 0))
 
         c.execute("ALTER EXTENSION pg_eventview UPDATE")
         assert c.execute("SELECT extversion FROM pg_extension WHERE extname = 'pg_eventview'").fetchone()[0] == current_version()
