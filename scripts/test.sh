@@ -1,25 +1,22 @@
 #!/usr/bin/env bash
 # Runs every test of pg_eventview on this machine, installing what is missing first.
-#   0. habits, in seconds: cargo fmt --check, cargo clippy -D warnings, and eventview-core's
-#      plain cargo test (no PostgreSQL needed: definitions, JSONPaths, the jsonb reader, the
-#      generated SQL against its golden files)
+#   0. habits, in seconds: cargo fmt --check and eventview-core's plain cargo test (before
+#      anything is installed: no PostgreSQL needed for definitions, JSONPaths, the jsonb reader
+#      and the generated SQL against its golden files), then, once installed, cargo clippy
+#      -D warnings
 #   1. cargo pgrx test: #[pg_test] units inside Postgres
 #   2. pg_regress: expected-output tests of what users see (scripts/regress.sh)
 #   3. pytest: integration tests against real clusters (differential, crash, concurrency, upgrades)
 # Ends with one line "tests: N passed, M failed" counting individual tests of all of them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh || exit 1
 
 LOG=$(mktemp -d /tmp/pg_eventview_test.XXXXXX)
 passed=0; failed=0; rc=0
 
-echo "== cargo fmt --check, cargo clippy, cargo test -p eventview-core"
+echo "== cargo fmt --check, cargo test -p eventview-core"
 if ! cargo fmt --all -- --check >"$LOG/fmt.log" 2>&1; then
   rc=1; failed=$((failed + 1)); echo "cargo fmt: files are not formatted (cargo fmt --all fixes them):"; head -40 "$LOG/fmt.log"
-fi
-if ! cargo clippy --workspace --all-targets -- -D warnings >"$LOG/clippy.log" 2>&1; then
-  rc=1; failed=$((failed + 1)); echo "cargo clippy: warnings:"; grep -E "^(warning|error)" -A8 "$LOG/clippy.log" | head -60
 fi
 cargo test -p eventview-core >"$LOG/core.log" 2>&1; core_rc=$?
 grep -E "test result:" "$LOG/core.log"
@@ -27,6 +24,13 @@ grep -E "test result:" "$LOG/core.log"
 p=$(grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed" "$LOG/core.log" | awk '{s+=$4; f+=$6} END {print s+0, f+0}')
 passed=$((passed + ${p% *})); failed=$((failed + ${p#* }))
 if [ $core_rc -ne 0 ] && [ "${p#* }" = "0" ]; then failed=$((failed + 1)); tail -20 "$LOG/core.log"; fi
+
+bash scripts/setup.sh || { echo "tests: $passed passed, $((failed + 1)) failed"; exit 1; }
+
+echo "== cargo clippy"
+if ! cargo clippy --workspace --all-targets -- -D warnings >"$LOG/clippy.log" 2>&1; then
+  rc=1; failed=$((failed + 1)); echo "cargo clippy: warnings:"; grep -E "^(warning|error)" -A8 "$LOG/clippy.log" | head -60
+fi
 
 echo "== cargo pgrx test (in-backend tests)"
 PGDATA_TEST=/tmp/pg_eventview_pgrx_data
