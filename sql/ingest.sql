@@ -38,7 +38,15 @@ BEGIN
                                          'occurred_at', 'payload']) c) THEN
         RAISE EXCEPTION 'permission denied to ingest into event table %: INSERT on it is needed', v_table::regclass
             USING ERRCODE = 'insufficient_privilege',
-                  HINT = pg_catalog.format('Its owner, role %s, may grant it: GRANT INSERT ON %s TO %I.',
+                  HINT = pg_catalog.format('Its owner, role %s, may grant it with the read of event_key ingest also needs: GRANT INSERT, SELECT (event_key) ON %s TO %I.',
+                                           (SELECT c.relowner::regrole FROM pg_catalog.pg_class c WHERE c.oid = v_table::regclass),
+                                           v_table::regclass, current_user);
+    END IF;
+    -- Duplicates are found by ON CONFLICT (event_key), which reads that column.
+    IF NOT pg_catalog.has_column_privilege(v_table, 'event_key', 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied to ingest into event table %: SELECT on its event_key column is needed to find duplicates', v_table::regclass
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = pg_catalog.format('Its owner, role %s, may grant it: GRANT SELECT (event_key) ON %s TO %I.',
                                            (SELECT c.relowner::regrole FROM pg_catalog.pg_class c WHERE c.oid = v_table::regclass),
                                            v_table::regclass, current_user);
     END IF;

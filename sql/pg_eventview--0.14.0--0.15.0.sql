@@ -1,7 +1,7 @@
 -- pg_eventview 0.14.0 -> 0.15.0
 \echo Use "ALTER EXTENSION pg_eventview UPDATE TO '0.15.0'" to load this file. \quit
 -- "Applied" spelled once (eventview._applied); forgetting a view in Rust; changelog pruning in a
--- function of its own.
+-- function of its own; ingest says when a producer lacks SELECT on event_key.
 
 -- As in sql/bootstrap.sql:
 CREATE FUNCTION eventview._applied(xid xid8, seq bigint, s pg_snapshot, own xid8, own_seq bigint)
@@ -243,5 +243,96 @@ BEGIN
         END IF;
     END LOOP;
     RETURN total;
+END
+$$;
+
+-- As in sql/ingest.sql:
+CREATE OR REPLACE FUNCTION eventview.ingest(source text, events jsonb)
+RETURNS TABLE(inserted bigint, duplicates bigint, quarantined bigint)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_table text := eventview._event_table_sql(source);
+    -- pg_settings.setting is in bytes whatever unit the user wrote ('64kB').
+    v_limit bigint := (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'eventview.max_payload_bytes');
+BEGIN
+    IF source IS NULL OR events IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be NULL', CASE WHEN source IS NULL THEN 'source' ELSE 'events' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- Before the statement: its own "permission denied for table" names the table unqualified,
+    -- under the whole statement as context. (The columns the statement inserts: a producer may
+    -- have been granted INSERT on those only.)
+    IF NOT (SELECT pg_catalog.bool_and(pg_catalog.has_column_privilege(v_table, c, 'INSERT'))
+            FROM pg_catalog.unnest(ARRAY['event_key', 'event_type', 'event_version', 'producer',
+                                         'occurred_at', 'payload']) c) THEN
+        RAISE EXCEPTION 'permission denied to ingest into event table %: INSERT on it is needed', v_table::regclass
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = pg_catalog.format('Its owner, role %s, may grant it with the read of event_key ingest also needs: GRANT INSERT, SELECT (event_key) ON %s TO %I.',
+                                           (SELECT c.relowner::regrole FROM pg_catalog.pg_class c WHERE c.oid = v_table::regclass),
+                                           v_table::regclass, current_user);
+    END IF;
+    -- Duplicates are found by ON CONFLICT (event_key), which reads that column.
+    IF NOT pg_catalog.has_column_privilege(v_table, 'event_key', 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied to ingest into event table %: SELECT on its event_key column is needed to find duplicates', v_table::regclass
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = pg_catalog.format('Its owner, role %s, may grant it: GRANT SELECT (event_key) ON %s TO %I.',
+                                           (SELECT c.relowner::regrole FROM pg_catalog.pg_class c WHERE c.oid = v_table::regclass),
+                                           v_table::regclass, current_user);
+    END IF;
+    IF jsonb_typeof(events) <> 'array' THEN
+        RAISE EXCEPTION 'invalid events: expected a JSON array of envelopes, found %', jsonb_typeof(events)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass [{"type": ..., "payload": {...}}, ...].';
+    END IF;
+    RETURN QUERY EXECUTE format($sql$
+        WITH checked AS (
+            SELECT e AS envelope, ord, eventview._envelope_problem(e, $2) AS problem
+            FROM jsonb_array_elements($1) WITH ORDINALITY AS t(e, ord)
+        ),
+        rejected AS (
+            INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
+            SELECT %2$L::regclass, NULL, NULL, CASE problem
+                WHEN 1 THEN 'envelope is a JSON ' || jsonb_typeof(envelope) || ', not an object'
+                WHEN 2 THEN CASE WHEN NOT envelope ? 'type' THEN 'envelope has no "type" (a non-empty string)'
+                                 WHEN jsonb_typeof(envelope->'type') = 'string' THEN '"type" is an empty string'
+                                 ELSE 'bad "type": a JSON ' || jsonb_typeof(envelope->'type') || ', not a string' END
+                WHEN 3 THEN 'bad "version": ' || left((envelope->'version')::text, 100) || ' is not an integer from 1 to 2147483647'
+                WHEN 4 THEN 'bad "producer": a JSON ' || jsonb_typeof(envelope->'producer') || ', not a string'
+                WHEN 5 THEN 'unparsable "occurred_at": ' || left((envelope->'occurred_at')::text, 100) || ' is not an RFC 3339 timestamp'
+                WHEN 6 THEN CASE WHEN jsonb_typeof(envelope->'key') = 'string'
+                                 THEN '"key" has ' || octet_length(envelope->>'key') || ' bytes, more than 2000'
+                                 ELSE 'bad "key": a JSON ' || jsonb_typeof(envelope->'key') || ', not a string' END
+                WHEN 7 THEN 'payload is ' || coalesce('a JSON ' || jsonb_typeof(envelope->'payload'), 'missing') || ', not a JSON object'
+                WHEN 8 THEN 'payload has ' || octet_length((envelope->'payload')::text) || ' bytes, more than eventview.max_payload_bytes (' || $2 || ')'
+            END, envelope
+            FROM checked WHERE problem IS NOT NULL
+            ORDER BY ord
+        ),
+        added AS (
+            -- JSON null in version, producer, occurred_at or key means the default (->> gives
+            -- NULL); occurred_at was checked to be RFC 3339, so its cast cannot fail.
+            INSERT INTO %1$s (event_key, event_type, event_version, producer, occurred_at, payload)
+            SELECT envelope->>'key', envelope->>'type',
+                   coalesce((envelope->>'version')::numeric::integer, 1),
+                   coalesce(envelope->>'producer', current_user),
+                   coalesce((envelope->>'occurred_at')::timestamptz, now()),
+                   envelope->'payload'
+            FROM checked WHERE problem IS NULL
+            -- In key order (bytewise), then envelope order. Two calls inserting the same keys
+            -- wait for each other's uncommitted keys, so they must take keys in one order: in
+            -- envelope order, batches of the same keys in opposite orders deadlocked. Within a
+            -- key, the first occurrence goes in and the later ones are duplicates: DO NOTHING
+            -- also skips a row that conflicts with one this statement inserted. (Event ids of
+            -- keyed envelopes follow key order; envelopes without a key come last, in order.)
+            ORDER BY envelope->>'key' COLLATE "C", ord
+            ON CONFLICT (event_key) DO NOTHING
+            RETURNING 1
+        ),
+        -- (Counted from the input: a producer may file rejects but not read them back.)
+        refused AS (SELECT count(*) AS n FROM checked WHERE problem IS NOT NULL)
+        SELECT (SELECT count(*) FROM added),
+               jsonb_array_length($1) - (SELECT n FROM refused) - (SELECT count(*) FROM added),
+               (SELECT n FROM refused)
+    $sql$, v_table, v_table) USING events, v_limit;
 END
 $$;

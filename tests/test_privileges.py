@@ -706,5 +706,13 @@ def test_ingest_takes_insert_on_the_envelope_columns_only(cluster, roles):
     alice.q(f"REVOKE INSERT (payload) ON colgrant FROM {role('pat')}")
     msg = pat.denied(f"SELECT * FROM eventview.ingest('colgrant', '{ok}')")
     assert msg == "permission denied to ingest into event table colgrant: INSERT on it is needed", msg
+    # INSERT without the read of event_key that finds duplicates: that is named too.
+    alice.q(f"GRANT INSERT ON colgrant TO {role('pat')}")
+    alice.q(f"REVOKE SELECT (event_key) ON colgrant FROM {role('pat')}")
+    msg = pat.denied(f"SELECT * FROM eventview.ingest('colgrant', '{ok}')")
+    assert msg == ("permission denied to ingest into event table colgrant: "
+                   "SELECT on its event_key column is needed to find duplicates"), msg
+    alice.q(f"GRANT SELECT (event_key) ON colgrant TO {role('pat')}")
+    assert pat.q(f"SELECT * FROM eventview.ingest('colgrant', '{ok}')") == [(0, 1, 0)]
     for who in (alice, pat):
         who.conn.close()
