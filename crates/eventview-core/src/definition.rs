@@ -561,12 +561,15 @@ pub fn parse_aggregate(
         })?;
         if let Some(t) = field.declared_type() {
             if matches!(kind, AggKind::Sum | AggKind::Avg) && !t.is_number() {
-                return bad(&format!(
-                    "{}() needs a number, and {} is {}",
-                    kind.name(),
-                    field.display(),
-                    t.name()
-                ));
+                return refuse_with_hint(
+                    format!(
+                        "invalid measure \"{column}\": {}() needs a number, and {} is {}",
+                        kind.name(),
+                        field.display(),
+                        t.name()
+                    ),
+                    "Aggregate a numeric field or path (a logical field declared bigint, numeric or double precision), or count the values with count() or count_distinct().",
+                );
             }
             if matches!(kind, AggKind::Min | AggKind::Max)
                 && matches!(t, SqlType::Boolean | SqlType::Jsonb)
@@ -718,7 +721,10 @@ fn parse_filter(text: &str, fields: &dyn FieldCatalog) -> Result<Vec<FilterTerm>
         };
         for v in &values {
             if let Some(problem) = jsonb_problem(v) {
-                return refuse(format!("invalid filter \"{reference}\": {problem}"));
+                return refuse_with_hint(
+                    format!("invalid filter \"{reference}\": {problem}"),
+                    "A filter value is compared as jsonb: leave out the \\u0000 character, and keep numbers within the range of numeric.",
+                );
             }
         }
         filter.push(FilterTerm { field, values });
@@ -836,6 +842,8 @@ mod tests {
             .unwrap_err()
             .message
             .contains("needs a number, and label is text"));
+        let hint = parse_definition(&bad).unwrap_err().hint.unwrap_or_default();
+        assert!(hint.contains("count_distinct()"), "{hint}");
         let mut undeclared = input(r#"{"k": "nope"}"#, "{}");
         undeclared.fields = &fields;
         assert!(parse_definition(&undeclared)
@@ -844,6 +852,19 @@ mod tests {
             .contains("undeclared logical field \"nope\""));
         assert!(!is_valid_field_name("Sku"));
         assert!(is_valid_field_name("_sku_2"));
+    }
+
+    #[test]
+    fn a_filter_value_jsonb_cannot_hold_is_refused_with_a_hint() {
+        let mut i = input("{}", "{}");
+        i.filter = Some(r#"{"$.a": "x\u0000y"}"#);
+        let e = parse_definition(&i).unwrap_err();
+        assert!(
+            e.message.contains("which jsonb cannot hold"),
+            "{}",
+            e.message
+        );
+        assert!(e.hint.unwrap_or_default().contains("compared as jsonb"));
     }
 
     #[test]
