@@ -161,7 +161,7 @@ CREATE TABLE eventview.quarantine (
     quarantined_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX ON eventview.quarantine (view_name, event_id);
-COMMENT ON TABLE eventview.quarantine IS 'pg_eventview: events left out of a view because a value had the wrong JSON type';
+COMMENT ON TABLE eventview.quarantine IS 'pg_eventview: envelopes the ingest gate refused (view_name NULL) and events left out of a view because a value had the wrong JSON type';
 
 SELECT pg_catalog.pg_extension_config_dump('eventview._sources', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._sources_source_id_seq', '');

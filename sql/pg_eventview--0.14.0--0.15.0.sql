@@ -336,3 +336,6 @@ BEGIN
     $sql$, v_table, v_table) USING events, v_limit;
 END
 $$;
+
+-- As in sql/bootstrap.sql:
+COMMENT ON TABLE eventview.quarantine IS 'pg_eventview: envelopes the ingest gate refused (view_name NULL) and events left out of a view because a value had the wrong JSON type';
