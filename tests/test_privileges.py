@@ -716,3 +716,30 @@ def test_ingest_takes_insert_on_the_envelope_columns_only(cluster, roles):
     assert pat.q(f"SELECT * FROM eventview.ingest('colgrant', '{ok}')") == [(0, 1, 0)]
     for who in (alice, pat):
         who.conn.close()
+
+
+def test_a_view_owner_reads_the_changelog_while_a_view_of_theirs_reads_the_table(cluster, roles):
+    """Forgetting a view takes its owner's SELECT on the changelog (which holds old contents of
+    events) once no other view of theirs reads the table, whether the view goes by drop_view or
+    by a plain DROP VIEW; the table's owner keeps the changelog rights that come with the table."""
+    admin = As(cluster, roles, "postgres")
+    alice, bob = As(cluster, roles, "alice"), As(cluster, roles, "bob")
+    alice.q("SELECT eventview.create_event_table('shared')")
+    source_id = alice.one("SELECT source_id FROM eventview._sources WHERE relid = 'shared'::regclass")
+    log = f"eventview._changes_{source_id}"
+    reads_log = lambda who: admin.one(f"SELECT has_table_privilege('{role(who)}', '{log}', 'SELECT')")
+    alice.q(f"GRANT SELECT ON shared TO {role('bob')}")
+    assert not reads_log("bob")
+    bob.q("SELECT eventview.create_view('bob_one', 'shared')")
+    bob.q("SELECT eventview.create_view('bob_two', 'shared')")
+    alice.q("SELECT eventview.create_view('alice_one', 'shared')")
+    assert reads_log("bob") and reads_log("alice")
+    bob.q("SELECT eventview.drop_view('bob_one')")
+    assert reads_log("bob")
+    bob.q("DROP VIEW bob_two")
+    assert not reads_log("bob")
+    assert admin.one("SELECT count(*) FROM eventview._views WHERE owner = %s::regrole", (role("bob"),)) == 0
+    alice.q("SELECT eventview.drop_view('alice_one')")
+    assert reads_log("alice")
+    for who in (admin, alice, bob):
+        who.conn.close()
