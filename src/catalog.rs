@@ -4,8 +4,9 @@
 //! generated refresh and observer statements (`eventview_core::sqlgen`, `observe_sql`) store
 //! the consumer's new position in the same statement that applies the changes, so both commit
 //! or neither does; and the pruning of raw events (`event_tables::prune_events`) reads the
-//! views' positions in its own statement. Whether a change is applied is
-//! `eventview._applied` everywhere.
+//! views' positions in its own statement. The PL/pgSQL of the SQL surface (`schedule`,
+//! `run_maintenance`, `_prune`, `_pending`, `_follow_drop`) keeps its own statements. Whether a
+//! change is applied is `eventview._applied` everywhere.
 
 use crate::errors::{EvError, EvResult};
 use crate::pg::spi;
