@@ -11,7 +11,8 @@
 //!
 //! Transaction boundaries: `refresh` runs inside the caller's transaction; the statements are
 //!   1. lock the view row (SELECT ... FOR UPDATE), then observe the source's fields (`observer`);
-//!   2. the min/max value logs created if missing (storage restored from an older dump);
+//!   2. the min/max value logs and the read index created if missing (storage restored from
+//!      an older dump, or made by an older version);
 //!   3. whether anything is pending (`eventview_core::batch::pending_check`): when nothing is, only the
 //!      logs are merged (if they hold values) and the refresh goes on at 6;
 //!   4. the apply statement (see `eventview_core::sqlgen`);
@@ -55,7 +56,7 @@ pub fn apply(
     let sql = view_objects::sql_of(view);
     let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
     forget_type_errors(&sql, mode, &args)?;
-    view_objects::create_missing_logs(view, &sql)?;
+    view_objects::create_missing_objects(view, &sql)?;
     if mode == Mode::Delta && nothing_pending(view, &sql)? {
         return Ok(Applied {
             consumed: 0,

@@ -1,5 +1,5 @@
 //! A catalogued view's generated SQL and the objects beside its storage that follow the catalog:
-//! the min/max value logs and the relation users read. Used by view creation, refresh, rebuild,
+//! the min/max value logs, the read index and the relation users read. Used by view creation, refresh, rebuild,
 //! `alter_view` and logical field declarations alike.
 
 use crate::catalog::{self, ViewRecord};
@@ -22,23 +22,38 @@ pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
     }
 }
 
-/// Creates the view's value logs that do not exist (storage restored from a dump of a version
-/// without them), as the extension owner, for the view's owner.
-pub fn create_missing_logs(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
+/// Creates the objects beside the view's storage that do not exist, as the extension owner,
+/// for the view's owner: value logs and the read index (storage restored from a dump of, or
+/// made by, a version without them). A view that gets its read index here also gets its user
+/// relation reinstalled, in the form the index serves (`WHERE __k`). One catalog lookup when
+/// nothing is missing.
+pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
     let logs = sql.log_ddl();
-    if logs.is_empty() {
+    let read_index = sql.create_read_index();
+    if logs.is_empty() && read_index.is_none() {
         return Ok(());
     }
-    let names: Vec<String> = logs.iter().map(|(name, _)| name.clone()).collect();
+    let mut names: Vec<String> = logs.iter().map(|(name, _)| name.clone()).collect();
+    let read_index_name = format!("eventview.{}", sql.read_index_name());
+    if read_index.is_some() {
+        names.push(read_index_name.clone());
+    }
     let missing: Vec<String> = spi::one::<Vec<String>>(
         "SELECT coalesce(array_agg(t), '{}') FROM unnest($1::text[]) t WHERE pg_catalog.to_regclass(t) IS NULL",
         &[names.into()],
     )?
     .unwrap_or_default();
+    if missing.is_empty() {
+        return Ok(());
+    }
     let owner = privileges::role_ident(view.owner)?;
     for (name, ddl) in logs.into_iter().filter(|(name, _)| missing.contains(name)) {
         let [own, private] = eventview_core::sqlgen::storage_grants(&name, &owner);
         spi::run_all(&[ddl, own, private])?;
+    }
+    if let Some(ddl) = read_index.filter(|_| missing.contains(&read_index_name)) {
+        spi::run_all(&[ddl])?;
+        replace_user_view(view, sql)?;
     }
     Ok(())
 }
@@ -55,10 +70,15 @@ pub fn merge_logs(view: &ViewRecord) -> EvResult<()> {
 /// when a logical field it reads is redeclared (a realtime read evaluates the pending changes
 /// with the declarations of the moment, as a refresh would).
 pub fn install_user_view(view: &ViewRecord) -> EvResult<()> {
-    let (realtime, width) = catalog::view_reads(view.view_id)?;
     let sql = sql_of(view);
     // A realtime read reads the value logs.
-    create_missing_logs(view, &sql)?;
+    create_missing_objects(view, &sql)?;
+    replace_user_view(view, &sql)
+}
+
+/// CREATE OR REPLACE VIEW of the user relation, as the catalog says the view reads.
+fn replace_user_view(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
+    let (realtime, width) = catalog::view_reads(view.view_id)?;
     let reads = if realtime {
         Reads::Realtime {
             bucket_width: width.as_deref(),

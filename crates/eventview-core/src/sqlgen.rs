@@ -237,6 +237,7 @@ impl<'a> ViewSql<'a> {
             ),
             format!("CREATE INDEX _v{vid}_data_dirty ON {data} (__k) WHERE __dirty"),
         ];
+        out.extend(self.create_read_index());
         for (n, m) in self.multiset_measures() {
             let values = names::view_values(self.view_id, n);
             let mut vcols = self.key_column_ddl();
@@ -260,6 +261,47 @@ impl<'a> ViewSql<'a> {
             }
         }
         out
+    }
+
+    /// The index that serves reads of the user relation: on the group columns as users see
+    /// them (the expressions the user relation shows, NULL restored), then `bucket`. A filter
+    /// by equality on the group columns (all of them or the first ones, `IS NULL` included)
+    /// and/or by a range of `bucket` is an index scan; a filter on `bucket` alone uses the key
+    /// index, whose first column `__k` the user relation's `WHERE __k` fixes. None for a view
+    /// without keys (a single row).
+    ///
+    /// ```sql
+    /// CREATE INDEX _v<id>_data_read ON eventview._v<id>_data
+    ///     ((CASE WHEN g1_null THEN NULL ELSE g1 END), ..., bucket)
+    /// ```
+    pub fn create_read_index(&self) -> Option<String> {
+        let mut columns: Vec<String> = (1..=self.def.group_by.len())
+            .map(|n| format!("({})", Self::group_value(n)))
+            .collect();
+        if self.def.bucketed {
+            columns.push("bucket".into());
+        }
+        if columns.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "CREATE INDEX {} ON {} ({})",
+            self.read_index_name(),
+            self.data(),
+            columns.join(", ")
+        ))
+    }
+
+    /// The read index's name, unqualified (an index lives in its table's schema).
+    pub fn read_index_name(&self) -> String {
+        format!("_v{}_data_read", self.view_id)
+    }
+
+    /// Group column `n` as users see it: NULL when the group's key is NULL. The user relation
+    /// and the read index spell it identically, so that the planner matches a filter on the
+    /// user's column with the index.
+    fn group_value(n: usize) -> String {
+        format!("CASE WHEN g{n}_null THEN NULL ELSE g{n} END")
     }
 
     /// DDL of a value log: the multiset's columns, no index (appends only; a merge reads it
@@ -350,6 +392,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     /// SELECT bucket,
     ///        CASE WHEN g1_null THEN NULL ELSE g1 END AS "sku", ...
     /// FROM eventview._v<id>_data
+    /// WHERE __k
     /// ```
     fn user_view_sql(&self, user_view: &str, reads: Reads, create: &str) -> String {
         let mut cols = Vec::new();
@@ -359,7 +402,8 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         for (i, g) in self.def.group_by.iter().enumerate() {
             let n = i + 1;
             cols.push(format!(
-                "CASE WHEN g{n}_null THEN NULL ELSE g{n} END AS {}",
+                "{} AS {}",
+                Self::group_value(n),
                 quote::ident(&g.name)
             ));
         }
@@ -389,8 +433,9 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 cols.join(",\n       ")
             )
         } else {
+            // `WHERE __k` (always true) lets a filter on `bucket` alone use the key index.
             format!(
-                "{create} {user_view} AS\nSELECT {}\nFROM {}",
+                "{create} {user_view} AS\nSELECT {}\nFROM {}\nWHERE __k",
                 cols.join(",\n       "),
                 self.data()
             )
@@ -466,7 +511,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     /// merged AS (
     ///     SELECT __k, bucket, g1, g1_null, __count, m1_n, ...
     ///     FROM eventview._v<id>_data s
-    ///     WHERE NOT EXISTS (SELECT 1 FROM d0 WHERE d0.__k = s.__k AND ...)
+    ///     WHERE s.__k AND NOT EXISTS (SELECT 1 FROM d0 WHERE d0.__k = s.__k AND ...)
     ///     UNION ALL
     ///     SELECT coalesce(s.__k, d0.__k) AS __k, ...,
     ///            coalesce(s.__count, 0) + d0.__count AS __count, ...
@@ -489,7 +534,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
             merged.extend(self.merged_measure(n, m));
         }
         format!(
-            "merged AS (\n    SELECT {}\n    FROM {data} s\n    WHERE NOT EXISTS (SELECT 1 FROM d0 WHERE {})\n    UNION ALL\n    SELECT {}\n    FROM d0 LEFT JOIN {data} s USING ({})\n)",
+            "merged AS (\n    SELECT {}\n    FROM {data} s\n    WHERE s.__k AND NOT EXISTS (SELECT 1 FROM d0 WHERE {})\n    UNION ALL\n    SELECT {}\n    FROM d0 LEFT JOIN {data} s USING ({})\n)",
             stored_cols.join(", "),
             self.keys_equal("d0", "s"),
             merged.join(",\n           "),

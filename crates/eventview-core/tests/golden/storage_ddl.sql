@@ -21,6 +21,8 @@ CREATE UNIQUE INDEX _v3_data_key ON eventview._v3_data (__k, bucket, g1, g1_null
 
 CREATE INDEX _v3_data_dirty ON eventview._v3_data (__k) WHERE __dirty;
 
+CREATE INDEX _v3_data_read ON eventview._v3_data ((CASE WHEN g1_null THEN NULL ELSE g1 END), (CASE WHEN g2_null THEN NULL ELSE g2 END), bucket);
+
 CREATE TABLE eventview._v3_m5 (
     __k boolean NOT NULL DEFAULT true,
     bucket timestamptz NOT NULL,

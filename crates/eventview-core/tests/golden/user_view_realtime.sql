@@ -112,7 +112,7 @@ lg6 AS MATERIALIZED (SELECT * FROM eventview._v3_m6_log),
 merged AS (
     SELECT __k, bucket, g1, g1_null, g2, g2_null, __count, m2_n, m3_n, m3_sum, m4_n, m4_sum, m5_val, m6_val, m7_val
     FROM eventview._v3_data s
-    WHERE NOT EXISTS (SELECT 1 FROM d0 WHERE d0.__k = s.__k AND d0.bucket = s.bucket AND d0.g1 = s.g1 AND d0.g1_null = s.g1_null AND d0.g2 = s.g2 AND d0.g2_null = s.g2_null)
+    WHERE s.__k AND NOT EXISTS (SELECT 1 FROM d0 WHERE d0.__k = s.__k AND d0.bucket = s.bucket AND d0.g1 = s.g1 AND d0.g1_null = s.g1_null AND d0.g2 = s.g2 AND d0.g2_null = s.g2_null)
     UNION ALL
     SELECT coalesce(s.__k, d0.__k) AS __k,
            coalesce(s.bucket, d0.bucket) AS bucket,

@@ -9,4 +9,5 @@ SELECT bucket,
        m5_val AS "lowest",
        m6_val AS "highest",
        m7_val AS "buyers"
-FROM eventview._v3_data;
+FROM eventview._v3_data
+WHERE __k;
