@@ -3,6 +3,8 @@
 #   bash bench/run.sh            full run (1M / 4M events, ~14 min on 2 cores)
 #   bash bench/run.sh --quick    smoke run (100k / 200k events, ~2.5 min)
 #   bash bench/run.sh --freshness [--quick]   end-to-end freshness instead (bench/freshness.sh)
+#   bash bench/run.sh --peers [--quick]       against pg_ivm, hand-written triggers and the floors (bench/peers.py)
+# The cluster runs with production durability: fsync = on, synchronous_commit = on.
 # Other arguments go to bench.py (see `python3 bench/bench.py --help`).
 # Installs what is missing and a release build of pg_eventview first (BENCH_NO_INSTALL=1 uses
 # whatever is installed in the system PostgreSQL 15 as it is).
@@ -12,6 +14,16 @@ mkdir -p bench/out   # every file a run writes goes here (ignored by git)
 if [ "${1:-}" = --freshness ]; then
   shift
   exec bash bench/freshness.sh "$@"
+fi
+DRIVER=bench/bench.py
+PRELOAD=()
+if [ "${1:-}" = --peers ]; then
+  shift
+  DRIVER=bench/peers.py
+  # pg_ivm beside pg_eventview when it is installed (peers.py says so when it is not).
+  if [ -f "$(/usr/lib/postgresql/15/bin/pg_config --sharedir)/extension/pg_ivm.control" ]; then
+    PRELOAD=("shared_preload_libraries = 'pg_ivm'")
+  fi
 fi
 if [ "${BENCH_NO_INSTALL:-0}" != 1 ]; then
   bash scripts/setup.sh
@@ -36,5 +48,8 @@ bash scripts/cluster.sh start "$DIR" "$PORT" \
   "maintenance_work_mem = '512MB'" \
   "max_wal_size = '16GB'" \
   "checkpoint_timeout = '1h'" \
-  "log_min_messages = warning"
-python3 bench/bench.py --host 127.0.0.1 --port "$PORT" "$@"
+  "log_min_messages = warning" \
+  "fsync = on" \
+  "synchronous_commit = on" \
+  "${PRELOAD[@]}"
+python3 "$DRIVER" --host 127.0.0.1 --port "$PORT" "$@"

@@ -83,6 +83,7 @@ pub extern "C-unwind" fn _PG_init() {
     let preloading = pg::preloading();
     gucs::define(preloading);
     if preloading {
+        pg::wakeup::init_shared_memory();
         scheduler::register_workers();
     }
 }

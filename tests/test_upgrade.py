@@ -47,6 +47,7 @@ RELEASE_COMMITS = {
     "0.12.0": "9964c9f0ea337aad70a9b45d4d47488649c6b03d",
     "0.13.0": "34c15a30ccdd90c2a34d3d305aaa760a66ef526b",
     "0.14.0": "75b13f007a1e75c0416fd12c1e310ed6f4d36af2",
+    "0.15.0": "a700b032728cd30cbe83fc8ccb0f04348c8037c8",
 }
 
 

@@ -89,6 +89,27 @@ def test_scheduled_view_catches_up_without_a_manual_call(evw):
     assert one(evw, "SELECT pending_changes FROM eventview.views WHERE name = 'manual'::regclass") == 1
 
 
+def test_a_commit_wakes_the_worker_before_its_naptime(worker_cluster, evw):
+    """With a naptime of 10 minutes, a view scheduled every 100 ms shows committed inserts within
+    seconds: a transaction that captured changes wakes the worker when it commits, and the
+    worker refreshes the views that are due."""
+    evw.execute("ALTER SYSTEM SET eventview.naptime = '10min'")
+    evw.execute("SELECT pg_reload_conf()")
+    try:
+        time.sleep(1)  # the worker takes the new naptime at its next wake-up
+        evw.execute("SELECT eventview.create_event_table('ev')")
+        evw.execute("SELECT eventview.create_view('v', 'ev', measures => '{\"n\": \"count(*)\"}')")
+        evw.execute("SELECT eventview.schedule('v', '100 ms')")
+        evw.execute("INSERT INTO ev (event_type, payload) VALUES ('t', '{}')")
+        wait_for(lambda: one(evw, "SELECT n FROM v") == 1, 20, "the first commit to show")
+        # Refreshed a moment ago: the next commit waits for the schedule, not for the naptime.
+        evw.execute("INSERT INTO ev (event_type, payload) VALUES ('t', '{}'), ('t', '{}')")
+        wait_for(lambda: one(evw, "SELECT n FROM v") == 3, 20, "the second commit to show")
+    finally:
+        evw.execute("ALTER SYSTEM RESET eventview.naptime")
+        evw.execute("SELECT pg_reload_conf()")
+
+
 def test_a_failing_view_does_not_stop_the_others(evw):
     evw.execute("SELECT eventview.create_event_table('ev')")
     evw.execute("SELECT eventview.create_view('bad', 'ev', measures => '{\"s\": \"sum($.v)\"}', on_type_error => 'fail')")

@@ -8,6 +8,7 @@ use crate::errors::{EvError, EvResult};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
+mod capture;
 pub mod event_tables;
 mod fields;
 pub mod ingest;

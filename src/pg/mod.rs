@@ -1,7 +1,7 @@
 //! The PostgreSQL layer: SPI helpers, statements prepared once per backend, relation locks,
-//! role switches, GUC nest levels, the relation cache, the observer aggregate's state and stored
-//! jsonb datums. Every `unsafe` block of the extension is here, each with a `SAFETY:` line; the
-//! modules above call safe functions.
+//! role switches, GUC nest levels, the relation cache, the observer aggregate's state, stored
+//! jsonb datums and waking the worker at commit. Every `unsafe` block of the extension is here,
+//! each with a `SAFETY:` line; the modules above call safe functions.
 
 pub mod aggregate;
 pub mod guc;
@@ -11,6 +11,7 @@ pub mod relcache;
 pub mod roles;
 pub mod spi;
 pub mod stored_jsonb;
+pub mod wakeup;
 
 use pgrx::prelude::*;
 

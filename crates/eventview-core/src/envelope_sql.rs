@@ -95,28 +95,30 @@ pub fn truncate_body(source_id: i32) -> String {
                                         TG_RELID::pg_catalog.regclass, pg_catalog.current_setting('transaction_isolation')),
             HINT = 'Its views retract every row it removes; in this transaction it cannot see the rows committed after its snapshot. Run it in a READ COMMITTED transaction.';
     END IF;
+    PERFORM {WAKE_CALL};
     EXECUTE pg_catalog.format('INSERT INTO {log} (op, {OLD_COLUMNS}) SELECT ''D'', {ROW_COLUMNS} FROM %s',
                    TG_RELID::pg_catalog.regclass);"
     )
 }
 
-/// Text that only the current capture function of `op` has, for the ops whose function an
-/// older library made differently and an installation may still hold ("" for the others): a
-/// delete capture without it can be switched off by any session; a truncate capture without it
-/// runs under REPEATABLE READ, where it cannot see every row it must log. Such a function is
-/// replaced (`replace_capture`).
-pub fn current_capture_mark(op: &str) -> &'static str {
-    match op {
-        "delete" => "old_rows.occurred_at",
-        "truncate" => "transaction_isolation",
-        _ => "",
-    }
+/// The call that wakes the database's background worker when the transaction commits (see
+/// `pg::wakeup` in the extension); it returns true. Every current capture function makes it.
+pub const WAKE_CALL: &str = "eventview._wake_worker_on_commit()";
+
+/// Text that only the current capture function of `op` has: the wake call (a function without
+/// it was made by an older library, as were those without the delete capture's retention
+/// exemption, which any session could switch off, and the truncate capture that ran under
+/// REPEATABLE READ, where it cannot see every row it must log). Such a function is replaced
+/// (`replace_capture`).
+pub fn current_capture_mark(_op: &str) -> &'static str {
+    WAKE_CALL
 }
 
-/// The capture function of `op` as this library creates it, replacing the installed one
-/// (`None` for an op whose function every library makes alike: see `current_capture_mark`).
+/// The capture function of `op` as this library creates it, replacing the installed one.
 pub fn replace_capture(source_id: i32, op: &str) -> Option<String> {
     let body = match op {
+        "insert" => insert_body(source_id),
+        "update" => update_body(source_id),
         "delete" => delete_body(source_id),
         "truncate" => truncate_body(source_id),
         _ => return None,
@@ -128,6 +130,34 @@ pub fn replace_capture(source_id: i32, op: &str) -> Option<String> {
     ))
 }
 
+/// What the insert capture runs: one record of the statement's new ids. The wake call rides in
+/// the HAVING clause, evaluated once per statement that inserted rows, with no statement of its
+/// own.
+pub fn insert_body(source_id: i32) -> String {
+    let log = names::changelog(source_id);
+    format!(
+        "    INSERT INTO {log} (op, event_ids)
+    SELECT 'I', pg_catalog.array_agg(event_id) FROM new_rows
+    HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AND {WAKE_CALL};"
+    )
+}
+
+/// What the update capture runs. An UPDATE may set event_id to DEFAULT, which gives the row a
+/// new identity: the old id is retracted (its 'U' record finds no row any more) and the new id
+/// is logged as inserted.
+pub fn update_body(source_id: i32) -> String {
+    let log = names::changelog(source_id);
+    format!(
+        "    PERFORM {WAKE_CALL};
+    INSERT INTO {log} (op, {OLD_COLUMNS})
+    SELECT 'U', {ROW_COLUMNS} FROM old_rows;
+    INSERT INTO {log} (op, event_ids)
+    SELECT 'I', pg_catalog.array_agg(event_id)
+      FROM (SELECT event_id FROM new_rows EXCEPT SELECT event_id FROM old_rows) moved
+    HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;"
+    )
+}
+
 /// What the delete capture runs. eventview.prune() deletes raw events past the table's
 /// retention with `eventview.pruning` on: not a retraction, those rows are not logged. The
 /// setting is an ordinary one, so the exemption is limited to rows past the retention (which
@@ -136,7 +166,8 @@ pub fn replace_capture(source_id: i32, op: &str) -> Option<String> {
 pub fn delete_body(source_id: i32) -> String {
     let log = names::changelog(source_id);
     format!(
-        "    INSERT INTO {log} (op, {OLD_COLUMNS})
+        "    PERFORM {WAKE_CALL};
+    INSERT INTO {log} (op, {OLD_COLUMNS})
     SELECT 'D', {ROW_COLUMNS} FROM old_rows
     WHERE NOT coalesce(pg_catalog.current_setting('eventview.pruning', true) OPERATOR(pg_catalog.=) 'on'
                        AND old_rows.occurred_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-)
@@ -147,21 +178,8 @@ pub fn delete_body(source_id: i32) -> String {
 
 /// Trigger functions and triggers that capture every change of `table` into its changelog.
 pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
-    let log = names::changelog(source_id);
-    let insert_body = format!(
-        "    INSERT INTO {log} (op, event_ids)
-    SELECT 'I', pg_catalog.array_agg(event_id) FROM new_rows HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;"
-    );
-    // An UPDATE may set event_id to DEFAULT, which gives the row a new identity: the old id is
-    // retracted (its 'U' record finds no row any more) and the new id is logged as inserted.
-    let update_body = format!(
-        "    INSERT INTO {log} (op, {OLD_COLUMNS})
-    SELECT 'U', {ROW_COLUMNS} FROM old_rows;
-    INSERT INTO {log} (op, event_ids)
-    SELECT 'I', pg_catalog.array_agg(event_id)
-      FROM (SELECT event_id FROM new_rows EXCEPT SELECT event_id FROM old_rows) moved
-    HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;"
-    );
+    let insert_body = insert_body(source_id);
+    let update_body = update_body(source_id);
     let delete_body = delete_body(source_id);
     let truncate_body = truncate_body(source_id);
     let trigger = |name: &str, when: &str, op: &str| {
@@ -265,19 +283,17 @@ mod tests {
         // carries its mark.
         for op in CAPTURE_OPS {
             let mark = current_capture_mark(op);
-            match replace_capture(7, op) {
-                Some(f) => assert!(
-                    !mark.is_empty()
-                        && f.starts_with("CREATE OR REPLACE FUNCTION")
-                        && f.contains(mark)
-                ),
-                None => assert!(mark.is_empty()),
-            }
+            let f = replace_capture(7, op).expect("every op has a current function");
+            assert!(f.starts_with("CREATE OR REPLACE FUNCTION") && f.contains(mark));
+            assert_eq!(
+                f.replacen("CREATE OR REPLACE FUNCTION", "CREATE FUNCTION", 1),
+                create_capture(7, "t")[CAPTURE_OPS.iter().position(|o| *o == op).unwrap()]
+            );
         }
-        assert!(
-            ddl.contains(current_capture_mark("delete"))
-                && ddl.contains(current_capture_mark("truncate"))
-        );
+        // Every capture function wakes the worker; the delete capture keeps its exemption for
+        // pruning past the retention, the truncate capture its isolation check.
+        assert_eq!(ddl.matches(WAKE_CALL).count(), 4);
+        assert!(ddl.contains("old_rows.occurred_at") && ddl.contains("transaction_isolation"));
         // Nothing in a SECURITY DEFINER body may be resolved through search_path.
         assert!(!ddl.contains(" array_agg(") && !ddl.contains("HAVING count("));
     }

@@ -1,6 +1,31 @@
+CREATE OR REPLACE FUNCTION eventview._capture_2_insert() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $capture$
+BEGIN
+    INSERT INTO eventview._changes_2 (op, event_ids)
+    SELECT 'I', pg_catalog.array_agg(event_id) FROM new_rows
+    HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AND eventview._wake_worker_on_commit();
+    RETURN NULL;
+END
+$capture$;
+
+CREATE OR REPLACE FUNCTION eventview._capture_2_update() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $capture$
+BEGIN
+    PERFORM eventview._wake_worker_on_commit();
+    INSERT INTO eventview._changes_2 (op, event_id, old_event_type, old_event_version, old_producer, old_occurred_at, old_payload)
+    SELECT 'U', event_id, event_type, event_version, producer, occurred_at, payload FROM old_rows;
+    INSERT INTO eventview._changes_2 (op, event_ids)
+    SELECT 'I', pg_catalog.array_agg(event_id)
+      FROM (SELECT event_id FROM new_rows EXCEPT SELECT event_id FROM old_rows) moved
+    HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;
+    RETURN NULL;
+END
+$capture$;
+
 CREATE OR REPLACE FUNCTION eventview._capture_2_delete() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $capture$
 BEGIN
+    PERFORM eventview._wake_worker_on_commit();
     INSERT INTO eventview._changes_2 (op, event_id, old_event_type, old_event_version, old_producer, old_occurred_at, old_payload)
     SELECT 'D', event_id, event_type, event_version, producer, occurred_at, payload FROM old_rows
     WHERE NOT coalesce(pg_catalog.current_setting('eventview.pruning', true) OPERATOR(pg_catalog.=) 'on'
@@ -20,6 +45,7 @@ BEGIN
                                         TG_RELID::pg_catalog.regclass, pg_catalog.current_setting('transaction_isolation')),
             HINT = 'Its views retract every row it removes; in this transaction it cannot see the rows committed after its snapshot. Run it in a READ COMMITTED transaction.';
     END IF;
+    PERFORM eventview._wake_worker_on_commit();
     EXECUTE pg_catalog.format('INSERT INTO eventview._changes_2 (op, event_id, old_event_type, old_event_version, old_producer, old_occurred_at, old_payload) SELECT ''D'', event_id, event_type, event_version, producer, occurred_at, payload FROM %s',
                    TG_RELID::pg_catalog.regclass);
     RETURN NULL;
