@@ -3,6 +3,7 @@
 # preloaded, runs bench/freshness.py against it, stops and deletes the cluster on exit.
 #   bash bench/freshness.sh            60 s at 5,000 events/s
 #   bash bench/freshness.sh --quick    15 s
+#   bash bench/freshness.sh --sweep 5000,10000,20000,30000 --duration 20   rates one after the other
 # Other arguments go to freshness.py (see `python3 bench/freshness.py --help`).
 # Installs what is missing and a release build of pg_eventview first (BENCH_NO_INSTALL=1 uses
 # whatever is installed in the system PostgreSQL 15 as it is).
@@ -36,5 +37,7 @@ bash scripts/cluster.sh start "$DIR" "$PORT" \
   "maintenance_work_mem = '512MB'" \
   "max_wal_size = '16GB'" \
   "checkpoint_timeout = '1h'" \
-  "log_min_messages = warning"
+  "log_min_messages = warning" \
+  "fsync = on" \
+  "synchronous_commit = on"
 python3 bench/freshness.py --host 127.0.0.1 --port "$PORT" --dbname "$DB" "$@"
