@@ -371,8 +371,7 @@ class Peers:
     def hand_apply(self):
         """The hand-written apply: the logged ids' events, grouped, upserted; the log emptied."""
         return f"""WITH taken AS (DELETE FROM hand_log RETURNING event_id),
-                        ids AS (SELECT array_agg(event_id) AS a FROM taken),
-                        d AS ({AGGREGATE.format(table='hand_ev WHERE event_id = ANY ((SELECT a FROM ids))')})
+                        d AS ({AGGREGATE.format(table='hand_ev WHERE event_id = ANY (ARRAY(SELECT event_id FROM taken))')})
                    INSERT INTO hand_summary AS t SELECT * FROM d
                    ON CONFLICT (sku, bucket) DO UPDATE SET events = t.events + EXCLUDED.events,
                        qty = coalesce(t.qty + EXCLUDED.qty, t.qty, EXCLUDED.qty),
