@@ -47,6 +47,7 @@ bash scripts/cluster.sh start "$DIR" "$PORT" \
   "work_mem = '64MB'" \
   "maintenance_work_mem = '512MB'" \
   "max_wal_size = '16GB'" \
+  "min_wal_size = '8GB'" \
   "checkpoint_timeout = '1h'" \
   "log_min_messages = warning" \
   "fsync = on" \
