@@ -164,7 +164,7 @@ def produce(conn, run, pool, args):
                 if delay > 0:
                     time.sleep(delay)
                 start = (k * args.batch) % len(pool)
-                rows = pool[start:start + args.batch]
+                rows = [pool[(start + i) % len(pool)] for i in range(args.batch)]
                 params = [x for row in rows for x in row]
                 t_sent = time.monotonic()
                 cur.execute(sql, params)
@@ -398,6 +398,7 @@ def sweep(args):
     p99 stays under SWEEP_P99."""
     so_at_start, load_at_start = bench.so_info(), os.getloadavg()[0]
     ensure_database(args)
+    args.events = args.pool
     rows = []
     with connect(args) as conn:
         views, view_types, pool = setup(conn, args)
@@ -431,7 +432,7 @@ def sweep(args):
     for rate, achieved, lats, complete, p99 in rows:
         ok = complete and p99 < SWEEP_P99 and achieved >= 0.95 * rate
         if ok:
-            best = rate
+            best = max(best or 0, rate)
         cells = [fmt(percentile(lats, 50)), fmt(p99), fmt(max(lats))] if lats else ["-", "-", "-"]
         lines.append(f"| {rate:,} | {achieved:,.0f} | {len(lats):,}{'' if complete else ' (not all)'} | "
                      + " | ".join(cells) + f" | {'yes' if ok else 'no'} |")

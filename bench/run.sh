@@ -20,10 +20,14 @@ PRELOAD=()
 if [ "${1:-}" = --peers ]; then
   shift
   DRIVER=bench/peers.py
-  # pg_ivm beside pg_eventview when it is installed (peers.py says so when it is not).
+  # pg_eventview preloaded as in production, so that writes pay for waking the worker at commit
+  # (the worker itself stays idle: nothing but the driver refreshes); pg_ivm beside it when it is
+  # installed (peers.py says so when it is not).
+  libraries=pg_eventview
   if [ -f "$(/usr/lib/postgresql/15/bin/pg_config --sharedir)/extension/pg_ivm.control" ]; then
-    PRELOAD=("shared_preload_libraries = 'pg_ivm'")
+    libraries="pg_eventview, pg_ivm"
   fi
+  PRELOAD=("shared_preload_libraries = '$libraries'" "eventview.worker = off")
 fi
 if [ "${BENCH_NO_INSTALL:-0}" != 1 ]; then
   bash scripts/setup.sh

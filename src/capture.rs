@@ -11,10 +11,9 @@ thread_local! {
 }
 
 /// Brings the capture functions of existing event tables to this library's. One without the
-/// current mark was made by an older library (a delete capture that any session can switch off
-/// with `eventview.pruning`, or a truncate capture that cannot see every row TRUNCATE removes
-/// under REPEATABLE READ and SERIALIZABLE) and is replaced; one that PUBLIC may execute is
-/// revoked. An extension script may not replace functions the extension does not own (capture
+/// current mark (`envelope_sql::current_capture_mark`: the call that wakes the worker at commit)
+/// was made by an older library and is replaced, whatever its op; one that PUBLIC may execute
+/// is revoked. An extension script may not replace functions the extension does not own (capture
 /// functions are run-time objects), so the first API call of each backend after an update does
 /// it (as the extension owner; one catalog query when there is nothing to do).
 pub fn upgrade_captures() -> EvResult<()> {

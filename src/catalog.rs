@@ -25,8 +25,9 @@ thread_local! {
 
 /// The library generates SQL against the catalog of its own version. After a new build is
 /// installed, a database still at an older version must be updated first: say so clearly
-/// instead of failing on a missing column or function. Capture triggers are plain SQL and go
-/// on working meanwhile; nothing is lost, changes wait in the changelog.
+/// instead of failing on a missing column or function. Capture triggers are PL/pgSQL whose one
+/// call into the library (`eventview._wake_worker_on_commit`) every later library keeps, so they
+/// go on working meanwhile; nothing is lost, changes wait in the changelog.
 pub fn require_current_version() -> EvResult<()> {
     if CATALOG_MATCHES.get() {
         return Ok(());

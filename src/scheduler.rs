@@ -2,18 +2,19 @@
 //! database listed in `eventview.databases` calls `eventview.run_maintenance()` every
 //! `eventview.naptime`, the same function pg_cron calls, so both paths run the same code.
 //!
-//! Loop (after pg_cron's launcher): wait on the latch for naptime (SIGTERM ends the loop at
-//! once); on SIGHUP reload the configuration (naptime and `eventview.worker` take effect at the
-//! next tick); run one tick in its own transaction. A transaction that captured changes sets
-//! the latch when it commits (`pg::wakeup`): the worker then runs at once if a scheduled view is
-//! due, else it waits until the first one is (so a view scheduled every 100 ms shows a commit
-//! within about 100 ms plus its refresh, whatever the naptime). A database without the
-//! extension is left alone. Errors inside one view are recorded by run_maintenance and do not stop the others;
+//! Loop (after pg_cron's launcher): wait on the latch (SIGTERM ends the loop at once); on
+//! SIGHUP reload the configuration (naptime and `eventview.worker` take effect at the next
+//! tick); run one tick in its own transaction when it is due (`Ticks`): a naptime after the
+//! last one, or, once a transaction that captured changes has committed and set the latch
+//! (`pg::wakeup`), when the first scheduled view is due. So a view scheduled every 100 ms shows
+//! a commit within about 100 ms plus its refresh, whatever the naptime, and a database without
+//! commits costs one tick per naptime. A database without the extension is left alone. Errors inside one view are recorded by run_maintenance and do not stop the others;
 //! waits for locks end after `eventview.maintenance_lock_timeout` (such an error is one too);
 //! anything else ends the worker, which the postmaster restarts after `RESTART_AFTER` (this
 //! also covers a database listed before it exists).
 
 use crate::gucs;
+use eventview_core::ticks::Ticks;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
 use pgrx::prelude::*;
 use std::time::{Duration, Instant};
@@ -45,25 +46,23 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
     log!("pg_eventview worker started in database \"{db}\"");
     // The catalog version last found behind this library's, said once (not at every naptime).
     let mut told_behind: Option<String> = None;
-    let mut timeout = gucs::naptime();
-    loop {
-        let waiting_since = Instant::now();
-        if !BackgroundWorker::wait_latch(Some(timeout)) {
-            break;
-        }
-        // Set before the timeout: a transaction that captured changes committed (or a signal).
-        let woken = waiting_since.elapsed() < timeout;
+    let mut ticks = Ticks::new(Instant::now());
+    while BackgroundWorker::wait_latch(Some(ticks.wait(Instant::now(), gucs::naptime()))) {
+        let now = Instant::now();
         if BackgroundWorker::sighup_received() {
             crate::pg::guc::reload_config_file();
         }
-        timeout = gucs::naptime();
+        if !ticks.due(now, gucs::naptime()) {
+            continue;
+        }
         if !gucs::WORKER_ENABLED.get() {
+            ticks.ran(now, None);
             continue;
         }
         let library = env!("CARGO_PKG_VERSION");
-        // The catalog's version when it is behind this library's; when woken before any view
-        // is due, how long until one is.
-        let (behind, not_due_for) = BackgroundWorker::transaction(|| {
+        // The catalog's version when it is behind this library's; after a run, how long until
+        // the first scheduled view is due.
+        let (behind, next_view_due) = BackgroundWorker::transaction(|| {
             let installed = Spi::get_one::<String>(
                 "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview'",
             );
@@ -72,20 +71,13 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
                 // (catalog::require_current_version); capture keeps recording.
                 Ok(Some(version)) if version != library => (Some(version), None),
                 Ok(Some(_)) => {
-                    if woken {
-                        if let Some(wait) = time_until_a_view_is_due() {
-                            return (None, Some(wait));
-                        }
-                    }
                     run_maintenance();
-                    (None, None)
+                    (None, time_until_a_view_is_due())
                 }
                 _ => (None, None),
             }
         });
-        if let Some(wait) = not_due_for {
-            timeout = wait.clamp(MIN_WAIT, gucs::naptime());
-        }
+        ticks.ran(Instant::now(), next_view_due);
         // Said once, not at every naptime.
         if behind.is_some() && behind != told_behind {
             log!(
@@ -101,25 +93,23 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
     crate::pg::exit_process(1);
 }
 
-/// The shortest wait after a commit woke the worker before a view's schedule lets it run.
-const MIN_WAIT: Duration = Duration::from_millis(10);
-
-/// Woken by a commit: how long until the first scheduled view is due (its schedule passed
-/// since its last refresh, and its retry time after failures), or None when one is due now
-/// (the worker runs now). With no view scheduled, the naptime: the field observer and pruning
-/// follow it. Waking at each commit but refreshing on the schedule keeps a busy producer from
-/// turning the worker into a loop of tiny refreshes.
+/// After a run: how long until the first scheduled view is due, by `run_maintenance`'s own
+/// test (its schedule has passed since its last refresh, and its retry time after failures),
+/// in interval arithmetic as there (no timestamp can overflow). None when no view is scheduled,
+/// or one is due already: the run just left it (its table locked, or its refresh failing), and
+/// the naptime retries it.
 fn time_until_a_view_is_due() -> Option<Duration> {
     let seconds = Spi::get_one::<f64>(
-        "SELECT CASE WHEN pg_catalog.bool_or(due IS NULL OR due <= pg_catalog.clock_timestamp()) THEN 0
-                     ELSE extract(epoch FROM least(min(due), pg_catalog.clock_timestamp() + interval '1 day')
-                                             - pg_catalog.clock_timestamp())::float8 END
-         FROM (SELECT greatest(last_refresh_at + schedule, retry_at) AS due
-               FROM eventview._views WHERE schedule IS NOT NULL) v",
+        "SELECT min(greatest(
+                    CASE WHEN last_refresh_at IS NULL OR NOT pg_catalog.isfinite(last_refresh_at) THEN 0
+                         ELSE extract(epoch FROM schedule - (pg_catalog.clock_timestamp() - last_refresh_at)) END,
+                    CASE WHEN retry_at IS NULL THEN 0
+                         ELSE extract(epoch FROM retry_at - pg_catalog.clock_timestamp()) END))::float8
+         FROM eventview._views
+         WHERE schedule IS NOT NULL AND (retry_at IS NULL OR pg_catalog.isfinite(retry_at))",
     );
     match seconds {
-        Ok(Some(s)) if s > 0.0 => Some(Duration::from_secs_f64(s)),
-        Ok(None) => Some(gucs::naptime()),
+        Ok(Some(s)) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s.min(1e9))),
         _ => None,
     }
 }

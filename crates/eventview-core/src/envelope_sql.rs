@@ -105,11 +105,10 @@ pub fn truncate_body(source_id: i32) -> String {
 /// `pg::wakeup` in the extension); it returns true. Every current capture function makes it.
 pub const WAKE_CALL: &str = "eventview._wake_worker_on_commit()";
 
-/// Text that only the current capture function of `op` has: the wake call (a function without
-/// it was made by an older library, as were those without the delete capture's retention
-/// exemption, which any session could switch off, and the truncate capture that ran under
-/// REPEATABLE READ, where it cannot see every row it must log). Such a function is replaced
-/// (`replace_capture`).
+/// Text that only the current capture function of `op` has: the wake call. A function without
+/// it is older than this library's (and may also lack the delete capture's limit of the pruning
+/// exemption to rows past the retention, or the truncate capture's isolation check); it is
+/// replaced (`replace_capture`).
 pub fn current_capture_mark(_op: &str) -> &'static str {
     WAKE_CALL
 }

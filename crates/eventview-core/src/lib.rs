@@ -17,4 +17,5 @@ pub mod quote;
 pub mod rfc3339;
 pub mod shapes;
 pub mod sqlgen;
+pub mod ticks;
 pub mod values;
