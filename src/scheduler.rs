@@ -14,7 +14,7 @@
 //! also covers a database listed before it exists).
 
 use crate::gucs;
-use eventview_core::ticks::Ticks;
+use eventview_core::ticks::{Next, Ticks};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
 use pgrx::prelude::*;
 use std::time::{Duration, Instant};
@@ -47,36 +47,42 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
     // The catalog version last found behind this library's, said once (not at every naptime).
     let mut told_behind: Option<String> = None;
     let mut ticks = Ticks::new(Instant::now());
+    let library = env!("CARGO_PKG_VERSION");
     while BackgroundWorker::wait_latch(Some(ticks.wait(Instant::now(), gucs::naptime()))) {
         let now = Instant::now();
         if BackgroundWorker::sighup_received() {
             crate::pg::guc::reload_config_file();
         }
-        if !ticks.due(now, gucs::naptime()) {
-            continue;
+        match ticks.due(now, gucs::naptime()) {
+            Next::Wait => continue,
+            Next::Check => {
+                let due = BackgroundWorker::transaction(|| match catalog_version(library) {
+                    CatalogVersion::Current => time_until_a_view_is_due(),
+                    _ => None,
+                });
+                if !ticks.checked(Instant::now(), due) {
+                    continue;
+                }
+            }
+            Next::Run => {}
         }
         if !gucs::WORKER_ENABLED.get() {
             ticks.ran(now, None);
             continue;
         }
-        let library = env!("CARGO_PKG_VERSION");
         // The catalog's version when it is behind this library's; after a run, how long until
         // the first scheduled view is due.
-        let (behind, next_view_due) = BackgroundWorker::transaction(|| {
-            let installed = Spi::get_one::<String>(
-                "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview'",
-            );
-            match installed {
+        let (behind, next_view_due) =
+            BackgroundWorker::transaction(|| match catalog_version(library) {
                 // A new library before ALTER EXTENSION ... UPDATE: the API refuses until then
                 // (catalog::require_current_version); capture keeps recording.
-                Ok(Some(version)) if version != library => (Some(version), None),
-                Ok(Some(_)) => {
+                CatalogVersion::Behind(version) => (Some(version), None),
+                CatalogVersion::Current => {
                     run_maintenance();
                     (None, time_until_a_view_is_due())
                 }
-                _ => (None, None),
-            }
-        });
+                CatalogVersion::Absent => (None, None),
+            });
         ticks.ran(Instant::now(), next_view_due);
         // Said once, not at every naptime.
         if behind.is_some() && behind != told_behind {
@@ -93,11 +99,10 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
     crate::pg::exit_process(1);
 }
 
-/// After a run: how long until the first scheduled view is due, by `run_maintenance`'s own
-/// test (its schedule has passed since its last refresh, and its retry time after failures),
-/// in interval arithmetic as there (no timestamp can overflow). None when no view is scheduled,
-/// or one is due already: the run just left it (its table locked, or its refresh failing), and
-/// the naptime retries it.
+/// How long until the first scheduled view is due, by `run_maintenance`'s own test (its
+/// schedule has passed since its last refresh, and its retry time after failures), in interval
+/// arithmetic as there (no timestamp can overflow): zero when one is due now, None when no view
+/// is scheduled.
 fn time_until_a_view_is_due() -> Option<Duration> {
     let seconds = Spi::get_one::<f64>(
         "SELECT min(greatest(
@@ -109,8 +114,25 @@ fn time_until_a_view_is_due() -> Option<Duration> {
          WHERE schedule IS NOT NULL AND (retry_at IS NULL OR pg_catalog.isfinite(retry_at))",
     );
     match seconds {
-        Ok(Some(s)) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s.min(1e9))),
+        Ok(Some(s)) if s.is_finite() => Some(Duration::from_secs_f64(s.clamp(0.0, 1e9))),
         _ => None,
+    }
+}
+
+/// Where the database's extension stands against this library.
+enum CatalogVersion {
+    Current,
+    Behind(String),
+    Absent,
+}
+
+fn catalog_version(library: &str) -> CatalogVersion {
+    match Spi::get_one::<String>(
+        "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview'",
+    ) {
+        Ok(Some(version)) if version == library => CatalogVersion::Current,
+        Ok(Some(version)) => CatalogVersion::Behind(version),
+        _ => CatalogVersion::Absent,
     }
 }
 

@@ -8,32 +8,52 @@ use std::time::{Duration, Instant};
 /// after each run, so a commit costs the worker no query). Waking for each commit but
 /// refreshing on the schedule keeps a busy producer from turning the worker into a loop of
 /// tiny refreshes; the naptime bound keeps the field observer and pruning going whatever the
-/// commits do.
+/// commits do. Not knowing when a view is due (none was scheduled at the last run, or the run
+/// left a due view unrefreshed: its table locked, its refresh failing), a woken worker asks
+/// again, at most every `RECHECK`.
 pub struct Ticks {
     last_run: Instant,
-    /// When the first scheduled view is due, from the last run; None when no view is scheduled,
-    /// or the last run left a due view unrefreshed (locked, failing): the naptime retries it.
+    /// When the first scheduled view is due, as last asked.
     view_due_at: Option<Instant>,
+    /// When that was last asked.
+    checked_at: Instant,
     /// The latch was set since the last run: a transaction that captured changes committed (or
-    /// a signal came, which costs at most one early run).
+    /// a signal came, which costs at most one early check).
     woken: bool,
 }
 
+/// What the worker does after a wait.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    Wait,
+    /// Ask when the first scheduled view is due (`Ticks::checked`).
+    Check,
+    Run,
+}
+
+/// The shortest time between two runs that a commit causes.
+pub const MIN_WAIT: Duration = Duration::from_millis(10);
+
+/// How often a woken worker asks when a view is due while it does not know.
+pub const RECHECK: Duration = Duration::from_secs(1);
+
 impl Ticks {
+    /// A worker that starts at `now` and runs its first tick a naptime later.
     pub fn new(now: Instant) -> Self {
         Ticks {
             last_run: now,
             view_due_at: None,
+            checked_at: now,
             woken: false,
         }
     }
 
     fn deadline(&self, naptime: Duration) -> Instant {
         let by_naptime = self.last_run + naptime;
-        match self.view_due_at {
-            Some(at) if self.woken => at.min(by_naptime),
-            _ => by_naptime,
+        if !self.woken {
+            return by_naptime;
         }
+        by_naptime.min(self.view_due_at.unwrap_or(self.checked_at + RECHECK))
     }
 
     /// How long to wait on the latch, in whole milliseconds rounded up (the latch wait
@@ -43,25 +63,43 @@ impl Ticks {
         Duration::from_millis(left.as_micros().div_ceil(1000).max(1) as u64)
     }
 
-    /// After the wait: whether to run now. A return before the deadline is a wake-up.
-    pub fn due(&mut self, now: Instant, naptime: Duration) -> bool {
+    /// After the wait: what to do now. A return before the deadline is a wake-up.
+    pub fn due(&mut self, now: Instant, naptime: Duration) -> Next {
         if now < self.deadline(naptime) {
             self.woken = true;
         }
-        // Woken, the deadline may now be the first view's due time.
-        now >= self.deadline(naptime)
+        if now >= self.last_run + naptime {
+            return Next::Run;
+        }
+        if !self.woken {
+            return Next::Wait;
+        }
+        match self.view_due_at {
+            Some(at) if now >= at => Next::Run,
+            None if now >= self.checked_at + RECHECK => Next::Check,
+            _ => Next::Wait,
+        }
     }
 
-    /// A run ended at `now`; `next_view_due` is how long until the first scheduled view is due.
+    /// Asked at `now`: the first scheduled view is due in `next_view_due` (zero: now; None: no
+    /// view is scheduled). Whether to run now.
+    pub fn checked(&mut self, now: Instant, next_view_due: Option<Duration>) -> bool {
+        self.checked_at = now;
+        self.view_due_at = next_view_due.map(|wait| now + wait);
+        next_view_due == Some(Duration::ZERO)
+    }
+
+    /// A run ended at `now`; the first scheduled view is due in `next_view_due`. Due now means
+    /// the run left it (locked, failing): not known, so that commits do not repeat the run.
     pub fn ran(&mut self, now: Instant, next_view_due: Option<Duration>) {
         self.last_run = now;
+        self.checked_at = now;
         self.woken = false;
-        self.view_due_at = next_view_due.map(|wait| now + wait.max(MIN_WAIT));
+        self.view_due_at = next_view_due
+            .filter(|wait| !wait.is_zero())
+            .map(|wait| now + wait.max(MIN_WAIT));
     }
 }
-
-/// The shortest time between two runs that a commit causes.
-pub const MIN_WAIT: Duration = Duration::from_millis(10);
 
 #[cfg(test)]
 mod tests {
@@ -69,41 +107,72 @@ mod tests {
 
     const NAPTIME: Duration = Duration::from_secs(1);
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
     #[test]
     fn ticks_run_every_naptime_whatever_the_commits() {
         let t0 = Instant::now();
         let mut ticks = Ticks::new(t0);
-        // No view scheduled: commits every 10 ms never put the naptime off.
-        for ms in (10..1000).step_by(10) {
-            assert!(!ticks.due(t0 + Duration::from_millis(ms), NAPTIME));
+        ticks.ran(t0, Some(ms(2000)));
+        // A view due in 2 s: commits every 10 ms never put the naptime off.
+        for n in (10..1000).step_by(10) {
+            assert_eq!(ticks.due(t0 + ms(n), NAPTIME), Next::Wait);
         }
-        assert!(ticks.due(t0 + NAPTIME, NAPTIME));
-        assert_eq!(
-            ticks.wait(t0 + Duration::from_millis(400), NAPTIME),
-            Duration::from_millis(600)
-        );
+        assert_eq!(ticks.due(t0 + NAPTIME, NAPTIME), Next::Run);
+        ticks.ran(t0 + NAPTIME, None);
+        assert_eq!(ticks.wait(t0 + ms(1400), NAPTIME), ms(600));
     }
 
     #[test]
     fn a_commit_runs_the_worker_when_the_first_view_is_due() {
         let t0 = Instant::now();
         let mut ticks = Ticks::new(t0);
-        ticks.ran(t0, Some(Duration::from_millis(100)));
+        ticks.ran(t0, Some(ms(100)));
         // Not woken: the naptime.
         assert_eq!(ticks.wait(t0, NAPTIME), NAPTIME);
         // Woken at 30 ms: not due yet, wait until 100 ms.
-        assert!(!ticks.due(t0 + Duration::from_millis(30), NAPTIME));
+        assert_eq!(ticks.due(t0 + ms(30), NAPTIME), Next::Wait);
+        assert_eq!(ticks.wait(t0 + ms(30), NAPTIME), ms(70));
+        assert_eq!(ticks.due(t0 + ms(100), NAPTIME), Next::Run);
+    }
+
+    #[test]
+    fn a_woken_worker_that_knows_no_due_view_asks_at_most_every_recheck() {
+        let t0 = Instant::now();
+        let mut ticks = Ticks::new(t0);
+        // No view scheduled at the last run; one is scheduled, then a commit wakes the worker.
+        ticks.ran(t0, None);
         assert_eq!(
-            ticks.wait(t0 + Duration::from_millis(30), NAPTIME),
-            Duration::from_millis(70)
+            ticks.due(t0 + RECHECK + ms(5), NAPTIME + RECHECK),
+            Next::Check
         );
-        assert!(ticks.due(t0 + Duration::from_millis(100), NAPTIME));
-        // A run that left a due view (locked, failing) retries it at the naptime, not at each commit.
-        ticks.ran(t0 + Duration::from_millis(100), None);
-        assert!(!ticks.due(t0 + Duration::from_millis(150), NAPTIME));
+        assert!(ticks.checked(t0 + RECHECK + ms(5), Some(Duration::ZERO)));
+        // A run that left a due view (locked, failing): commits ask again after RECHECK, not
+        // at once.
+        ticks.ran(t0 + RECHECK + ms(10), Some(Duration::ZERO));
         assert_eq!(
-            ticks.wait(t0 + Duration::from_millis(150), NAPTIME),
-            Duration::from_millis(950)
+            ticks.due(t0 + RECHECK + ms(20), NAPTIME + RECHECK),
+            Next::Wait
+        );
+        assert_eq!(
+            ticks.wait(t0 + RECHECK + ms(20), NAPTIME + RECHECK),
+            RECHECK - ms(10)
+        );
+        assert_eq!(
+            ticks.due(t0 + 2 * RECHECK + ms(10), NAPTIME + RECHECK),
+            Next::Check
+        );
+        // Asked: not due for 50 ms; then it runs.
+        assert!(!ticks.checked(t0 + 2 * RECHECK + ms(10), Some(ms(50))));
+        assert_eq!(
+            ticks.wait(t0 + 2 * RECHECK + ms(10), NAPTIME + RECHECK),
+            ms(50)
+        );
+        assert_eq!(
+            ticks.due(t0 + 2 * RECHECK + ms(60), NAPTIME + RECHECK),
+            Next::Run
         );
     }
 
@@ -112,19 +181,13 @@ mod tests {
         let t0 = Instant::now();
         let mut ticks = Ticks::new(t0);
         ticks.ran(t0, Some(Duration::from_micros(100_400)));
-        assert!(!ticks.due(t0 + Duration::from_millis(30), NAPTIME));
+        assert_eq!(ticks.due(t0 + ms(30), NAPTIME), Next::Wait);
         // 70.4 ms left, rounded up: the latch wait (whole milliseconds) ends past the deadline.
-        let wait = ticks.wait(t0 + Duration::from_millis(30), NAPTIME);
-        assert_eq!(wait, Duration::from_millis(71));
-        assert!(ticks.due(t0 + Duration::from_millis(30) + wait, NAPTIME));
+        let wait = ticks.wait(t0 + ms(30), NAPTIME);
+        assert_eq!(wait, ms(71));
+        assert_eq!(ticks.due(t0 + ms(30) + wait, NAPTIME), Next::Run);
         // Until a commit wakes it, a view's due time does not shorten the wait.
-        ticks.ran(
-            t0 + Duration::from_millis(101),
-            Some(Duration::from_millis(100)),
-        );
-        assert_eq!(
-            ticks.wait(t0 + Duration::from_millis(500), NAPTIME),
-            Duration::from_millis(601)
-        );
+        ticks.ran(t0 + ms(101), Some(ms(100)));
+        assert_eq!(ticks.wait(t0 + ms(500), NAPTIME), ms(601));
     }
 }
