@@ -15,7 +15,8 @@
 //! - `catalog` (every statement on the extension's tables `eventview._*`), `relation` (user
 //!   relation names, resolved as the caller), `privileges` (the caller's rights).
 //! - `pg/`: SPI helpers, the per-backend plan cache, relation locks, role switches, GUC nest
-//!   levels, the relation cache, the observer aggregate's state and stored jsonb datums. Every
+//!   levels, the relation cache, the observer aggregate's state, stored jsonb datums and the
+//!   worker's wake-up at commit. Every
 //!   `unsafe` block of the extension is there, each with a `SAFETY:` line; the modules above
 //!   call safe functions. (The worker's entry point carries `#[unsafe(no_mangle)]`: PostgreSQL
 //!   finds it by name.)
@@ -24,7 +25,7 @@
 //!   recomputations): leaves that import no other module of the crate.
 //! - `eventview_core` (crates/eventview-core): the pgrx-free crate, tested with plain
 //!   `cargo test`: definition parsing, JSONPath planning and evaluation, the stored-jsonb reader
-//!   and the observer's walk, value rules, and every SQL text builder.
+//!   and the observer's walk, value rules, every SQL text builder, and when the worker runs.
 //!
 //! Dependencies point one way: `api` and `scheduler` -> feature modules -> `catalog`,
 //! `relation`, `privileges` -> `pg` -> `errors` -> `eventview_core`. A module may reach past the

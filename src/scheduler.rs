@@ -57,19 +57,24 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
             Next::Wait => continue,
             Next::Check => {
                 let due = BackgroundWorker::transaction(|| match catalog_version(library) {
-                    CatalogVersion::Current => time_until_a_view_is_due(),
+                    CatalogVersion::Current => time_until_a_view_is_due(false),
                     _ => None,
                 });
                 if !ticks.checked(Instant::now(), due) {
+                    // Not running now: the next commit may wake the worker again.
+                    crate::pg::wakeup::want_wake_up(true);
                     continue;
                 }
             }
             Next::Run => {}
         }
         if !gucs::WORKER_ENABLED.get() {
+            crate::pg::wakeup::want_wake_up(false);
             ticks.ran(now, None);
             continue;
         }
+        // Before the run's snapshot: a commit from now on wakes the worker (once).
+        crate::pg::wakeup::want_wake_up(true);
         // The catalog's version when it is behind this library's; after a run, how long until
         // the first scheduled view is due.
         let (behind, next_view_due) =
@@ -79,7 +84,7 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
                 CatalogVersion::Behind(version) => (Some(version), None),
                 CatalogVersion::Current => {
                     run_maintenance();
-                    (None, time_until_a_view_is_due())
+                    (None, time_until_a_view_is_due(true))
                 }
                 CatalogVersion::Absent => (None, None),
             });
@@ -102,16 +107,22 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
 /// How long until the first scheduled view is due, by `run_maintenance`'s own test (its
 /// schedule has passed since its last refresh, and its retry time after failures), in interval
 /// arithmetic as there (no timestamp can overflow): zero when one is due now, None when no view
-/// is scheduled.
-fn time_until_a_view_is_due() -> Option<Duration> {
-    let seconds = Spi::get_one::<f64>(
-        "SELECT min(greatest(
-                    CASE WHEN last_refresh_at IS NULL OR NOT pg_catalog.isfinite(last_refresh_at) THEN 0
-                         ELSE extract(epoch FROM schedule - (pg_catalog.clock_timestamp() - last_refresh_at)) END,
-                    CASE WHEN retry_at IS NULL THEN 0
-                         ELSE extract(epoch FROM retry_at - pg_catalog.clock_timestamp()) END))::float8
-         FROM eventview._views
-         WHERE schedule IS NOT NULL AND (retry_at IS NULL OR pg_catalog.isfinite(retry_at))",
+/// is scheduled. `after_run`: in the transaction of a run, leaving out the views due now that
+/// the run did not refresh (their table locked, their refresh failing: the naptime retries
+/// them, commits do not); a view the run refreshed that is due again already (the run took
+/// longer than its schedule) counts.
+fn time_until_a_view_is_due(after_run: bool) -> Option<Duration> {
+    let seconds = Spi::get_one_with_args::<f64>(
+        "SELECT min(due_in)::float8 FROM (
+             SELECT last_refresh_at, greatest(
+                        CASE WHEN last_refresh_at IS NULL OR NOT pg_catalog.isfinite(last_refresh_at) THEN 0
+                             ELSE extract(epoch FROM schedule - (pg_catalog.clock_timestamp() - last_refresh_at)) END,
+                        CASE WHEN retry_at IS NULL THEN 0
+                             ELSE extract(epoch FROM retry_at - pg_catalog.clock_timestamp()) END) AS due_in
+             FROM eventview._views
+             WHERE schedule IS NOT NULL AND (retry_at IS NULL OR pg_catalog.isfinite(retry_at))) v
+         WHERE NOT ($1 AND due_in <= 0 AND (last_refresh_at IS NULL OR last_refresh_at < pg_catalog.now()))",
+        &[after_run.into()],
     );
     match seconds {
         Ok(Some(s)) if s.is_finite() => Some(Duration::from_secs_f64(s.clamp(0.0, 1e9))),

@@ -3,9 +3,12 @@
 //! worker's next naptime.
 //!
 //! Shared memory (with `shared_preload_libraries` only) holds one slot per running worker: its
-//! database and its PGPROC number. A capture trigger calls `wake_worker_on_commit`, which marks
-//! the transaction; at its commit (after the commit is visible to new snapshots) a transaction
-//! callback sets the latch of every worker of its database. An aborted or prepared transaction
+//! database and its PGPROC number, and whether it wants a wake-up. A capture trigger calls
+//! `wake_worker_on_commit`, which marks the transaction; at its commit (after the commit is
+//! visible to new snapshots) a transaction callback sets the latch of every worker of its
+//! database that wants one, taking the want: a worker is woken once per run it makes (it asks
+//! again as each run starts, `want_wake_up`), not once per commit, so a busy producer costs it
+//! one context switch per run rather than thousands. An aborted or prepared transaction
 //! wakes nobody (the worker's naptime covers a prepared one). Without preloading, there is no
 //! worker to wake and the call returns at once.
 
@@ -17,15 +20,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// Most workers that can be woken: one per database in `eventview.databases`.
 pub const MAX_WORKERS: usize = 64;
 
-/// The slots: `(database oid << 32) | (pgprocno + 1)`, 0 for a free slot.
+/// The slots: `(database oid << 32) | (pgprocno + 1)`, 0 for a free slot; and whether the
+/// slot's worker wants to be woken by the next commit.
 pub struct WorkerSlots {
     slots: [AtomicU64; MAX_WORKERS],
+    wants: [AtomicBool; MAX_WORKERS],
 }
 
 impl Default for WorkerSlots {
     fn default() -> Self {
         WorkerSlots {
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
+            wants: std::array::from_fn(|_| AtomicBool::new(false)),
         }
     }
 }
@@ -41,6 +47,8 @@ static WORKERS: PgAtomic<WorkerSlots> = unsafe { PgAtomic::new(c"pg_eventview wo
 static SLOTS_EXIST: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
+    /// This worker's slot, once it has one.
+    static MY_SLOT: Cell<Option<usize>> = const { Cell::new(None) };
     /// This transaction captured changes: wake the workers at its commit.
     static WAKE_AT_COMMIT: Cell<bool> = const { Cell::new(false) };
     /// The transaction callback is registered in this backend.
@@ -74,6 +82,8 @@ pub fn register_this_worker() {
             .compare_exchange(0, mine, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
+            MY_SLOT.set(Some(index));
+            WORKERS.get().wants[index].store(true, Ordering::Release);
             // SAFETY: registers a plain callback with a by-value argument, run at process exit.
             unsafe {
                 pg_sys::before_shmem_exit(Some(release_slot), pg_sys::Datum::from(index));
@@ -88,7 +98,17 @@ pub fn register_this_worker() {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn release_slot(_code: i32, index: pg_sys::Datum) {
+    WORKERS.get().wants[index.value()].store(false, Ordering::Release);
     WORKERS.get().slots[index.value()].store(0, Ordering::Release);
+}
+
+/// This worker wants (or not) to be woken by the next commit that captured changes. Called as
+/// each run starts (before its snapshot, so that no commit after it goes unnoticed), and with
+/// false while the worker is switched off.
+pub fn want_wake_up(want: bool) {
+    if let Some(index) = MY_SLOT.get() {
+        WORKERS.get().wants[index].store(want, Ordering::Release);
+    }
 }
 
 /// Marks the current transaction: at its commit, the workers of this database are woken.
@@ -121,13 +141,18 @@ unsafe extern "C-unwind" fn at_transaction_end(
     }
 }
 
-/// Sets the latch of every worker of this database.
+/// Sets the latch of every worker of this database that wants a wake-up, taking the want.
 fn wake_workers() {
     // SAFETY: MyDatabaseId is set in a backend connected to a database.
     let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
-    for slot in WORKERS.get().slots.iter() {
+    let workers = WORKERS.get();
+    for (slot, wants) in workers.slots.iter().zip(workers.wants.iter()) {
         let value = slot.load(Ordering::Acquire);
-        if value != 0 && (value >> 32) as u32 == database {
+        if value != 0
+            && (value >> 32) as u32 == database
+            && wants.load(Ordering::Relaxed)
+            && wants.swap(false, Ordering::AcqRel)
+        {
             let pgprocno = ((value & 0xffff_ffff) - 1) as i32;
             // SAFETY: pgprocno is a valid PGPROC number (a worker's, or, had it exited since,
             // of whatever process uses that PGPROC now: a spurious latch wake-up is harmless).

@@ -82,22 +82,25 @@ impl Ticks {
     }
 
     /// Asked at `now`: the first scheduled view is due in `next_view_due` (zero: now; None: no
-    /// view is scheduled). Whether to run now.
+    /// view is scheduled, and the wake-up is spent: the next commit wakes the worker again).
+    /// Whether to run now.
     pub fn checked(&mut self, now: Instant, next_view_due: Option<Duration>) -> bool {
         self.checked_at = now;
         self.view_due_at = next_view_due.map(|wait| now + wait);
+        if next_view_due.is_none() {
+            self.woken = false;
+        }
         next_view_due == Some(Duration::ZERO)
     }
 
-    /// A run ended at `now`; the first scheduled view is due in `next_view_due`. Due now means
-    /// the run left it (locked, failing): not known, so that commits do not repeat the run.
+    /// A run ended at `now`; the first scheduled view is due in `next_view_due`, leaving out
+    /// those the run could not refresh (locked, failing: the naptime retries them, commits do
+    /// not). Zero: a view the run refreshed is due again already; it runs `MIN_WAIT` later.
     pub fn ran(&mut self, now: Instant, next_view_due: Option<Duration>) {
         self.last_run = now;
         self.checked_at = now;
         self.woken = false;
-        self.view_due_at = next_view_due
-            .filter(|wait| !wait.is_zero())
-            .map(|wait| now + wait.max(MIN_WAIT));
+        self.view_due_at = next_view_due.map(|wait| now + wait.max(MIN_WAIT));
     }
 }
 
@@ -149,9 +152,9 @@ mod tests {
             Next::Check
         );
         assert!(ticks.checked(t0 + RECHECK + ms(5), Some(Duration::ZERO)));
-        // A run that left a due view (locked, failing): commits ask again after RECHECK, not
-        // at once.
-        ticks.ran(t0 + RECHECK + ms(10), Some(Duration::ZERO));
+        // A run that left its only due view (locked, failing; left out of what it reports):
+        // commits ask again after RECHECK, not at once.
+        ticks.ran(t0 + RECHECK + ms(10), None);
         assert_eq!(
             ticks.due(t0 + RECHECK + ms(20), NAPTIME + RECHECK),
             Next::Wait
@@ -174,6 +177,23 @@ mod tests {
             ticks.due(t0 + 2 * RECHECK + ms(60), NAPTIME + RECHECK),
             Next::Run
         );
+        // Asked with no view scheduled: back to the naptime until the next commit.
+        let t1 = t0 + 3 * RECHECK;
+        ticks.ran(t1, None);
+        assert_eq!(ticks.due(t1 + RECHECK, 3 * RECHECK), Next::Check);
+        assert!(!ticks.checked(t1 + RECHECK, None));
+        assert_eq!(ticks.wait(t1 + RECHECK, 3 * RECHECK), 2 * RECHECK);
+    }
+
+    #[test]
+    fn a_run_longer_than_the_schedule_runs_again_at_the_next_commit() {
+        let t0 = Instant::now();
+        let mut ticks = Ticks::new(t0);
+        // The view the run refreshed first is due again when the run ends.
+        ticks.ran(t0, Some(Duration::ZERO));
+        assert_eq!(ticks.due(t0 + ms(2), NAPTIME), Next::Wait);
+        assert_eq!(ticks.wait(t0 + ms(2), NAPTIME), MIN_WAIT - ms(2));
+        assert_eq!(ticks.due(t0 + MIN_WAIT, NAPTIME), Next::Run);
     }
 
     #[test]
