@@ -38,7 +38,7 @@ pub fn define(preloading: bool) {
     );
     GucRegistry::define_int_guc(
         c"eventview.naptime",
-        c"Time between two runs of eventview.run_maintenance() by the background worker.",
+        c"Longest time between two runs of eventview.run_maintenance() by the background worker.",
         c"Takes effect at the next tick after a configuration reload.",
         &NAPTIME_MS,
         10,
