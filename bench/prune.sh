@@ -25,5 +25,7 @@ bash scripts/cluster.sh start "$DIR" "$PORT" \
   "maintenance_work_mem = '512MB'" \
   "max_wal_size = '16GB'" \
   "checkpoint_timeout = '1h'" \
-  "log_min_messages = warning"
+  "log_min_messages = warning" \
+  "fsync = on" \
+  "synchronous_commit = on"
 python3 bench/prune.py --host 127.0.0.1 --port "$PORT" "$@"
