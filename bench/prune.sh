@@ -23,6 +23,7 @@ bash scripts/cluster.sh start "$DIR" "$PORT" \
   "shared_buffers = '1GB'" \
   "work_mem = '64MB'" \
   "maintenance_work_mem = '512MB'" \
+  "min_wal_size = '8GB'" \
   "max_wal_size = '16GB'" \
   "checkpoint_timeout = '1h'" \
   "log_min_messages = warning" \

@@ -20,7 +20,7 @@ PRELOAD=()
 if [ "${1:-}" = --peers ]; then
   shift
   DRIVER=bench/peers.py
-  # pg_eventview preloaded as in production, so that writes pay for waking the worker at commit
+  # pg_eventview preloaded as in production, so that every commit runs the wake-up check
   # (the worker itself stays idle: nothing but the driver refreshes); pg_ivm beside it when it is
   # installed (peers.py says so when it is not).
   libraries=pg_eventview

@@ -53,25 +53,26 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
         if BackgroundWorker::sighup_received() {
             crate::pg::guc::reload_config_file();
         }
-        match ticks.due(now, gucs::naptime()) {
-            Next::Wait => continue,
-            Next::Check => {
-                let due = BackgroundWorker::transaction(|| match catalog_version(library) {
-                    CatalogVersion::Current => time_until_a_view_is_due(false),
-                    _ => None,
-                });
-                if !ticks.checked(Instant::now(), due) {
-                    // Not running now: the next commit may wake the worker again.
-                    crate::pg::wakeup::want_wake_up(true);
-                    continue;
-                }
-            }
-            Next::Run => {}
+        let next = ticks.due(now, gucs::naptime());
+        if next == Next::Wait {
+            continue;
         }
         if !gucs::WORKER_ENABLED.get() {
             crate::pg::wakeup::want_wake_up(false);
             ticks.ran(now, None);
             continue;
+        }
+        if next == Next::Check {
+            let (due, current) = BackgroundWorker::transaction(|| match catalog_version(library) {
+                CatalogVersion::Current => (time_until_a_view_is_due(false), true),
+                _ => (None, false),
+            });
+            if !ticks.checked(Instant::now(), due) {
+                // Not running now: the next commit may wake the worker again (while the catalog
+                // is behind, only the next run re-arms it).
+                crate::pg::wakeup::want_wake_up(current);
+                continue;
+            }
         }
         // Before the run's snapshot: a commit from now on wakes the worker (once).
         crate::pg::wakeup::want_wake_up(true);
@@ -104,28 +105,34 @@ pub extern "C-unwind" fn eventview_worker_main(_arg: pg_sys::Datum) {
     crate::pg::exit_process(1);
 }
 
-/// How long until the first scheduled view is due, by `run_maintenance`'s own test (its
-/// schedule has passed since its last refresh, and its retry time after failures), in interval
-/// arithmetic as there (no timestamp can overflow): zero when one is due now, None when no view
-/// is scheduled. `after_run`: in the transaction of a run, leaving out the views due now that
-/// the run did not refresh (their table locked, their refresh failing: the naptime retries
-/// them, commits do not); a view the run refreshed that is due again already (the run took
-/// longer than its schedule) counts.
+/// How long until the first scheduled view is due, by `run_maintenance`'s test (its schedule
+/// has passed since its last refresh, and its retry time after failures): zero when one is due
+/// now, None when no view is scheduled. In seconds as numeric, each time converted on its own,
+/// so that no value an owner can give a schedule makes the subtraction overflow (the statement
+/// runs in the transaction of a run, which an error would undo). `after_run`: in that
+/// transaction (`now()` is when the run started), leaving out the views that were due when the
+/// run started and that it did not refresh (their table locked, their refresh failing: the
+/// naptime retries them); a view that came due during the run, or that the run refreshed and
+/// is due again already (the run took longer than its schedule), counts.
 fn time_until_a_view_is_due(after_run: bool) -> Option<Duration> {
     let seconds = Spi::get_one_with_args::<f64>(
-        "SELECT min(due_in)::float8 FROM (
-             SELECT last_refresh_at, greatest(
-                        CASE WHEN last_refresh_at IS NULL OR NOT pg_catalog.isfinite(last_refresh_at) THEN 0
-                             ELSE extract(epoch FROM schedule - (pg_catalog.clock_timestamp() - last_refresh_at)) END,
-                        CASE WHEN retry_at IS NULL THEN 0
-                             ELSE extract(epoch FROM retry_at - pg_catalog.clock_timestamp()) END) AS due_in
-             FROM eventview._views
-             WHERE schedule IS NOT NULL AND (retry_at IS NULL OR pg_catalog.isfinite(retry_at))) v
-         WHERE NOT ($1 AND due_in <= 0 AND (last_refresh_at IS NULL OR last_refresh_at < pg_catalog.now()))",
+        "SELECT min(greatest(extract(epoch FROM schedule) - (at_now - refreshed), retry - at_now))::float8
+         FROM (SELECT schedule,
+                      extract(epoch FROM pg_catalog.clock_timestamp()) AS at_now,
+                      extract(epoch FROM pg_catalog.now()) AS run_start,
+                      coalesce(extract(epoch FROM last_refresh_at), '-Infinity') AS refreshed,
+                      coalesce(extract(epoch FROM retry_at), '-Infinity') AS retry
+               FROM eventview._views
+               WHERE schedule IS NOT NULL) v
+         WHERE retry < 'Infinity'
+           AND NOT ($1 AND refreshed < run_start
+                       AND extract(epoch FROM schedule) <= run_start - refreshed
+                       AND retry <= run_start)",
         &[after_run.into()],
     );
     match seconds {
-        Ok(Some(s)) if s.is_finite() => Some(Duration::from_secs_f64(s.clamp(0.0, 1e9))),
+        // -Infinity: a view never refreshed, due now.
+        Ok(Some(s)) if !s.is_nan() => Some(Duration::from_secs_f64(s.clamp(0.0, 1e9))),
         _ => None,
     }
 }

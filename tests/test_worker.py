@@ -110,6 +110,23 @@ def test_a_commit_wakes_the_worker_before_its_naptime(worker_cluster, evw):
         evw.execute("SELECT pg_reload_conf()")
 
 
+def test_a_schedule_at_the_edge_of_the_interval_range_does_not_stop_the_worker(worker_cluster, evw):
+    """A schedule whose fields nearly cancel out (accepted: it is positive) makes interval
+    arithmetic overflow; the worker's own due-time computation does none, so it keeps
+    refreshing the other views after commits, in the same process."""
+    evw.execute("SELECT eventview.create_event_table('ev')")
+    evw.execute("SELECT eventview.create_view('edge', 'ev', measures => '{\"n\": \"count(*)\"}')")
+    evw.execute("SELECT eventview.create_view('v', 'ev', measures => '{\"n\": \"count(*)\"}')")
+    evw.execute("""SELECT eventview.schedule('edge', interval '300000 years'
+                                                     + (interval '-2562047788 hours' - interval '54 s'))""")
+    evw.execute("SELECT eventview.schedule('v', '100 ms')")
+    pid = wait_for(lambda: worker_pid(evw), 10, "the worker")
+    for n in (1, 2, 3):
+        evw.execute("INSERT INTO ev (event_type, payload) VALUES ('t', '{}')")
+        wait_for(lambda: one(evw, "SELECT n FROM v") == n, 10, f"commit {n} to show in v")
+    assert worker_pid(evw) == pid
+
+
 def test_a_failing_view_does_not_stop_the_others(evw):
     evw.execute("SELECT eventview.create_event_table('ev')")
     evw.execute("SELECT eventview.create_view('bad', 'ev', measures => '{\"s\": \"sum($.v)\"}', on_type_error => 'fail')")

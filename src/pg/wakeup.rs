@@ -103,8 +103,10 @@ unsafe extern "C-unwind" fn release_slot(_code: i32, index: pg_sys::Datum) {
 }
 
 /// This worker wants (or not) to be woken by the next commit that captured changes. Called as
-/// each run starts (before its snapshot, so that no commit after it goes unnoticed), and with
-/// false while the worker is switched off.
+/// each run starts (before its snapshot, so that no commit after it goes unnoticed: the
+/// snapshot and a commit's end both take ProcArrayLock, so a commit the snapshot misses ends
+/// after this store and its callback reads the want), and with false while the worker is
+/// switched off.
 pub fn want_wake_up(want: bool) {
     if let Some(index) = MY_SLOT.get() {
         WORKERS.get().wants[index].store(want, Ordering::Release);

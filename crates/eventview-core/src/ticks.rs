@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 /// refreshing on the schedule keeps a busy producer from turning the worker into a loop of
 /// tiny refreshes; the naptime bound keeps the field observer and pruning going whatever the
 /// commits do. Not knowing when a view is due (none was scheduled at the last run, or the run
-/// left a due view unrefreshed: its table locked, its refresh failing), a woken worker asks
-/// again, at most every `RECHECK`.
+/// left its due views unrefreshed: their table locked, their refresh failing), a woken worker
+/// asks again, at most every `RECHECK` (and runs if a view is due then, left ones included).
+/// Knowing, it runs at that time: a view scheduled since the last run, or given a shorter
+/// schedule, is picked up by that run or the next naptime.
 pub struct Ticks {
     last_run: Instant,
     /// When the first scheduled view is due, as last asked.
@@ -18,7 +20,7 @@ pub struct Ticks {
     /// When that was last asked.
     checked_at: Instant,
     /// The latch was set since the last run: a transaction that captured changes committed (or
-    /// a signal came, which costs at most one early check).
+    /// a signal came, which may bring the run forward to the first view's due time).
     woken: bool,
 }
 
@@ -94,8 +96,9 @@ impl Ticks {
     }
 
     /// A run ended at `now`; the first scheduled view is due in `next_view_due`, leaving out
-    /// those the run could not refresh (locked, failing: the naptime retries them, commits do
-    /// not). Zero: a view the run refreshed is due again already; it runs `MIN_WAIT` later.
+    /// those the run could not refresh (locked, failing: the naptime, or a commit's check at
+    /// most every `RECHECK`, retries them). Zero: a view is due again already; the next run
+    /// comes `MIN_WAIT` later at the earliest.
     pub fn ran(&mut self, now: Instant, next_view_due: Option<Duration>) {
         self.last_run = now;
         self.checked_at = now;
@@ -200,14 +203,19 @@ mod tests {
     fn a_wait_that_runs_out_is_not_a_wake_up() {
         let t0 = Instant::now();
         let mut ticks = Ticks::new(t0);
+        ticks.ran(t0, Some(ms(100)));
+        // Not woken, a view's due time does not shorten the wait; 999.6 ms left is rounded up,
+        // so the latch wait (whole milliseconds) ends at the deadline, not 0.6 ms before it.
+        let now = t0 + Duration::from_micros(400);
+        let wait = ticks.wait(now, NAPTIME);
+        assert_eq!(wait, NAPTIME);
+        assert_eq!(ticks.due(now + wait, NAPTIME), Next::Run);
+        assert!(!ticks.woken);
+        // Woken, the wait until the view's due time is rounded up too.
         ticks.ran(t0, Some(Duration::from_micros(100_400)));
         assert_eq!(ticks.due(t0 + ms(30), NAPTIME), Next::Wait);
-        // 70.4 ms left, rounded up: the latch wait (whole milliseconds) ends past the deadline.
         let wait = ticks.wait(t0 + ms(30), NAPTIME);
         assert_eq!(wait, ms(71));
         assert_eq!(ticks.due(t0 + ms(30) + wait, NAPTIME), Next::Run);
-        // Until a commit wakes it, a view's due time does not shorten the wait.
-        ticks.ran(t0 + ms(101), Some(ms(100)));
-        assert_eq!(ticks.wait(t0 + ms(500), NAPTIME), ms(601));
     }
 }
