@@ -194,6 +194,26 @@ def timed(conn, sql, params=None):
     return time.perf_counter() - t0
 
 
+def alternate_rounds(fns, n_pairs, between=None, last=(), after=None):
+    """Runs the timed callables alternately: after an untimed warm-up round, n_pairs rounds,
+    the order reversed every other round. `between(i)` (untimed) prepares each round.
+    `last`: timed callables run after the alternating ones, in their order, in every round
+    (for measurements that change the state the others read). `after(i)` (untimed) ends
+    each round. Returns {label: [seconds...]}."""
+    times = {label: [] for label, _ in list(fns) + list(last)}
+    for i in range(n_pairs + 1):
+        if between:
+            between(i)
+        order = fns if i % 2 == 0 else list(reversed(fns))
+        for label, fn in list(order) + list(last):
+            t = fn(i)
+            if i > 0:
+                times[label].append(t)
+        if after:
+            after(i)
+    return times
+
+
 def view_json(d):
     return json.dumps(d)
 
@@ -268,23 +288,7 @@ class Bench:
         return (n, T_END, span, T_END, self.args.prices == "listed")
 
     def pairs(self, fns, n_pairs, between=None, last=(), after=None):
-        """Runs the timed callables alternately: after an untimed warm-up round, n_pairs rounds,
-        the order reversed every other round. `between(i)` (untimed) prepares each round.
-        `last`: timed callables run after the alternating ones, in their order, in every round
-        (for measurements that change the state the others read). `after(i)` (untimed) ends
-        each round. Returns {label: [seconds...]}."""
-        times = {label: [] for label, _ in list(fns) + list(last)}
-        for i in range(n_pairs + 1):
-            if between:
-                between(i)
-            order = fns if i % 2 == 0 else list(reversed(fns))
-            for label, fn in list(order) + list(last):
-                t = fn(i)
-                if i > 0:
-                    times[label].append(t)
-            if after:
-                after(i)
-        return times
+        return alternate_rounds(fns, n_pairs, between, last, after)
 
     def add(self, scenario, baseline, bt, st, target, kind, met_rule, events=None):
         """kind 'slower': ratio = subject/baseline; 'faster': speedup = baseline/subject.

@@ -40,7 +40,8 @@ import time
 import psycopg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import GENERATOR_SQL, OUT_DIR, fmt, machine_line, q, q1, so_info, timed, write_out  # noqa: E402
+from bench import (GENERATOR_SQL, OUT_DIR, alternate_rounds, fmt, machine_line, q, q1, so_info,  # noqa: E402
+                   timed, write_out)
 
 COLS = "event_type, event_version, producer, occurred_at, payload"
 END = "2026-06-30T00:00:00Z"
@@ -74,17 +75,9 @@ class Peers:
         return psycopg.connect(**self.conninfo, autocommit=True)
 
     def pairs(self, fns, rounds, between=None):
-        times = {label: [] for label, _ in fns}
-        for i in range(rounds + 1):
-            if between:
-                between(i)
-            for label, fn in (fns if i % 2 == 0 else list(reversed(fns))):
-                t = fn(i)
-                if i > 0:
-                    times[label].append(t)
-        return times
+        return alternate_rounds(fns, rounds, between)
 
-    def report(self, section, measure, times, baseline, targets, unit=fmt, lower_is_better=True):
+    def report(self, section, measure, times, baseline, targets, unit=fmt):
         """One row per subject of `times`: its median and its ratio to `baseline`'s."""
         base = statistics.median(times[baseline])
         self.raw.append((section, measure, times, unit))

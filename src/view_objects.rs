@@ -26,12 +26,12 @@ pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
 /// for the view's owner: value logs and the read index (storage restored from a dump of, or
 /// made by, a version without them). A view that gets its read index here also gets its user
 /// relation reinstalled, in the form the index serves (`WHERE __k`). One catalog lookup when
-/// nothing is missing.
-pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
+/// nothing is missing. Returns whether it reinstalled the user relation.
+pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
     let logs = sql.log_ddl();
     let read_index = sql.create_read_index();
     if logs.is_empty() && read_index.is_none() {
-        return Ok(());
+        return Ok(false);
     }
     let mut names: Vec<String> = logs.iter().map(|(name, _)| name.clone()).collect();
     let read_index_name = format!("eventview.{}", sql.read_index_name());
@@ -44,7 +44,7 @@ pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> 
     )?
     .unwrap_or_default();
     if missing.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let owner = privileges::role_ident(view.owner)?;
     for (name, ddl) in logs.into_iter().filter(|(name, _)| missing.contains(name)) {
@@ -54,8 +54,9 @@ pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> 
     if let Some(ddl) = read_index.filter(|_| missing.contains(&read_index_name)) {
         spi::run_all(&[ddl])?;
         replace_user_view(view, sql)?;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Moves the view's min/max value logs into its multisets (see `eventview_core::sqlgen`). The caller
@@ -72,7 +73,9 @@ pub fn merge_logs(view: &ViewRecord) -> EvResult<()> {
 pub fn install_user_view(view: &ViewRecord) -> EvResult<()> {
     let sql = sql_of(view);
     // A realtime read reads the value logs.
-    create_missing_objects(view, &sql)?;
+    if create_missing_objects(view, &sql)? {
+        return Ok(());
+    }
     replace_user_view(view, &sql)
 }
 
