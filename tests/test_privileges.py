@@ -191,10 +191,19 @@ def test_roles_get_exactly_their_rights(cluster, roles):
     assert bob.one("SELECT eventview.refresh('bv')") == 1
     assert bob.q("SELECT sku FROM bv ORDER BY sku") == [("A",), ("C",), ("D",)]
 
-    # Every SECURITY DEFINER function in the extension's schema pins search_path.
+    # Every SECURITY DEFINER function in the extension's schema written in SQL or PL/pgSQL pins
+    # search_path; the native ones are the insert captures, whose statement resolves nothing
+    # through it.
     assert admin.q("""SELECT p.oid::regprocedure::text FROM pg_proc p
                       WHERE p.pronamespace = 'eventview'::regnamespace AND p.prosecdef
+                        AND p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
                         AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)""") == []
+    assert admin.q("""SELECT p.proname::text, p.prosrc, p.proconfig FROM pg_proc p
+                      WHERE p.pronamespace = 'eventview'::regnamespace AND p.prosecdef
+                        AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'c')
+                      ORDER BY 1""") == [
+        ("_capture_1_insert", "capture_inserted_rows", None),
+    ]
 
     # The owners drop what is theirs; the table's owner may drop views of others by cascade.
     bob.q("SELECT eventview.drop_view('brt')")

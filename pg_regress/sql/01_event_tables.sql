@@ -58,3 +58,41 @@ SET client_min_messages = notice;
 SELECT eventview.drop_event_table('clicks');
 RESET client_min_messages;
 RESET search_path;
+
+-- The insert capture logs one record per statement that inserts rows, holding every new id,
+-- also when other AFTER statement triggers read the same transition table before and after it;
+-- a statement that inserts nothing logs nothing.
+SELECT eventview.create_event_table('shop.orders');
+SELECT 'eventview._changes_' || source_id AS orders_log,
+       'eventview._capture_' || source_id || '_insert' AS orders_capture
+FROM eventview._sources WHERE relid = 'shop.orders'::regclass \gset
+CREATE TABLE shop.seen (trigger_name text, rows bigint, ids bigint);
+CREATE FUNCTION shop.see_new_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO shop.seen SELECT TG_NAME, count(*), sum(event_id) FROM new_rows;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER a_before_capture AFTER INSERT ON shop.orders REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION shop.see_new_rows();
+CREATE TRIGGER z_after_capture AFTER INSERT ON shop.orders REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION shop.see_new_rows();
+INSERT INTO shop.orders (event_type, payload) SELECT 'order', jsonb_build_object('n', g) FROM generate_series(1, 5) g;
+INSERT INTO shop.orders (event_type, payload) SELECT 'order', '{}' WHERE false;
+INSERT INTO shop.orders (event_type, payload) VALUES ('order', '{}');
+SELECT op, event_ids FROM :orders_log ORDER BY seq;
+SELECT * FROM shop.seen ORDER BY ids, trigger_name;
+
+-- The native insert capture refuses to run for anything but an event table's AFTER INSERT
+-- statement trigger (SQLSTATE 09000), and under any other name than an event table's capture.
+CREATE TABLE shop.other (event_id bigint);
+CREATE TRIGGER borrowed_per_row AFTER INSERT ON shop.other FOR EACH ROW EXECUTE FUNCTION :orders_capture();
+SELECT try('INSERT INTO shop.other VALUES (1)');
+DROP TRIGGER borrowed_per_row ON shop.other;
+CREATE FUNCTION shop._capture_1_insert() RETURNS trigger LANGUAGE c AS '$libdir/pg_eventview', 'capture_inserted_rows';
+CREATE TRIGGER borrowed AFTER INSERT ON shop.other REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION shop._capture_1_insert();
+SELECT try('INSERT INTO shop.other VALUES (1)');
+SELECT count(*) AS logged_by_others FROM :orders_log;
+DROP TABLE shop.other, shop.seen;
+DROP FUNCTION shop._capture_1_insert(), shop.see_new_rows() CASCADE;
+SELECT eventview.drop_event_table('shop.orders');

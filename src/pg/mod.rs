@@ -4,6 +4,7 @@
 //! each with a `SAFETY:` line; the modules above call safe functions.
 
 pub mod aggregate;
+pub mod capture_trigger;
 pub mod guc;
 pub mod locks;
 pub mod plan_cache;

@@ -2,8 +2,9 @@
 //!
 //! Algorithm (capture): one statement-level AFTER trigger per operation, using transition
 //! tables, so a batch costs one extra INSERT, not one per row:
-//! - INSERT/COPY: one changelog record holding the array of new `event_id`s (`op = 'I'`). The
-//!   rows themselves are read back from the event table at refresh time.
+//! - INSERT/COPY: one changelog record holding the array of new `event_id`s (`op = 'I'`), written
+//!   by a native trigger function (the producers' path). The rows themselves are read back from
+//!   the event table at refresh time.
 //! - UPDATE/DELETE: one record per old row (`op = 'U'`/`'D'`) with the old envelope and payload,
 //!   because the refresh must retract exactly what the old row contributed.
 //! - TRUNCATE: a BEFORE trigger logs every row as deleted, so views empty at their next refresh
@@ -64,6 +65,17 @@ const OLD_COLUMNS: &str =
     "event_id, old_event_type, old_event_version, old_producer, old_occurred_at, old_payload";
 const ROW_COLUMNS: &str = "event_id, event_type, event_version, producer, occurred_at, payload";
 
+/// A capture function implemented by the extension's library: the insert capture, the one on
+/// every producer's path (see `capture_trigger` in the extension). SECURITY DEFINER like the
+/// others; it needs no pinned search_path, as its one statement names only schema-qualified
+/// objects and no function or operator.
+fn native_capture_function(source_id: i32, op: &str, symbol: &str) -> String {
+    let func = names::capture_function(source_id, op);
+    format!(
+        "CREATE FUNCTION {func}() RETURNS trigger LANGUAGE c SECURITY DEFINER AS '$libdir/pg_eventview', '{symbol}'"
+    )
+}
+
 fn capture_function(source_id: i32, op: &str, body: &str) -> String {
     let func = names::capture_function(source_id, op);
     // SECURITY DEFINER: producers need no privilege on the changelog. search_path is pinned
@@ -105,18 +117,33 @@ pub fn truncate_body(source_id: i32) -> String {
 /// `pg::wakeup` in the extension); it returns true. Every current capture function makes it.
 pub const WAKE_CALL: &str = "eventview._wake_worker_on_commit()";
 
-/// Text that only the current capture function of `op` has: the wake call. A function without
-/// it is older than this library's (and may also lack the delete capture's limit of the pruning
-/// exemption to rows past the retention, or the truncate capture's isolation check); it is
-/// replaced (`replace_capture`).
-pub fn current_capture_mark(_op: &str) -> &'static str {
-    WAKE_CALL
+/// The C symbol of the native insert capture (see `native_capture_function`).
+pub const INSERT_CAPTURE_SYMBOL: &str = "capture_inserted_rows";
+
+/// Text that only the current capture function of `op` has in its source (`prosrc`): the
+/// native symbol for the insert capture, the wake call for the others. A function without it
+/// is older than this library's (a PL/pgSQL insert capture; a capture that does not wake the
+/// worker, or lacks the delete capture's limit of the pruning exemption to rows past the
+/// retention, or the truncate capture's isolation check); it is replaced (`replace_capture`).
+pub fn current_capture_mark(op: &str) -> &'static str {
+    match op {
+        "insert" => INSERT_CAPTURE_SYMBOL,
+        _ => WAKE_CALL,
+    }
 }
 
 /// The capture function of `op` as this library creates it, replacing the installed one.
 pub fn replace_capture(source_id: i32, op: &str) -> Option<String> {
     let body = match op {
-        "insert" => insert_body(source_id),
+        "insert" => {
+            return Some(
+                native_capture_function(source_id, op, INSERT_CAPTURE_SYMBOL).replacen(
+                    "CREATE FUNCTION",
+                    "CREATE OR REPLACE FUNCTION",
+                    1,
+                ),
+            )
+        }
         "update" => update_body(source_id),
         "delete" => delete_body(source_id),
         "truncate" => truncate_body(source_id),
@@ -127,18 +154,6 @@ pub fn replace_capture(source_id: i32, op: &str) -> Option<String> {
         "CREATE OR REPLACE FUNCTION",
         1,
     ))
-}
-
-/// What the insert capture runs: one record of the statement's new ids. The wake call rides in
-/// the HAVING clause, evaluated once per statement that inserted rows, with no statement of its
-/// own.
-pub fn insert_body(source_id: i32) -> String {
-    let log = names::changelog(source_id);
-    format!(
-        "    INSERT INTO {log} (op, event_ids)
-    SELECT 'I', pg_catalog.array_agg(event_id) FROM new_rows
-    HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AND {WAKE_CALL};"
-    )
 }
 
 /// What the update capture runs. An UPDATE may set event_id to DEFAULT, which gives the row a
@@ -177,7 +192,6 @@ pub fn delete_body(source_id: i32) -> String {
 
 /// Trigger functions and triggers that capture every change of `table` into its changelog.
 pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
-    let insert_body = insert_body(source_id);
     let update_body = update_body(source_id);
     let delete_body = delete_body(source_id);
     let truncate_body = truncate_body(source_id);
@@ -194,7 +208,7 @@ pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
         )
     };
     vec![
-        capture_function(source_id, "insert", &insert_body),
+        native_capture_function(source_id, "insert", INSERT_CAPTURE_SYMBOL),
         capture_function(source_id, "update", &update_body),
         capture_function(source_id, "delete", &delete_body),
         capture_function(source_id, "truncate", &truncate_body),
@@ -265,6 +279,9 @@ mod tests {
     fn capture_uses_transition_tables_and_the_source_changelog() {
         let ddl = create_capture(7, "\"shop\".\"events\"").join("\n");
         assert!(ddl.contains("INSERT INTO eventview._changes_7 (op, event_ids)"));
+        assert!(ddl.contains(
+            "CREATE FUNCTION eventview._capture_7_insert() RETURNS trigger LANGUAGE c SECURITY DEFINER AS '$libdir/pg_eventview', 'capture_inserted_rows'"
+        ));
         assert!(ddl.contains("AFTER INSERT ON \"shop\".\"events\" REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT"));
         assert!(ddl.contains("BEFORE TRUNCATE ON \"shop\".\"events\"  FOR EACH STATEMENT"));
         assert!(ddl.contains("SECURITY DEFINER\nSET search_path = pg_catalog, pg_temp"));
@@ -289,9 +306,9 @@ mod tests {
                 create_capture(7, "t")[CAPTURE_OPS.iter().position(|o| *o == op).unwrap()]
             );
         }
-        // Every capture function wakes the worker; the delete capture keeps its exemption for
+        // Every capture function wakes the worker (the insert capture natively); the delete capture keeps its exemption for
         // pruning past the retention, the truncate capture its isolation check.
-        assert_eq!(ddl.matches(WAKE_CALL).count(), 4);
+        assert_eq!(ddl.matches(WAKE_CALL).count(), 3);
         assert!(ddl.contains("old_rows.occurred_at") && ddl.contains("transaction_isolation"));
         // Nothing in a SECURITY DEFINER body may be resolved through search_path.
         assert!(!ddl.contains(" array_agg(") && !ddl.contains("HAVING count("));

@@ -21,6 +21,18 @@ pub fn capture_function(source_id: i32, op: &str) -> String {
     format!("{SCHEMA}._capture_{source_id}_{op}")
 }
 
+/// The source whose capture function for `op` is named `name` (unqualified), if it is one.
+pub fn capture_source(name: &str, op: &str) -> Option<i32> {
+    let id = name
+        .strip_prefix("_capture_")?
+        .strip_suffix(op)?
+        .strip_suffix('_')?;
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    id.parse().ok()
+}
+
 /// The storage table of a view (one row per group), qualified.
 pub fn view_data(view_id: i32) -> String {
     format!("{SCHEMA}.{}", view_data_table(view_id))
@@ -40,4 +52,31 @@ pub fn view_values(view_id: i32, measure: usize) -> String {
 /// lazily (see `sqlgen`).
 pub fn view_values_log(view_id: i32, measure: usize) -> String {
     format!("{SCHEMA}._v{view_id}_m{measure}_log")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_source_reads_back_the_source_of_a_capture_function_name() {
+        for id in [1, 7, 123_456, i32::MAX] {
+            let qualified = capture_function(id, "insert");
+            let name = qualified.strip_prefix("eventview.").unwrap();
+            assert_eq!(capture_source(name, "insert"), Some(id));
+            assert_eq!(capture_source(name, "delete"), None);
+        }
+        for name in [
+            "_capture__insert",
+            "_capture_x_insert",
+            "_capture_-1_insert",
+            "_capture_+1_insert",
+            "_capture_1insert",
+            "capture_1_insert",
+            "_capture_99999999999_insert",
+            "_capture_1_insert_",
+        ] {
+            assert_eq!(capture_source(name, "insert"), None, "{name}");
+        }
+    }
 }

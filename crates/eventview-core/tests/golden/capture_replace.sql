@@ -1,12 +1,4 @@
-CREATE OR REPLACE FUNCTION eventview._capture_2_insert() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $capture$
-BEGIN
-    INSERT INTO eventview._changes_2 (op, event_ids)
-    SELECT 'I', pg_catalog.array_agg(event_id) FROM new_rows
-    HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AND eventview._wake_worker_on_commit();
-    RETURN NULL;
-END
-$capture$;
+CREATE OR REPLACE FUNCTION eventview._capture_2_insert() RETURNS trigger LANGUAGE c SECURITY DEFINER AS '$libdir/pg_eventview', 'capture_inserted_rows';
 
 CREATE OR REPLACE FUNCTION eventview._capture_2_update() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $capture$

@@ -1,0 +1,214 @@
+//! The insert capture as a native trigger function: every statement that inserts into an event
+//! table logs the ids of its new rows, as one changelog record, in the producer's transaction.
+//!
+//! Why native: a single-row autocommit INSERT is the producers' most common write, and the
+//! capture is all that pg_eventview adds to it. A PL/pgSQL capture pays for its interpreter,
+//! for a pinned search_path (a GUC nest level and a namespace recomputation per call) and for an
+//! aggregate over the transition table; this function reads the transition table's `event_id`
+//! column directly, builds the id array and runs one kept `INSERT ... VALUES`, about a third of
+//! the PL/pgSQL capture's cost.
+//!
+//! Each event table has its own capture function, `eventview._capture_<source>_insert()`, made
+//! `LANGUAGE c` with the symbol `capture_inserted_rows` and SECURITY DEFINER (its owner, the
+//! table's owner, holds INSERT on the changelog; producers need none). The function finds its
+//! source from its own name, so one symbol serves every event table. Its statement names only
+//! schema-qualified objects and no operator or function, so it means the same under any
+//! search_path, which is why the function needs no pinned one. Every later library keeps the
+//! symbol: a database's capture functions name it until they are replaced.
+
+use crate::errors::EvError;
+use pgrx::prelude::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+
+thread_local! {
+    /// The kept `INSERT` of each source's changelog, by source id. Postgres' plan cache keeps
+    /// each valid (a dropped and recreated changelog is found again by name).
+    static INSERTS: RefCell<HashMap<i32, pg_sys::SPIPlanPtr>> = RefCell::new(HashMap::new());
+}
+
+/// Tells Postgres that `capture_inserted_rows` uses the version-1 calling convention.
+#[unsafe(no_mangle)]
+#[doc(hidden)]
+pub extern "C" fn pg_finfo_capture_inserted_rows() -> &'static pg_sys::Pg_finfo_record {
+    const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1_API
+}
+
+/// The insert capture: an AFTER INSERT ... FOR EACH STATEMENT trigger with a NEW TABLE.
+///
+/// # Safety
+/// Called by Postgres' function manager with a valid `fcinfo`.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn capture_inserted_rows(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: fcinfo is valid for this call; a trigger's context is its TriggerData, checked
+    // by its node tag before it is read as one.
+    let trigger = unsafe {
+        let context = (*fcinfo).context;
+        if context.is_null() || (*context).type_ != pg_sys::NodeTag::T_TriggerData {
+            refuse_call("is not called by a trigger");
+        }
+        &*(context as *const pg_sys::TriggerData)
+    };
+    let event = trigger.tg_event;
+    if event & pg_sys::TRIGGER_EVENT_OPMASK != pg_sys::TRIGGER_EVENT_INSERT
+        || event & pg_sys::TRIGGER_EVENT_ROW != 0
+        || event & pg_sys::TRIGGER_EVENT_TIMINGMASK != pg_sys::TRIGGER_EVENT_AFTER
+        || trigger.tg_newtable.is_null()
+    {
+        refuse_call("is not fired AFTER INSERT FOR EACH STATEMENT with a NEW TABLE");
+    }
+    // SAFETY: as above; flinfo is the function's own.
+    let function = unsafe { (*(*fcinfo).flinfo).fn_oid };
+    let Some(source_id) = source_of(function) else {
+        refuse_call("is not the insert capture of an event table");
+    };
+    // SAFETY: the trigger's relation and transition table are valid while it fires.
+    let ids = unsafe { column_of_new_rows(trigger, c"event_id") };
+    if !ids.is_empty() {
+        crate::pg::wakeup::wake_worker_on_commit();
+        // SAFETY: ids are int8 datums; the array is built in the trigger's memory context.
+        unsafe { log_inserted(source_id, ids) };
+    }
+    pg_sys::Datum::from(0)
+}
+
+fn refuse_call(what: &str) -> ! {
+    raise(
+        EvError::new(
+            PgSqlErrorCode::ERRCODE_TRIGGERED_ACTION_EXCEPTION,
+            format!("capture_inserted_rows {what}"),
+        )
+        .with_hint("It is the insert capture of pg_eventview's event tables, attached by create_event_table; do not attach it to other triggers."),
+    )
+}
+
+fn raise(error: EvError) -> ! {
+    error.into_report().report(PgLogLevel::ERROR);
+    unreachable!("an ERROR does not return")
+}
+
+/// The source whose capture function is `function` (`eventview._capture_<source>_insert`).
+fn source_of(function: pg_sys::Oid) -> Option<i32> {
+    // SAFETY: get_func_namespace and get_namespace_name return a namespace oid (InvalidOid for
+    // no such function) and a palloc'd name (NULL for no such namespace); get_func_name returns
+    // a palloc'd copy of the name, or NULL for no such function.
+    let name = unsafe {
+        let schema = pg_sys::get_namespace_name(pg_sys::get_func_namespace(function));
+        if schema.is_null()
+            || CStr::from_ptr(schema).to_bytes() != eventview_core::names::SCHEMA.as_bytes()
+        {
+            return None;
+        }
+        let name = pg_sys::get_func_name(function);
+        if name.is_null() {
+            return None;
+        }
+        CStr::from_ptr(name).to_str().ok()?.to_owned()
+    };
+    eventview_core::names::capture_source(&name, "insert")
+}
+
+/// The non-null values of column `name` (a bigint) in the trigger's NEW TABLE.
+///
+/// # Safety
+/// `trigger` is the TriggerData of a firing statement trigger with a NEW TABLE.
+unsafe fn column_of_new_rows(trigger: &pg_sys::TriggerData, name: &CStr) -> Vec<pg_sys::Datum> {
+    unsafe {
+        let rel = trigger.tg_relation;
+        let desc = (*rel).rd_att;
+        let natts = (*desc).natts as usize;
+        let attrs = (*desc).attrs.as_slice(natts);
+        let Some(position) = attrs
+            .iter()
+            .position(|a| !a.attisdropped && CStr::from_ptr(a.attname.data.as_ptr()) == name)
+        else {
+            raise(
+                EvError::new(
+                    PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
+                    format!(
+                        "event table {} has no column {}",
+                        relation_name(rel),
+                        name.to_string_lossy()
+                    ),
+                )
+                .with_hint("Every event table has the envelope columns create_event_table makes."),
+            )
+        };
+        let attnum = position as i32 + 1;
+        let store = trigger.tg_newtable;
+        // A read pointer of its own: other triggers of the statement read the same store.
+        let reader = pg_sys::tuplestore_alloc_read_pointer(store, pg_sys::EXEC_FLAG_REWIND as i32);
+        pg_sys::tuplestore_select_read_pointer(store, reader);
+        pg_sys::tuplestore_rescan(store);
+        let slot = pg_sys::MakeSingleTupleTableSlot(desc, &pg_sys::TTSOpsMinimalTuple);
+        let mut ids = Vec::new();
+        while pg_sys::tuplestore_gettupleslot(store, true, false, slot) {
+            if ((*slot).tts_nvalid as i32) < attnum {
+                pg_sys::slot_getsomeattrs_int(slot, attnum);
+            }
+            if !*(*slot).tts_isnull.add(position) {
+                ids.push(*(*slot).tts_values.add(position));
+            }
+        }
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::tuplestore_select_read_pointer(store, 0);
+        ids
+    }
+}
+
+/// The name of `rel` as a message shows it.
+///
+/// # Safety
+/// `rel` is an open relation.
+unsafe fn relation_name(rel: pg_sys::Relation) -> String {
+    unsafe { CStr::from_ptr((*(*rel).rd_rel).relname.data.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Writes one 'I' record of `ids` into the source's changelog.
+///
+/// # Safety
+/// `ids` are int8 datums; called from a firing trigger.
+unsafe fn log_inserted(source_id: i32, mut ids: Vec<pg_sys::Datum>) {
+    unsafe {
+        let array = pg_sys::construct_array(
+            ids.as_mut_ptr(),
+            ids.len() as i32,
+            pg_sys::INT8OID,
+            8,
+            true,
+            b'd' as std::ffi::c_char,
+        );
+        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
+            pgrx::error!("capture_inserted_rows: SPI_connect failed");
+        }
+        let plan = INSERTS.with(|plans| {
+            *plans.borrow_mut().entry(source_id).or_insert_with(|| {
+                let text = CString::new(format!(
+                    "INSERT INTO {} (op, event_ids) VALUES ('I', $1)",
+                    eventview_core::names::changelog(source_id)
+                ))
+                .expect("no NUL in a changelog name");
+                let mut types = [pg_sys::INT8ARRAYOID];
+                let plan = pg_sys::SPI_prepare(text.as_ptr(), 1, types.as_mut_ptr());
+                if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
+                    pgrx::error!("capture_inserted_rows: cannot prepare the changelog insert");
+                }
+                plan
+            })
+        });
+        let mut values = [pg_sys::Datum::from(array)];
+        let nulls = [b' ' as std::ffi::c_char];
+        let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0);
+        if rc != pg_sys::SPI_OK_INSERT as i32 {
+            pgrx::error!("capture_inserted_rows: the changelog insert returned {rc}");
+        }
+        pg_sys::SPI_finish();
+    }
+}
