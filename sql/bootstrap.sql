@@ -546,6 +546,18 @@ $$;
 CREATE EVENT TRIGGER eventview_follow_drop ON sql_drop
     EXECUTE FUNCTION eventview._follow_drop();
 
+-- Before DROP EXTENSION pg_eventview: what the extension made at run time is not a member of it
+-- (views, their storage, changelogs, capture functions and their triggers on event tables), so
+-- it goes first; event tables keep their rows. Without CASCADE, incremental views refuse the
+-- drop (2BP01). See teardown::before_drop_extension.
+CREATE FUNCTION eventview._before_drop_extension() RETURNS event_trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'before_drop_extension';
+REVOKE EXECUTE ON FUNCTION eventview._before_drop_extension() FROM PUBLIC;
+
+CREATE EVENT TRIGGER eventview_before_drop_extension ON ddl_command_start
+    WHEN TAG IN ('DROP EXTENSION')
+    EXECUTE FUNCTION eventview._before_drop_extension();
+
 -- Incremental views are read-only, as materialized views are: their rows are what refresh made
 -- of the events. A stored view would otherwise be a simple auto-updatable view over its storage,
 -- and a write through it would be added to by every later refresh (only a rebuild repairs it).

@@ -474,6 +474,40 @@ pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     })?)
 }
 
+/// Every incremental view, as (view_id, relid), oldest first.
+pub fn all_views() -> EvResult<Vec<(i32, pg_sys::Oid)>> {
+    Ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(
+            "SELECT view_id, relid::oid FROM eventview._views ORDER BY view_id",
+            None,
+            &[],
+        )? {
+            if let (Some(id), Some(relid)) = (row.get::<i32>(1)?, row.get::<pg_sys::Oid>(2)?) {
+                out.push((id, relid));
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?)
+}
+
+/// The ids of every catalogued event table, those whose table is gone included, oldest first.
+pub fn all_source_ids() -> EvResult<Vec<i32>> {
+    Ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(
+            "SELECT source_id FROM eventview._sources ORDER BY source_id",
+            None,
+            &[],
+        )? {
+            if let Some(id) = row.get::<i32>(1)? {
+                out.push(id);
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?)
+}
+
 /// Every event table, oldest first. A table dropped with a plain DROP TABLE (not
 /// drop_event_table) keeps its catalog row, but is left out here: the work over every table
 /// (refresh_all's and run_maintenance's field observer) goes on for the others.

@@ -16,15 +16,23 @@ pub fn create_event_table(
     retention: Option<Interval>,
     delta_retention: Option<Interval>,
 ) -> EvResult<pg_sys::Oid> {
-    for (arg, value) in [
-        ("retention", &retention),
-        ("delta_retention", &delta_retention),
+    // Raw events are kept for a positive time; applied changelog records may go at once
+    // (`delta_retention => '0 seconds'`): a record every consumer has applied is never read again.
+    for (arg, value, least, rule) in [
+        ("retention", &retention, ">", "a positive interval"),
+        (
+            "delta_retention",
+            &delta_retention,
+            ">=",
+            "zero or a positive interval",
+        ),
     ] {
         if let Some(v) = value {
-            let positive = spi::one::<bool>("SELECT $1 > interval '0'", &[(*v).into()])?;
-            if positive != Some(true) {
+            let allowed =
+                spi::one::<bool>(&format!("SELECT $1 {least} interval '0'"), &[(*v).into()])?;
+            if allowed != Some(true) {
                 return Err(EvError::invalid(format!(
-                    "invalid {arg}: it must be a positive interval"
+                    "invalid {arg}: it must be {rule}"
                 )));
             }
         }
@@ -51,8 +59,9 @@ pub fn create_event_table(
     Ok(relid)
 }
 
-/// Schemas an event table cannot be in: the extension's own (`DROP EXTENSION ... CASCADE` and
-/// `DROP SCHEMA eventview CASCADE` remove what is in it, events included) and a temporary one
+/// Schemas an event table cannot be in: the extension's own (`DROP SCHEMA eventview CASCADE`
+/// removes what is in it, events included, and everything else there is the extension's) and a
+/// temporary one
 /// (the table would go with the session, leaving its changelog and catalog row behind).
 fn refuse_schema(quoted: &str) -> EvResult<()> {
     let parts = eventview_core::quote::split_name(quoted).unwrap_or_default();

@@ -1,5 +1,6 @@
-//! Dropping an event table with the views that read it. Above both event tables and views: its
-//! views go first (with `cascade`), then the table, then what was recorded about it.
+//! Dropping an event table with the views that read it, and what `DROP EXTENSION pg_eventview`
+//! leaves of the extension's work. Above both event tables and views: views go first, then
+//! what captures the tables' changes.
 
 use crate::catalog;
 use crate::errors::{EvError, EvResult};
@@ -8,6 +9,7 @@ use crate::pg::roles;
 use crate::pg::spi;
 use crate::privileges;
 use crate::views;
+use eventview_core::envelope_sql;
 use pgrx::prelude::*;
 
 pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
@@ -40,4 +42,43 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
     // case event triggers did not fire (session_replication_role = replica).
     roles::as_caller(|| spi::run_all(&[format!("DROP TABLE {}", source.table_sql)]))?;
     event_tables::forget_source(source.source_id)
+}
+
+/// Before `DROP EXTENSION pg_eventview` (the event trigger `eventview_before_drop_extension`).
+/// What the extension makes at run time (views, their storage, changelogs, capture functions and
+/// the triggers on event tables) is not a member of the extension, so PostgreSQL would leave it
+/// behind: capture triggers firing for ever into orphaned changelogs (or failing, once the
+/// functions they call are gone), views reading storage nothing refreshes. So it goes first:
+/// every view (with what depends on it), then every event table's capture and changelog. The
+/// event tables and their rows stay; `register_event_table` in a new installation takes them
+/// back.
+///
+/// Without CASCADE, views refuse the drop (2BP01, naming them), as dependent objects refuse any
+/// DROP ... RESTRICT; event tables do not (they are the user's, and keep their rows). Everything
+/// here happens in the DROP EXTENSION's transaction: when it fails, nothing is gone.
+pub fn before_drop_extension(cascade: bool) -> EvResult<()> {
+    let views = catalog::all_views()?;
+    if !views.is_empty() && !cascade {
+        let names = views
+            .iter()
+            .map(|(_, relid)| crate::relation::regclass_text(*relid))
+            .collect::<EvResult<Vec<_>>>()?
+            .join(", ");
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
+            "cannot drop extension pg_eventview because incremental views exist",
+        )
+        .with_detail(format!("Incremental views: {names}."))
+        .with_hint("Drop them with eventview.drop_view, or run DROP EXTENSION pg_eventview CASCADE, which drops them and what depends on them; event tables and their rows stay either way."));
+    }
+    // Quietly: no NOTICE per object a CASCADE takes along, nor "does not exist, skipping".
+    crate::pg::guc::with_setting(c"client_min_messages", c"warning", || {
+        for (view_id, relid) in views {
+            views::drop_view_and_dependents(view_id, relid)?;
+        }
+        for source_id in catalog::all_source_ids()? {
+            spi::run_all(&envelope_sql::drop_capture(source_id))?;
+        }
+        Ok(())
+    })
 }

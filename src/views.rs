@@ -160,6 +160,19 @@ pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     forget_view(view_id)
 }
 
+/// Drops view `view_id` (relation `relid`) with every object that depends on its relation
+/// (`DROP ... CASCADE`), then forgets it: `DROP EXTENSION pg_eventview CASCADE`.
+pub fn drop_view_and_dependents(view_id: i32, relid: pg_sys::Oid) -> EvResult<()> {
+    let names_it = spi::one::<bool>(
+        "SELECT eventview._names_its_relation($1)",
+        &[view_id.into()],
+    )?;
+    if names_it == Some(true) {
+        spi::run_all(&[format!("DROP VIEW {} CASCADE", relation::qualified(relid)?)])?;
+    }
+    forget_view(view_id)
+}
+
 /// Forgets an incremental view whose relation is gone: its quarantine entries, its catalog
 /// row, its storage, its owner's right to read the changelog when no other view of theirs
 /// reads it, and its event table when that was dropped and no other view reads it. Run by

@@ -11,6 +11,8 @@ through or leave the catalog behind:
   temporary one.
 - A plain DROP TABLE of an event table is followed, also while views read it and in the order
   pg_restore --clean drops relations.
+- DROP EXTENSION pg_eventview takes capture off every event table (the tables keep their rows)
+  and leaves nothing it made at run time; incremental views need CASCADE.
 """
 
 import threading
@@ -181,3 +183,94 @@ def test_a_dropped_event_table_with_views_survives_a_dump_clean_order(db):
         a.execute("DROP VIEW b_view")
         assert _source_rows(a) == (0, 0, 0)
         assert _views_and_storage(a) == (0, 0)
+
+
+def _capture_triggers(conn):
+    return _one(conn, "SELECT count(*) FROM pg_trigger WHERE tgname ~ '^eventview_capture_'")
+
+
+def _runtime_objects(conn):
+    """What pg_eventview makes at run time in its schema: relations and functions that are not
+    members of the extension."""
+    return conn.execute("""SELECT c.relname::text FROM pg_class c
+                           WHERE c.relnamespace = 'eventview'::regnamespace
+                             AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+                                             AND d.objid = c.oid AND d.deptype = 'e')
+                             AND c.relkind IN ('r', 'v', 'p')
+                           UNION ALL
+                           SELECT p.proname::text FROM pg_proc p
+                           WHERE p.pronamespace = 'eventview'::regnamespace
+                             AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
+                                             AND d.objid = p.oid AND d.deptype = 'e')
+                           ORDER BY 1""").fetchall()
+
+
+def test_drop_extension_removes_capture_and_keeps_the_events(db):
+    """DROP EXTENSION pg_eventview leaves no capture behind: event tables keep their rows and
+    take every kind of write as plain tables; nothing the extension made at run time stays (a
+    new installation starts clean). Incremental views refuse a drop without CASCADE (2BP01,
+    naming them) and leave everything as it was; CASCADE drops them with what depends on them."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('orders')")
+        a.execute("SELECT eventview.create_event_table('clicks')")
+        a.execute("INSERT INTO orders (event_type, payload) SELECT 'o', jsonb_build_object('n', g) FROM generate_series(1, 5) g")
+        a.execute("""SELECT eventview.create_view('by_n', 'orders', group_by => '{"n": "$.n"}',
+                                                   measures => '{"top": "max($.n)"}')""")
+        a.execute("SELECT eventview.create_view('clicks_n', 'clicks', realtime => true)")
+        a.execute("CREATE VIEW mine AS SELECT * FROM by_n")
+        assert _capture_triggers(a) == 8
+        assert len(_runtime_objects(a)) > 8
+
+        with pytest.raises(psycopg.errors.DependentObjectsStillExist) as refused:
+            a.execute("DROP EXTENSION pg_eventview")
+        assert refused.value.diag.message_primary == "cannot drop extension pg_eventview because incremental views exist"
+        assert refused.value.diag.message_detail == "Incremental views: by_n, clicks_n."
+        assert "CASCADE" in refused.value.diag.message_hint
+        # Nothing changed: capture records, the views refresh.
+        assert _capture_triggers(a) == 8
+        a.execute("INSERT INTO orders (event_type, payload) VALUES ('o', '{\"n\": 6}')")
+        assert _one(a, "SELECT eventview.refresh('by_n')") == 1
+        assert _one(a, "SELECT max(top) FROM by_n") == 6
+
+        a.execute("DROP EXTENSION pg_eventview CASCADE")
+        assert _one(a, "SELECT count(*) FROM pg_extension WHERE extname = 'pg_eventview'") == 0
+        assert _capture_triggers(a) == 0
+        assert _runtime_objects(a) == []
+        for gone in ("by_n", "clicks_n", "mine"):
+            assert _one(a, "SELECT to_regclass(%s)", (gone,)) is None
+        assert _one(a, "SELECT count(*) FROM orders") == 6
+        # The former event tables take every kind of write.
+        a.execute("INSERT INTO orders (event_type, payload) VALUES ('o', '{}')")
+        with a.cursor().copy("COPY orders (event_type, payload) FROM STDIN") as copy:
+            copy.write_row(("o", '{"n": 7}'))
+        a.execute("UPDATE orders SET payload = '{\"n\": 0}' WHERE payload = '{}'")
+        a.execute("DELETE FROM orders WHERE payload ->> 'n' = '1'")
+        a.execute("TRUNCATE clicks")
+        assert _one(a, "SELECT count(*) FROM orders") == 7
+
+        # A new installation starts clean: same ids again, no collision with leftovers.
+        a.execute("CREATE EXTENSION pg_eventview")
+        a.execute("SELECT eventview.create_event_table('fresh')")
+        a.execute("INSERT INTO fresh (event_type, payload) VALUES ('f', '{}')")
+        a.execute("SELECT eventview.create_view('fresh_n', 'fresh')")
+        a.execute("INSERT INTO fresh (event_type, payload) VALUES ('f', '{}')")
+        assert _one(a, "SELECT eventview.refresh('fresh_n')") == 1
+        assert _one(a, "SELECT events FROM fresh_n") == 2
+
+
+def test_drop_extension_without_views_needs_no_cascade(db):
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('ev')")
+        a.execute("INSERT INTO ev (event_type, payload) VALUES ('t', '{}')")
+        a.execute("DROP EXTENSION pg_eventview")
+        assert _capture_triggers(a) == 0
+        assert _runtime_objects(a) == []
+        a.execute("UPDATE ev SET payload = '{\"x\": 1}'")
+        a.execute("DELETE FROM ev")
+        # A DROP EXTENSION of another extension leaves pg_eventview's objects alone.
+        a.execute("CREATE EXTENSION pg_eventview")
+        a.execute("SELECT eventview.create_event_table('ev2')")
+        a.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        a.execute("DROP EXTENSION pg_trgm")
+        a.execute("DROP EXTENSION IF EXISTS no_such_extension")
+        assert _capture_triggers(a) == 4

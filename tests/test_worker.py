@@ -74,7 +74,6 @@ def evw(worker_cluster):
                         END $$""")
         for attempt in range(5):
             try:
-                # DROP EXTENSION keeps run-time objects (changelogs, view storage): remove them too.
                 conn.execute("DROP EXTENSION IF EXISTS pg_eventview CASCADE")
                 break
             except psycopg.errors.DeadlockDetected:

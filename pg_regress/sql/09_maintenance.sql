@@ -135,6 +135,23 @@ END $$;
 SELECT eventview.prune('ops_viewless') AS pruned;
 SELECT eventview.drop_event_table('ops_viewless');
 
+-- delta_retention => '0 seconds': what every consumer has applied goes at the next prune (in a
+-- later transaction than the change's); what a view has not applied stays. Below zero is refused.
+SELECT eventview.create_event_table('ops_no_delay', delta_retention => '0 seconds');
+SELECT delta_retention FROM eventview.event_tables WHERE name = 'ops_no_delay'::regclass;
+SELECT eventview.create_view('no_delay_n', 'ops_no_delay', measures => '{"n": "count(*)"}');
+INSERT INTO ops_no_delay (event_type, payload) VALUES ('a', '{}'), ('a', '{}');
+INSERT INTO ops_no_delay (event_type, payload) VALUES ('a', '{}');
+SELECT eventview.prune('ops_no_delay') AS pruned_before_the_refresh;
+SELECT eventview.refresh('no_delay_n');
+INSERT INTO ops_no_delay (event_type, payload) VALUES ('a', '{}');
+SELECT eventview.prune('ops_no_delay') AS pruned_the_applied;
+SELECT pending_changes FROM eventview.event_tables WHERE name = 'ops_no_delay'::regclass;
+SELECT eventview.refresh('no_delay_n');
+SELECT n FROM no_delay_n;
+SELECT try($$SELECT eventview.create_event_table('ops_negative', delta_retention => '-1 second')$$);
+SELECT eventview.drop_event_table('ops_no_delay', cascade => true);
+
 -- refresh_all refreshes each view on its own: one that fails (here its type policy is 'fail')
 -- keeps its error in last_error, with a WARNING, and applies nothing; the others go on.
 SELECT eventview.create_event_table('ops_mixed');
