@@ -12,6 +12,16 @@ AS $$ SELECT eventview._create_event_table(name, retention, delta_retention)::re
 COMMENT ON FUNCTION eventview.create_event_table(text, interval, interval) IS
 'Creates an event table with the pg_eventview envelope and starts capturing its changes';
 
+CREATE FUNCTION eventview.register_event_table(
+    name            text,
+    retention       interval DEFAULT NULL,
+    delta_retention interval DEFAULT '7 days'
+) RETURNS regclass
+LANGUAGE sql VOLATILE
+AS $$ SELECT eventview._register_event_table(name, retention, delta_retention)::regclass $$;
+COMMENT ON FUNCTION eventview.register_event_table(text, interval, interval) IS
+'Adopts an existing table with the pg_eventview envelope as an event table and starts capturing its changes';
+
 CREATE FUNCTION eventview.drop_event_table(name text, cascade boolean DEFAULT false) RETURNS void
 LANGUAGE sql VOLATILE
 AS $$ SELECT eventview._drop_event_table(name, coalesce(cascade, false)) $$;

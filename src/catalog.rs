@@ -474,6 +474,48 @@ pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     })?)
 }
 
+/// The columns of a table as `register_event_table` checks them.
+pub fn table_columns(
+    relid: pg_sys::Oid,
+) -> EvResult<Vec<eventview_core::envelope_sql::OfferedColumn>> {
+    Ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(
+            "SELECT attname::text, pg_catalog.format_type(atttypid, NULL), attnotnull
+             FROM pg_catalog.pg_attribute
+             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            None,
+            &[relid.into()],
+        )? {
+            if let (Some(name), Some(type_name), Some(not_null)) = (
+                row.get::<String>(1)?,
+                row.get::<String>(2)?,
+                row.get::<bool>(3)?,
+            ) {
+                out.push(eventview_core::envelope_sql::OfferedColumn {
+                    name,
+                    type_name,
+                    not_null,
+                });
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?)
+}
+
+/// Whether a valid unique index of `relid` has `column` as its one key column, with no
+/// predicate (a primary key or a UNIQUE constraint among them).
+pub fn has_unique_index_on(relid: pg_sys::Oid, column: &str) -> EvResult<bool> {
+    Ok(spi::one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a
+                          ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                        WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indnkeyatts = 1
+                          AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = $2)",
+        &[relid.into(), column.into()],
+    )?
+    .unwrap_or(false))
+}
+
 /// Every incremental view, as (view_id, relid), oldest first.
 pub fn all_views() -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     Ok(Spi::connect(|client| {

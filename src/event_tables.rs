@@ -16,13 +16,61 @@ pub fn create_event_table(
     retention: Option<Interval>,
     delta_retention: Option<Interval>,
 ) -> EvResult<pg_sys::Oid> {
-    // Raw events are kept for a positive time; applied changelog records may go at once
-    // (`delta_retention => '0 seconds'`): a record every consumer has applied is never read again.
+    require_retentions(&retention, &delta_retention)?;
+    let quoted = relation::qualified_for_create(name)?;
+    refuse_schema(&quoted, "create")?;
+    // The table is the caller's: created in their name, with their rights on the schema.
+    roles::as_caller(|| spi::run_all(&[envelope_sql::create_event_table(&quoted)]))?;
+    let relid = relation::created(&quoted)?;
+    start_capture(relid, retention, delta_retention)?;
+    Ok(relid)
+}
+
+/// Adopts an existing table as an event table (API.md section 7): a permanent plain table with
+/// the envelope columns of section 1 (names, types, NOT NULL; other columns are ignored) and
+/// unique indexes on `event_id` and `event_key` (refresh reads events by id; ingest finds
+/// duplicates by key). Its owner (or a member of that role) registers it. Capture starts at
+/// once: the capture triggers are created under a lock that waits for the transactions writing
+/// the table, so every row is either there before capture (read by a view's first build) or
+/// captured, never neither, while producers keep writing. The rows already there are included by
+/// every view created later, exactly once; the field observer observes changes from
+/// registration on.
+pub fn register_event_table(
+    name: &str,
+    retention: Option<Interval>,
+    delta_retention: Option<Interval>,
+) -> EvResult<pg_sys::Oid> {
+    require_retentions(&retention, &delta_retention)?;
+    let relid = relation::resolve(name)?;
+    let table = relation::qualified(relid)?;
+    if catalog::source_by_relid(relid)?.is_some() {
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
+            format!(
+                "{} is an event table already",
+                relation::regclass_text(relid)?
+            ),
+        )
+        .with_hint("Its capture runs; create views over it with eventview.create_view."));
+    }
+    privileges::require_table_owner(relid, "register")?;
+    refuse_schema(&table, "register")?;
+    require_adoptable(relid)?;
+    start_capture(relid, retention, delta_retention)?;
+    Ok(relid)
+}
+
+/// Raw events are kept for a positive time; applied changelog records may go at once
+/// (`delta_retention => '0 seconds'`): a record every consumer has applied is never read again.
+fn require_retentions(
+    retention: &Option<Interval>,
+    delta_retention: &Option<Interval>,
+) -> EvResult<()> {
     for (arg, value, least, rule) in [
-        ("retention", &retention, ">", "a positive interval"),
+        ("retention", retention, ">", "a positive interval"),
         (
             "delta_retention",
-            &delta_retention,
+            delta_retention,
             ">=",
             "zero or a positive interval",
         ),
@@ -37,17 +85,21 @@ pub fn create_event_table(
             }
         }
     }
-    let quoted = relation::qualified_for_create(name)?;
-    refuse_schema(&quoted)?;
-    // The table is the caller's: created in their name, with their rights on the schema.
-    roles::as_caller(|| spi::run_all(&[envelope_sql::create_event_table(&quoted)]))?;
-    let relid = relation::created(&quoted)?;
+    Ok(())
+}
+
+/// The catalog row, changelog and capture of a new event table. The changelog belongs to the
+/// extension owner: producers and readers never write it. The capture functions (SECURITY
+/// DEFINER, so producers need no right on the changelog) belong to the table's owner, who may
+/// write, read and prune its changelog: they run the table's own types and casts, which must
+/// never run with more rights than the table's owner has.
+fn start_capture(
+    relid: pg_sys::Oid,
+    retention: Option<Interval>,
+    delta_retention: Option<Interval>,
+) -> EvResult<()> {
     let source_id = catalog::insert_source(relid, retention, delta_retention)?;
     let table_sql = relation::qualified(relid)?;
-    // The changelog belongs to the extension owner: producers and readers never write it. The
-    // capture functions (SECURITY DEFINER, so producers need no right on the changelog) belong
-    // to the table's owner, who may write, read and prune its changelog: they run the table's
-    // own types and casts, which must never run with more rights than the table's owner has.
     spi::run_all(&envelope_sql::create_changelog(source_id))?;
     let owner = privileges::role_ident(privileges::table_owner(relid)?)?;
     spi::run_all(&[format!(
@@ -56,20 +108,65 @@ pub fn create_event_table(
     )])?;
     spi::run_all(&envelope_sql::create_capture(source_id, &table_sql))?;
     spi::run_all(&envelope_sql::capture_owner(source_id, &owner))?;
-    Ok(relid)
+    Ok(())
+}
+
+/// A table that `register_event_table` may adopt (22023 naming what is missing, 42809 for what is
+/// not a table, 0A000 for what is not supported yet).
+fn require_adoptable(relid: pg_sys::Oid) -> EvResult<()> {
+    let name = relation::regclass_text(relid)?;
+    // (A temporary table was refused by refuse_schema.)
+    let kind = spi::one::<String>(
+        "SELECT relkind::text FROM pg_catalog.pg_class WHERE oid = $1",
+        &[relid.into()],
+    )?;
+    match kind.as_deref() {
+        Some("r") => {}
+        Some("p") => {
+            return Err(EvError::new(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("cannot register {name}: partitioned event tables are not supported yet"),
+            )
+            .with_hint("Register a plain table; partitioned tables (API.md section 7) come in a later release."))
+        }
+        _ => {
+            return Err(EvError::new(
+                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+                format!("cannot register {name}: it is not a table"),
+            )
+            .with_hint("An event table is a plain table with the envelope columns."))
+        }
+    }
+    let columns = catalog::table_columns(relid)?;
+    if let Some(problem) = envelope_sql::envelope_problem(&columns) {
+        return Err(EvError::invalid(format!("cannot register {name} as an event table: {problem}"))
+            .with_hint("An event table has the envelope columns of create_event_table, with those names, types and NOT NULL constraints; other columns are allowed."));
+    }
+    for column in ["event_id", "event_key"] {
+        if !catalog::has_unique_index_on(relid, column)? {
+            return Err(EvError::invalid(format!(
+                "cannot register {name} as an event table: no unique index on {column} alone"
+            ))
+            .with_hint(format!(
+                "Refreshes read events by event_id, and ingest finds duplicates by event_key: CREATE UNIQUE INDEX ON {} ({column}).",
+                relation::qualified(relid)?
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Schemas an event table cannot be in: the extension's own (`DROP SCHEMA eventview CASCADE`
 /// removes what is in it, events included, and everything else there is the extension's) and a
 /// temporary one
 /// (the table would go with the session, leaving its changelog and catalog row behind).
-fn refuse_schema(quoted: &str) -> EvResult<()> {
+fn refuse_schema(quoted: &str, action: &str) -> EvResult<()> {
     let parts = eventview_core::quote::split_name(quoted).unwrap_or_default();
     let Some(schema) = parts.first().filter(|_| parts.len() == 2) else {
         return Ok(());
     };
     if schema == names::SCHEMA {
-        return Err(EvError::invalid(format!("cannot create an event table in schema {}", names::SCHEMA))
+        return Err(EvError::invalid(format!("cannot {action} an event table in schema {}", names::SCHEMA))
             .with_hint("That schema holds the extension's own objects and goes with DROP EXTENSION; use a schema of your own."));
     }
     if schema == "pg_temp" || schema.starts_with("pg_temp_") {

@@ -26,6 +26,25 @@ fn create_event_table(
     })
 }
 
+#[pg_extern(name = "_register_event_table", volatile, parallel_unsafe)]
+fn register_event_table(
+    name: Option<&str>,
+    retention: Option<Interval>,
+    delta_retention: Option<Interval>,
+) -> Result<pg_sys::Oid, ErrorReport> {
+    at_boundary(|| {
+        let delta_retention = delta_retention.ok_or_else(|| {
+            EvError::new(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, "argument \"delta_retention\" must not be NULL")
+                .with_hint("Leave it out for the default of 7 days: applied changelog records are always pruned at last.")
+        })?;
+        crate::event_tables::register_event_table(
+            required(name, "name")?,
+            retention,
+            Some(delta_retention),
+        )
+    })
+}
+
 #[pg_extern(name = "_drop_event_table", volatile, parallel_unsafe)]
 fn drop_event_table(name: &str, cascade: bool) -> Result<(), ErrorReport> {
     at_boundary(|| crate::teardown::drop_event_table(name, cascade))

@@ -31,6 +31,48 @@ pub fn create_event_table(table: &str) -> String {
     )
 }
 
+/// The envelope columns of API.md section 1 as `format_type` spells their types, and whether
+/// each is NOT NULL: what a table must have to be registered as an event table.
+pub const ENVELOPE_COLUMNS: [(&str, &str, bool); 8] = [
+    ("event_id", "bigint", true),
+    ("event_key", "text", false),
+    ("event_type", "text", true),
+    ("event_version", "integer", true),
+    ("producer", "text", true),
+    ("occurred_at", "timestamp with time zone", true),
+    ("ingested_at", "timestamp with time zone", true),
+    ("payload", "jsonb", true),
+];
+
+/// A column of a table offered for registration: name, type (`format_type`), NOT NULL.
+pub struct OfferedColumn {
+    pub name: String,
+    pub type_name: String,
+    pub not_null: bool,
+}
+
+/// Why a table with `columns` cannot be registered as an event table, naming the first envelope
+/// column (in section 1's order) that is missing, of another type, or nullable where the
+/// envelope is NOT NULL; None when every envelope column is as section 1 has it (other columns
+/// are allowed and ignored).
+pub fn envelope_problem(columns: &[OfferedColumn]) -> Option<String> {
+    ENVELOPE_COLUMNS
+        .iter()
+        .find_map(
+            |&(name, type_name, not_null)| match columns.iter().find(|c| c.name == name) {
+                None => Some(format!("it has no column {name} ({type_name})")),
+                Some(c) if c.type_name != type_name => Some(format!(
+                    "its column {name} is {}, not {type_name}",
+                    c.type_name
+                )),
+                Some(c) if not_null && !c.not_null => {
+                    Some(format!("its column {name} is not NOT NULL"))
+                }
+                Some(_) => None,
+            },
+        )
+}
+
 /// The changelog table of one source and its index.
 pub fn create_changelog(source_id: i32) -> Vec<String> {
     let log = names::changelog(source_id);
@@ -274,6 +316,57 @@ pub fn drop_capture(source_id: i32) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn offered(columns: &[(&str, &str, bool)]) -> Vec<OfferedColumn> {
+        columns
+            .iter()
+            .map(|&(name, type_name, not_null)| OfferedColumn {
+                name: name.into(),
+                type_name: type_name.into(),
+                not_null,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn envelope_problem_names_the_first_column_out_of_the_envelope() {
+        let mut envelope: Vec<(&str, &str, bool)> = ENVELOPE_COLUMNS.to_vec();
+        assert_eq!(envelope_problem(&offered(&envelope)), None);
+        // Other columns, another order, a NOT NULL event_key: still the envelope.
+        envelope.reverse();
+        envelope.push(("tenant", "uuid", true));
+        envelope.iter_mut().find(|c| c.0 == "event_key").unwrap().2 = true;
+        assert_eq!(envelope_problem(&offered(&envelope)), None);
+
+        let without = |name: &str| -> Vec<(&str, &str, bool)> {
+            ENVELOPE_COLUMNS
+                .iter()
+                .copied()
+                .filter(|c| c.0 != name)
+                .collect()
+        };
+        assert_eq!(
+            envelope_problem(&offered(&without("occurred_at"))).as_deref(),
+            Some("it has no column occurred_at (timestamp with time zone)")
+        );
+        let mut retyped = ENVELOPE_COLUMNS.to_vec();
+        retyped[3] = ("event_version", "bigint", true);
+        retyped[7] = ("payload", "json", true);
+        assert_eq!(
+            envelope_problem(&offered(&retyped)).as_deref(),
+            Some("its column event_version is bigint, not integer")
+        );
+        let mut nullable = ENVELOPE_COLUMNS.to_vec();
+        nullable[2] = ("event_type", "text", false);
+        assert_eq!(
+            envelope_problem(&offered(&nullable)).as_deref(),
+            Some("its column event_type is not NOT NULL")
+        );
+        assert_eq!(
+            envelope_problem(&[]).as_deref(),
+            Some("it has no column event_id (bigint)")
+        );
+    }
 
     #[test]
     fn capture_uses_transition_tables_and_the_source_changelog() {
