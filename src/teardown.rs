@@ -19,11 +19,7 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
     catalog::lock_source(&source, catalog::SourceLock::Drops)?;
     let readers = catalog::views_of_source(source.source_id)?;
     if !readers.is_empty() && !cascade {
-        let names = readers
-            .iter()
-            .map(|(_, relid)| crate::relation::regclass_text(*relid))
-            .collect::<EvResult<Vec<_>>>()?
-            .join(", ");
+        let names = view_names(&readers)?;
         return Err(EvError::new(
             PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
             format!(
@@ -59,11 +55,7 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
 pub fn before_drop_extension(cascade: bool) -> EvResult<()> {
     let views = catalog::all_views()?;
     if !views.is_empty() && !cascade {
-        let names = views
-            .iter()
-            .map(|(_, relid)| crate::relation::regclass_text(*relid))
-            .collect::<EvResult<Vec<_>>>()?
-            .join(", ");
+        let names = view_names(&views)?;
         return Err(EvError::new(
             PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
             "cannot drop extension pg_eventview because incremental views exist",
@@ -81,4 +73,13 @@ pub fn before_drop_extension(cascade: bool) -> EvResult<()> {
         }
         Ok(())
     })
+}
+
+/// The names of views given as (view_id, relid), as an error's detail lists them.
+fn view_names(views: &[(i32, pg_sys::Oid)]) -> EvResult<String> {
+    Ok(views
+        .iter()
+        .map(|(_, relid)| crate::relation::regclass_text(*relid))
+        .collect::<EvResult<Vec<_>>>()?
+        .join(", "))
 }

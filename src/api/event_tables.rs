@@ -13,16 +13,19 @@ fn create_event_table(
     delta_retention: Option<Interval>,
 ) -> Result<pg_sys::Oid, ErrorReport> {
     at_boundary(|| {
-        // NULL retention keeps events; the changelog is always pruned at last (default 7 days).
-        let delta_retention = delta_retention.ok_or_else(|| {
-            EvError::new(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, "argument \"delta_retention\" must not be NULL")
-                .with_hint("Leave it out for the default of 7 days: applied changelog records are always pruned at last.")
-        })?;
         crate::event_tables::create_event_table(
             required(name, "name")?,
             retention,
-            Some(delta_retention),
+            Some(required_delta_retention(delta_retention)?),
         )
+    })
+}
+
+/// NULL retention keeps events; the changelog is always pruned at last (default 7 days).
+fn required_delta_retention(delta_retention: Option<Interval>) -> Result<Interval, EvError> {
+    delta_retention.ok_or_else(|| {
+        EvError::new(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, "argument \"delta_retention\" must not be NULL")
+            .with_hint("Leave it out for the default of 7 days: applied changelog records are always pruned at last.")
     })
 }
 
@@ -33,14 +36,10 @@ fn register_event_table(
     delta_retention: Option<Interval>,
 ) -> Result<pg_sys::Oid, ErrorReport> {
     at_boundary(|| {
-        let delta_retention = delta_retention.ok_or_else(|| {
-            EvError::new(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, "argument \"delta_retention\" must not be NULL")
-                .with_hint("Leave it out for the default of 7 days: applied changelog records are always pruned at last.")
-        })?;
         crate::event_tables::register_event_table(
             required(name, "name")?,
             retention,
-            Some(delta_retention),
+            Some(required_delta_retention(delta_retention)?),
         )
     })
 }
