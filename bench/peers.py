@@ -406,11 +406,11 @@ class Peers:
         def logged():
             return q1(c, "SELECT extremes_logged FROM eventview._views WHERE relid = 'v'::regclass")
 
-        logged_before = None
+        logged_before = logged_last = None
         for i in range(a.rounds + 1):
             between(i)
             if i == 1:
-                logged_before = logged()
+                logged_before = logged_last = logged()
             order = tables if i % 2 == 0 else list(reversed(tables))
             for name, table in order:
                 t = ins(table)(i)
@@ -423,13 +423,17 @@ class Peers:
                 t = fn()
                 if i > 0:
                     times[name].append(t)
+            if i > 0:
+                # Every measured refresh appends to the log; a merge would be timed in its round.
+                now = logged()
+                if now < logged_last:
+                    raise SystemExit("peers: a measured refresh merged the value log; raise eventview.extreme_log_limit")
+                logged_last = now
         # The min/max value log the measured refreshes appended to, merged into the view's value
         # multiset by the next refresh that finds nothing to apply (or once the log holds
         # eventview.extreme_log_limit values): a cost each batch leaves for later, amortized here
         # over the values each batch logged.
         logged_in_rounds = logged() - logged_before
-        if logged_in_rounds < 0:
-            raise SystemExit("peers: a measured refresh merged the value log; raise eventview.extreme_log_limit")
         logged_total = logged()
         merge = timed(c, "SELECT eventview.refresh('v')")
         merge_per_batch = merge * (logged_in_rounds / a.rounds) / logged_total if logged_total else 0.0

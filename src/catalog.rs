@@ -504,12 +504,15 @@ pub fn table_columns(
 }
 
 /// Whether a valid unique index of `relid` has `column` as its one key column, with no
-/// predicate (a primary key or a UNIQUE constraint among them).
+/// predicate, checked at once and with NULLs distinct (a primary key or a UNIQUE constraint
+/// among them): the index `INSERT ... ON CONFLICT (column)` takes as its arbiter, and that lets
+/// any number of NULL keys in.
 pub fn has_unique_index_on(relid: pg_sys::Oid, column: &str) -> EvResult<bool> {
     Ok(spi::one::<bool>(
         "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a
                           ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
                         WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indnkeyatts = 1
+                          AND i.indimmediate AND NOT i.indnullsnotdistinct
                           AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = $2)",
         &[relid.into(), column.into()],
     )?

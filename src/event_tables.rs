@@ -55,6 +55,11 @@ pub fn register_event_table(
     }
     privileges::require_table_owner(relid, "register")?;
     refuse_schema(&table, "register")?;
+    // The lock CREATE TRIGGER takes anyway, taken before the checks so that nothing changes the
+    // table between them and the capture (producers wait from here until the call commits).
+    roles::as_caller(|| {
+        spi::run_all(&[format!("LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")])
+    })?;
     require_adoptable(relid)?;
     start_capture(relid, retention, delta_retention)?;
     Ok(relid)
@@ -115,12 +120,31 @@ fn start_capture(
 /// not a table, 0A000 for what is not supported yet).
 fn require_adoptable(relid: pg_sys::Oid) -> EvResult<()> {
     let name = relation::regclass_text(relid)?;
-    // (A temporary table was refused by refuse_schema.)
-    let kind = spi::one::<String>(
-        "SELECT relkind::text FROM pg_catalog.pg_class WHERE oid = $1",
+    // (A temporary table was refused by refuse_schema.) relkind, then relpersistence, then
+    // whether the table is a partition or in an inheritance tree.
+    let class = spi::one::<String>(
+        "SELECT c.relkind::text || c.relpersistence::text
+                || (c.relispartition OR EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i
+                                                WHERE i.inhrelid = c.oid OR i.inhparent = c.oid))::text
+         FROM pg_catalog.pg_class c WHERE c.oid = $1",
         &[relid.into()],
-    )?;
-    match kind.as_deref() {
+    )?
+    .unwrap_or_default();
+    match class.get(..1) {
+        Some("r") if class.get(1..2) == Some("u") => {
+            return Err(EvError::new(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("cannot register {name}: it is unlogged"),
+            )
+            .with_hint("A crash empties an unlogged table without a record of the rows it loses, which its views would keep: ALTER TABLE ... SET LOGGED first."))
+        }
+        Some("r") if class.get(2..) == Some("true") => {
+            return Err(EvError::new(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("cannot register {name}: it is a partition, or a parent or child in an inheritance tree"),
+            )
+            .with_hint("Capture sees the rows written through the table itself only; register a table outside any partitioning or inheritance tree."))
+        }
         Some("r") => {}
         Some("p") => {
             return Err(EvError::new(
@@ -148,7 +172,7 @@ fn require_adoptable(relid: pg_sys::Oid) -> EvResult<()> {
                 "cannot register {name} as an event table: no unique index on {column} alone"
             ))
             .with_hint(format!(
-                "Refreshes read events by event_id, and ingest finds duplicates by event_key: CREATE UNIQUE INDEX ON {} ({column}).",
+                "Refreshes read events by event_id, and ingest finds duplicates by event_key with ON CONFLICT: CREATE UNIQUE INDEX ON {} ({column}) (not deferrable, not NULLS NOT DISTINCT).",
                 relation::qualified(relid)?
             )));
         }
@@ -167,7 +191,7 @@ fn refuse_schema(quoted: &str, action: &str) -> EvResult<()> {
     };
     if schema == names::SCHEMA {
         return Err(EvError::invalid(format!("cannot {action} an event table in schema {}", names::SCHEMA))
-            .with_hint("That schema holds the extension's own objects and goes with DROP EXTENSION; use a schema of your own."));
+            .with_hint("That schema holds the extension's own objects, and DROP SCHEMA eventview CASCADE takes what is in it; use a schema of your own."));
     }
     if schema == "pg_temp" || schema.starts_with("pg_temp_") {
         return Err(EvError::new(

@@ -9,7 +9,7 @@ use crate::pg::roles;
 use crate::pg::spi;
 use crate::privileges;
 use crate::views;
-use eventview_core::envelope_sql;
+use eventview_core::{envelope_sql, names};
 use pgrx::prelude::*;
 
 pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
@@ -49,26 +49,46 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
 /// event tables and their rows stay; `register_event_table` in a new installation takes them
 /// back.
 ///
-/// Without CASCADE, views refuse the drop (2BP01, naming them), as dependent objects refuse any
-/// DROP ... RESTRICT; event tables do not (they are the user's, and keep their rows). Everything
-/// here happens in the DROP EXTENSION's transaction: when it fails, nothing is gone.
+/// Without CASCADE, a view refuses the drop (2BP01, naming the views), and so does an object of
+/// a user's own built on a changelog, as dependent objects refuse any DROP ... RESTRICT; event
+/// tables do not (they are the user's, and keep their rows). Everything here happens in the DROP
+/// EXTENSION's transaction: when it fails, nothing is gone. For a role that may not drop the
+/// extension it does nothing, and PostgreSQL refuses the drop as usual. The catalog is locked
+/// first, so that no event table or view is added meanwhile.
 pub fn before_drop_extension(cascade: bool) -> EvResult<()> {
-    let views = catalog::all_views()?;
-    if !views.is_empty() && !cascade {
-        let names = view_names(&views)?;
-        return Err(EvError::new(
-            PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
-            "cannot drop extension pg_eventview because incremental views exist",
-        )
-        .with_detail(format!("Incremental views: {names}."))
-        .with_hint("Drop them with eventview.drop_view, or run DROP EXTENSION pg_eventview CASCADE, which drops them and what depends on them; event tables and their rows stay either way."));
+    let may_drop = spi::one::<bool>(
+        "SELECT pg_catalog.pg_has_role(extowner, 'USAGE') FROM pg_catalog.pg_extension
+         WHERE extname = 'pg_eventview'",
+        &[],
+    )?;
+    if may_drop != Some(true) {
+        return Ok(());
     }
-    // Quietly: no NOTICE per object a CASCADE takes along, nor "does not exist, skipping".
-    crate::pg::guc::with_setting(c"client_min_messages", c"warning", || {
+    roles::api_call(|| {
+        spi::run_all(&[
+            "LOCK TABLE eventview._sources, eventview._views IN SHARE ROW EXCLUSIVE MODE".into(),
+        ])?;
+        let views = catalog::all_views()?;
+        if !views.is_empty() && !cascade {
+            let names = view_names(&views)?;
+            return Err(EvError::new(
+                PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
+                "cannot drop extension pg_eventview because incremental views exist",
+            )
+            .with_detail(format!("Incremental views: {names}."))
+            .with_hint("Drop them with eventview.drop_view, or run DROP EXTENSION pg_eventview CASCADE, which drops them and what depends on them; event tables and their rows stay either way."));
+        }
         for (view_id, relid) in views {
             views::drop_view_and_dependents(view_id, relid)?;
         }
         for source_id in catalog::all_source_ids()? {
+            if !cascade {
+                let changelog =
+                    crate::relation::extension_relid(&names::changelog_table(source_id));
+                if changelog != pg_sys::InvalidOid {
+                    views::require_no_dependents(changelog, "changelog")?;
+                }
+            }
             spi::run_all(&envelope_sql::drop_capture(source_id))?;
         }
         Ok(())

@@ -224,7 +224,7 @@ def test_drop_extension_removes_capture_and_keeps_the_events(db):
         with pytest.raises(psycopg.errors.DependentObjectsStillExist) as refused:
             a.execute("DROP EXTENSION pg_eventview")
         assert refused.value.diag.message_primary == "cannot drop extension pg_eventview because incremental views exist"
-        assert refused.value.diag.message_detail == "Incremental views: by_n, clicks_n."
+        assert refused.value.diag.message_detail == "Incremental views: public.by_n, public.clicks_n."
         assert "CASCADE" in refused.value.diag.message_hint
         # Nothing changed: capture records, the views refresh.
         assert _capture_triggers(a) == 8
@@ -262,6 +262,26 @@ def test_drop_extension_without_views_needs_no_cascade(db):
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("INSERT INTO ev (event_type, payload) VALUES ('t', '{}')")
+        # An object of one's own on a changelog refuses a drop without CASCADE, as any RESTRICT.
+        a.execute("CREATE VIEW on_the_log AS SELECT * FROM eventview._changes_1")
+        with pytest.raises(psycopg.errors.DependentObjectsStillExist) as refused:
+            a.execute("DROP EXTENSION pg_eventview")
+        assert refused.value.diag.message_detail == "Depending on it: view public.on_the_log."
+        assert _capture_triggers(a) == 4
+        a.execute("DROP VIEW on_the_log")
+        # A role that may not drop the extension gets PostgreSQL's refusal, and nothing is touched.
+        a.execute("DROP ROLE IF EXISTS drop_stranger")
+        a.execute("CREATE ROLE drop_stranger")
+        try:
+            a.execute("SET ROLE drop_stranger")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as not_owner:
+                a.execute("DROP EXTENSION pg_eventview")
+            assert not_owner.value.diag.message_primary == "must be owner of extension pg_eventview"
+            a.execute("RESET ROLE")
+            assert _capture_triggers(a) == 4
+        finally:
+            a.execute("RESET ROLE")
+            a.execute("DROP ROLE drop_stranger")
         a.execute("DROP EXTENSION pg_eventview")
         assert _capture_triggers(a) == 0
         assert _runtime_objects(a) == []

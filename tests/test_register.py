@@ -2,13 +2,15 @@
 becomes an event table.
 
 - Rows already there are in every view created later, exactly once, also while producers keep
-  inserting during the registration; every kind of change after it is captured.
+  inserting during the registration (the registration waits for a transaction that wrote the
+  table before it); every kind of change after it is captured.
 - A table that is not adoptable is refused with the right SQLSTATE and a message naming what is
   wrong, and nothing is half-made.
 - A table that DROP EXTENSION left behind is taken back by a new installation.
 """
 
 import threading
+import time
 
 import psycopg
 import pytest
@@ -93,6 +95,45 @@ def test_rows_already_there_count_once_while_producers_write(db):
         assert a.execute(FROM_VIEW).fetchall() == []
 
 
+def test_registration_waits_for_writers_and_counts_their_rows_once(db):
+    """A transaction that inserted before the registration and commits after it: the
+    registration waits for it, so its rows are there for a view's first build, never lost
+    between that build and the capture."""
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as producer, \
+            psycopg.connect(db, autocommit=True) as watcher:
+        a.execute("CREATE SCHEMA shop")
+        a.execute(f"CREATE TABLE shop.orders ({ENVELOPE})")
+        _insert(a, 5, "a")
+        producer.execute("BEGIN")
+        _insert(producer, 3, "b")
+        registered = {}
+
+        def register():
+            try:
+                registered["as"] = _one(a, "SELECT eventview.register_event_table('shop.orders')::text")
+            except psycopg.Error as e:
+                registered["error"] = e
+
+        t = threading.Thread(target=register)
+        t.start()
+        pid = a.info.backend_pid
+        for _ in range(100):
+            if _one(watcher, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)) == "Lock":
+                break
+            time.sleep(0.05)
+        assert _one(watcher, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)) == "Lock"
+        assert t.is_alive() and registered == {}
+        _insert(producer, 2, "c")
+        producer.execute("COMMIT")
+        t.join(30)
+        assert registered == {"as": "shop.orders"}
+        a.execute(VIEW)
+        _insert(a, 4, "c")
+        assert _one(a, "SELECT eventview.refresh('per_sku')") == 4
+        assert a.execute(FROM_VIEW).fetchall() == a.execute(FROM_SCRATCH).fetchall()
+        assert _one(a, "SELECT sum(n) FROM per_sku") == 14
+
+
 @pytest.mark.parametrize("table, code, message", [
     ("CREATE TABLE shop.t (x int)", "22023",
      "cannot register shop.t as an event table: it has no column event_id (bigint)"),
@@ -116,6 +157,19 @@ def test_rows_already_there_count_once_while_producers_write(db):
      "cannot register shop.t: partitioned event tables are not supported yet"),
     (f"CREATE TABLE eventview.t ({ENVELOPE})", "22023",
      "cannot register an event table in schema eventview"),
+    (f"CREATE TABLE shop.t ({ENVELOPE.replace('event_key text UNIQUE', 'event_key text UNIQUE NULLS NOT DISTINCT')})",
+     "22023", "cannot register shop.t as an event table: no unique index on event_key alone"),
+    (f"CREATE TABLE shop.t ({ENVELOPE.replace(' PRIMARY KEY', ' PRIMARY KEY DEFERRABLE')})", "22023",
+     "cannot register shop.t as an event table: no unique index on event_id alone"),
+    (f"CREATE UNLOGGED TABLE shop.t ({ENVELOPE})", "0A000", "cannot register shop.t: it is unlogged"),
+    (f"CREATE TABLE shop.base (x int); CREATE TABLE shop.t ({ENVELOPE}) INHERITS (shop.base)", "0A000",
+     "cannot register shop.t: it is a partition, or a parent or child in an inheritance tree"),
+    (f"CREATE TABLE shop.t ({ENVELOPE}); CREATE TABLE shop.child () INHERITS (shop.t)", "0A000",
+     "cannot register shop.t: it is a partition, or a parent or child in an inheritance tree"),
+    (f"CREATE TABLE shop.p ({ENVELOPE.replace(' PRIMARY KEY', ' NOT NULL').replace('text UNIQUE', 'text')}, "
+     "PRIMARY KEY (event_id, occurred_at)) PARTITION BY RANGE (occurred_at); "
+     "CREATE TABLE shop.t PARTITION OF shop.p FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')", "0A000",
+     "cannot register shop.t: it is a partition, or a parent or child in an inheritance tree"),
 ])
 def test_a_table_that_cannot_be_adopted_is_refused(db, table, code, message):
     with psycopg.connect(db, autocommit=True) as a:

@@ -185,6 +185,10 @@ WHERE c.relnamespace = 'eventview'::regnamespace
 UNION ALL
 SELECT 'config ' || extconfig::regclass[]::text || ' ' || coalesce(array_to_string(extcondition, ';'), '-')
 FROM pg_extension WHERE extname = 'pg_eventview'
+UNION ALL
+SELECT format('event trigger %s on %s tags %s enabled %s function %s', evtname, evtevent,
+              coalesce(evttags::text, '-'), evtenabled, evtfoid::regprocedure)
+FROM pg_event_trigger
 """
 
 

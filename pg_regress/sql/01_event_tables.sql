@@ -82,12 +82,16 @@ INSERT INTO shop.orders (event_type, payload) VALUES ('order', '{}');
 SELECT op, event_ids FROM :orders_log ORDER BY seq;
 SELECT * FROM shop.seen ORDER BY ids, trigger_name;
 
--- The native insert capture refuses to run for anything but an event table's AFTER INSERT
+-- The native insert capture refuses to run for anything but its event table's AFTER INSERT
 -- statement trigger (SQLSTATE 09000), and under any other name than an event table's capture.
 CREATE TABLE shop.other (event_id bigint);
 CREATE TRIGGER borrowed_per_row AFTER INSERT ON shop.other FOR EACH ROW EXECUTE FUNCTION :orders_capture();
 SELECT try('INSERT INTO shop.other VALUES (1)');
 DROP TRIGGER borrowed_per_row ON shop.other;
+CREATE TRIGGER borrowed_per_statement AFTER INSERT ON shop.other REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION :orders_capture();
+SELECT try('INSERT INTO shop.other VALUES (1)');
+DROP TRIGGER borrowed_per_statement ON shop.other;
 CREATE FUNCTION shop._capture_1_insert() RETURNS trigger LANGUAGE c AS '$libdir/pg_eventview', 'capture_inserted_rows';
 CREATE TRIGGER borrowed AFTER INSERT ON shop.other REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION shop._capture_1_insert();

@@ -1,20 +1,18 @@
-//! The insert capture as a native trigger function: every statement that inserts into an event
-//! table logs the ids of its new rows, as one changelog record, in the producer's transaction.
+//! The insert capture, a native trigger function: every statement that inserts into an event
+//! table logs the ids of its new rows as one changelog record, in the producer's transaction.
 //!
-//! Why native: a single-row autocommit INSERT is the producers' most common write, and the
-//! capture is all that pg_eventview adds to it. A PL/pgSQL capture pays for its interpreter,
-//! for a pinned search_path (a GUC nest level and a namespace recomputation per call) and for an
-//! aggregate over the transition table; this function reads the transition table's `event_id`
-//! column directly, builds the id array and runs one kept `INSERT ... VALUES`, for about 60% of
-//! the PL/pgSQL capture's cost (29 us against 49 us a single-row INSERT; BENCHMARKS.md).
+//! It reads the `event_id` column of the transition table directly, builds the id array and runs
+//! one kept `INSERT ... VALUES ('I', $1)` into the changelog: about 29 us a single-row INSERT
+//! (BENCHMARKS.md), the whole of what pg_eventview adds to the producers' most common write.
 //!
 //! Each event table has its own capture function, `eventview._capture_<source>_insert()`, made
 //! `LANGUAGE c` with the symbol `capture_inserted_rows` and SECURITY DEFINER (its owner, the
 //! table's owner, holds INSERT on the changelog; producers need none). The function finds its
-//! source from its own name, so one symbol serves every event table. Its statement names only
-//! schema-qualified objects and no operator or function, so it means the same under any
-//! search_path, which is why the function needs no pinned one. Every later library keeps the
-//! symbol: a database's capture functions name it until they are replaced.
+//! source from its own name, so one symbol serves every event table, and runs only for that
+//! source's table. Its statement names only schema-qualified objects and no operator or
+//! function, so it means the same under any search_path: the function needs no pinned one.
+//! Every later library keeps the symbol: a database's capture functions name it until they are
+//! replaced.
 
 use crate::errors::EvError;
 use pgrx::prelude::*;
@@ -26,6 +24,9 @@ thread_local! {
     /// The kept `INSERT` of each source's changelog, by source id. Postgres' plan cache keeps
     /// each valid (a dropped and recreated changelog is found again by name).
     static INSERTS: RefCell<HashMap<i32, pg_sys::SPIPlanPtr>> = RefCell::new(HashMap::new());
+    /// The event table each capture function (by OID) was found to capture, so that the
+    /// catalog is read once per function and backend.
+    static TABLES: RefCell<HashMap<pg_sys::Oid, pg_sys::Oid>> = RefCell::new(HashMap::new());
 }
 
 /// Tells Postgres that `capture_inserted_rows` uses the version-1 calling convention.
@@ -67,6 +68,11 @@ pub unsafe extern "C-unwind" fn capture_inserted_rows(
     let Some(source_id) = source_of(function) else {
         refuse_call("is not the insert capture of an event table");
     };
+    // SAFETY: the trigger's relation is open while it fires.
+    let table = unsafe { (*trigger.tg_relation).rd_id };
+    if !captures_table(function, source_id, table) {
+        refuse_call("is not the insert capture of this table");
+    }
     // SAFETY: the trigger's relation and transition table are valid while it fires.
     let ids = unsafe { column_of_new_rows(trigger, c"event_id") };
     if !ids.is_empty() {
@@ -113,6 +119,22 @@ fn source_of(function: pg_sys::Oid) -> Option<i32> {
     eventview_core::names::capture_source(&name, "insert")
 }
 
+/// Whether `table` is the event table of `source_id`, whose capture function is `function`.
+fn captures_table(function: pg_sys::Oid, source_id: i32, table: pg_sys::Oid) -> bool {
+    if TABLES.with(|t| t.borrow().get(&function) == Some(&table)) {
+        return true;
+    }
+    let catalogued = Spi::get_one_with_args::<pg_sys::Oid>(
+        "SELECT relid::oid FROM eventview._sources WHERE source_id = $1",
+        &[source_id.into()],
+    );
+    if matches!(catalogued, Ok(Some(relid)) if relid == table) {
+        TABLES.with(|t| t.borrow_mut().insert(function, table));
+        return true;
+    }
+    false
+}
+
 /// The non-null values of column `name` (a bigint) in the trigger's NEW TABLE.
 ///
 /// # Safety
@@ -139,6 +161,21 @@ unsafe fn column_of_new_rows(trigger: &pg_sys::TriggerData, name: &CStr) -> Vec<
                 .with_hint("Every event table has the envelope columns create_event_table makes."),
             )
         };
+        if attrs[position].atttypid != pg_sys::INT8OID {
+            raise(
+                EvError::new(
+                    PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+                    format!(
+                        "column {} of event table {} is not a bigint",
+                        name.to_string_lossy(),
+                        relation_name(rel)
+                    ),
+                )
+                .with_hint(
+                    "The envelope columns must keep the types create_event_table gave them.",
+                ),
+            )
+        }
         let attnum = position as i32 + 1;
         let store = trigger.tg_newtable;
         // A read pointer of its own: other triggers of the statement read the same store.
@@ -147,7 +184,15 @@ unsafe fn column_of_new_rows(trigger: &pg_sys::TriggerData, name: &CStr) -> Vec<
         pg_sys::tuplestore_rescan(store);
         let slot = pg_sys::MakeSingleTupleTableSlot(desc, &pg_sys::TTSOpsMinimalTuple);
         let mut ids = Vec::new();
+        let rows = usize::try_from(pg_sys::tuplestore_tuple_count(store)).unwrap_or(0);
+        if ids.try_reserve_exact(rows).is_err() {
+            raise(EvError::new(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                format!("out of memory for the ids of {rows} new rows"),
+            ))
+        }
         while pg_sys::tuplestore_gettupleslot(store, true, false, slot) {
+            pgrx::check_for_interrupts!();
             if ((*slot).tts_nvalid as i32) < attnum {
                 pg_sys::slot_getsomeattrs_int(slot, attnum);
             }
