@@ -53,8 +53,10 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
 /// a user's own built on a changelog, as dependent objects refuse any DROP ... RESTRICT; event
 /// tables do not (they are the user's, and keep their rows). Everything here happens in the DROP
 /// EXTENSION's transaction: when it fails, nothing is gone. For a role that may not drop the
-/// extension it does nothing, and PostgreSQL refuses the drop as usual. The catalog is locked
-/// first, so that no event table or view is added meanwhile.
+/// extension it does nothing, and PostgreSQL refuses the drop as usual. The catalog is not
+/// locked first: a lock held on it from the start would make the background worker's refreshes
+/// wait for it while holding the storage this drop takes next (a deadlock); an event table or
+/// view created by a transaction that commits while the drop runs is left behind.
 pub fn before_drop_extension(cascade: bool) -> EvResult<()> {
     let may_drop = spi::one::<bool>(
         "SELECT pg_catalog.pg_has_role(extowner, 'USAGE') FROM pg_catalog.pg_extension
@@ -65,9 +67,6 @@ pub fn before_drop_extension(cascade: bool) -> EvResult<()> {
         return Ok(());
     }
     roles::api_call(|| {
-        spi::run_all(&[
-            "LOCK TABLE eventview._sources, eventview._views IN SHARE ROW EXCLUSIVE MODE".into(),
-        ])?;
         let views = catalog::all_views()?;
         if !views.is_empty() && !cascade {
             let names = view_names(&views)?;
