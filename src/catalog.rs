@@ -458,14 +458,20 @@ pub fn caller_owns_a_view_of(source_id: i32) -> EvResult<bool> {
 
 /// Views reading a source, as (view_id, relid), oldest first.
 pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
+    id_relid_pairs(
+        "SELECT view_id, relid::oid FROM eventview._views WHERE source_id = $1 ORDER BY view_id",
+        &[source_id.into()],
+    )
+}
+
+/// The rows of `query`, each an id and a relation (both non-null), in its order.
+fn id_relid_pairs(
+    query: &str,
+    args: &[pgrx::datum::DatumWithOid],
+) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     Ok(Spi::connect(|client| {
         let mut out = Vec::new();
-        for row in crate::pg::plan_cache::select(
-            client,
-            "SELECT view_id, relid::oid FROM eventview._views WHERE source_id = $1 ORDER BY view_id",
-            None,
-            &[source_id.into()],
-        )? {
+        for row in crate::pg::plan_cache::select(client, query, None, args)? {
             if let (Some(id), Some(relid)) = (row.get::<i32>(1)?, row.get::<pg_sys::Oid>(2)?) {
                 out.push((id, relid));
             }
@@ -521,58 +527,33 @@ pub fn has_unique_index_on(relid: pg_sys::Oid, column: &str) -> EvResult<bool> {
 
 /// Every incremental view, as (view_id, relid), oldest first.
 pub fn all_views() -> EvResult<Vec<(i32, pg_sys::Oid)>> {
-    Ok(Spi::connect(|client| {
-        let mut out = Vec::new();
-        for row in client.select(
-            "SELECT view_id, relid::oid FROM eventview._views ORDER BY view_id",
-            None,
-            &[],
-        )? {
-            if let (Some(id), Some(relid)) = (row.get::<i32>(1)?, row.get::<pg_sys::Oid>(2)?) {
-                out.push((id, relid));
-            }
-        }
-        Ok::<_, pgrx::spi::SpiError>(out)
-    })?)
+    id_relid_pairs(
+        "SELECT view_id, relid::oid FROM eventview._views ORDER BY view_id",
+        &[],
+    )
 }
 
 /// The ids of every catalogued event table, those whose table is gone included, oldest first.
 pub fn all_source_ids() -> EvResult<Vec<i32>> {
-    Ok(Spi::connect(|client| {
-        let mut out = Vec::new();
-        for row in client.select(
-            "SELECT source_id FROM eventview._sources ORDER BY source_id",
-            None,
-            &[],
-        )? {
-            if let Some(id) = row.get::<i32>(1)? {
-                out.push(id);
-            }
-        }
-        Ok::<_, pgrx::spi::SpiError>(out)
-    })?)
+    Ok(id_relid_pairs(
+        "SELECT source_id, relid::oid FROM eventview._sources ORDER BY source_id",
+        &[],
+    )?
+    .into_iter()
+    .map(|(id, _)| id)
+    .collect())
 }
 
 /// Every event table, oldest first. A table dropped with a plain DROP TABLE (not
 /// drop_event_table) keeps its catalog row, but is left out here: the work over every table
 /// (refresh_all's and run_maintenance's field observer) goes on for the others.
 pub fn all_sources() -> EvResult<Vec<Source>> {
-    let rows = Spi::connect(|client| {
-        let mut out = Vec::new();
-        for row in crate::pg::plan_cache::select(
-            client,
-            "SELECT s.source_id, s.relid::oid FROM eventview._sources s
-             WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid)
-             ORDER BY s.source_id",
-            None,
-            &[],
-        )? {
-            if let (Some(id), Some(relid)) = (row.get::<i32>(1)?, row.get::<pg_sys::Oid>(2)?) {
-                out.push((id, relid));
-            }
-        }
-        Ok::<_, pgrx::spi::SpiError>(out)
-    })?;
+    let rows = id_relid_pairs(
+        "SELECT s.source_id, s.relid::oid FROM eventview._sources s
+         WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid)
+         ORDER BY s.source_id",
+        &[],
+    )?;
     rows.into_iter()
         .map(|(source_id, relid)| {
             Ok(Source {

@@ -24,9 +24,9 @@ thread_local! {
     /// The kept `INSERT` of each source's changelog, by source id. Postgres' plan cache keeps
     /// each valid (a dropped and recreated changelog is found again by name).
     static INSERTS: RefCell<HashMap<i32, pg_sys::SPIPlanPtr>> = RefCell::new(HashMap::new());
-    /// The event table each capture function (by OID) was found to capture, so that the
-    /// catalog is read once per function and backend.
-    static TABLES: RefCell<HashMap<pg_sys::Oid, pg_sys::Oid>> = RefCell::new(HashMap::new());
+    /// The source and event table each capture function (by OID) was found to capture, so that
+    /// its name and the catalog are read once per function and backend.
+    static CAPTURED: RefCell<HashMap<pg_sys::Oid, (i32, pg_sys::Oid)>> = RefCell::new(HashMap::new());
 }
 
 /// Tells Postgres that `capture_inserted_rows` uses the version-1 calling convention.
@@ -65,14 +65,9 @@ pub unsafe extern "C-unwind" fn capture_inserted_rows(
     }
     // SAFETY: as above; flinfo is the function's own.
     let function = unsafe { (*(*fcinfo).flinfo).fn_oid };
-    let Some(source_id) = source_of(function) else {
-        refuse_call("is not the insert capture of an event table");
-    };
     // SAFETY: the trigger's relation is open while it fires.
     let table = unsafe { (*trigger.tg_relation).rd_id };
-    if !captures_table(function, source_id, table) {
-        refuse_call("is not the insert capture of this table");
-    }
+    let source_id = source_capturing(function, table);
     // SAFETY: the trigger's relation and transition table are valid while it fires.
     let ids = unsafe { column_of_new_rows(trigger, c"event_id") };
     if !ids.is_empty() {
@@ -119,20 +114,29 @@ fn source_of(function: pg_sys::Oid) -> Option<i32> {
     eventview_core::names::capture_source(&name, "insert")
 }
 
-/// Whether `table` is the event table of `source_id`, whose capture function is `function`.
-fn captures_table(function: pg_sys::Oid, source_id: i32, table: pg_sys::Oid) -> bool {
-    if TABLES.with(|t| t.borrow().get(&function) == Some(&table)) {
-        return true;
+/// The source whose insert capture is `function`, which fires for `table`: refused (09000)
+/// unless `function` is an event table's capture and `table` that event table.
+fn source_capturing(function: pg_sys::Oid, table: pg_sys::Oid) -> i32 {
+    if let Some(source_id) = CAPTURED.with(|c| {
+        c.borrow()
+            .get(&function)
+            .filter(|(_, known)| *known == table)
+            .map(|(source_id, _)| *source_id)
+    }) {
+        return source_id;
     }
+    let Some(source_id) = source_of(function) else {
+        refuse_call("is not the insert capture of an event table");
+    };
     let catalogued = Spi::get_one_with_args::<pg_sys::Oid>(
         "SELECT relid::oid FROM eventview._sources WHERE source_id = $1",
         &[source_id.into()],
     );
-    if matches!(catalogued, Ok(Some(relid)) if relid == table) {
-        TABLES.with(|t| t.borrow_mut().insert(function, table));
-        return true;
+    if !matches!(catalogued, Ok(Some(relid)) if relid == table) {
+        refuse_call("is not the insert capture of this table");
     }
-    false
+    CAPTURED.with(|c| c.borrow_mut().insert(function, (source_id, table)));
+    source_id
 }
 
 /// The non-null values of column `name` (a bigint) in the trigger's NEW TABLE.
