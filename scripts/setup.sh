@@ -8,7 +8,7 @@ PG_MAJOR=15
 PG_CONFIG=/usr/lib/postgresql/${PG_MAJOR}/bin/pg_config
 
 need_apt=()
-for pkg in postgresql-${PG_MAJOR} postgresql-server-dev-${PG_MAJOR} postgresql-${PG_MAJOR}-cron \
+for pkg in postgresql-${PG_MAJOR} postgresql-server-dev-${PG_MAJOR} postgresql-${PG_MAJOR}-cron postgresql-${PG_MAJOR}-partman \
            clang libclang-dev pkg-config libssl-dev build-essential sudo; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done

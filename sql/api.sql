@@ -3,14 +3,18 @@
 -- caller's search_path, and gives the exact argument names, defaults and result types.
 
 CREATE FUNCTION eventview.create_event_table(
-    name            text,
-    retention       interval DEFAULT NULL,
-    delta_retention interval DEFAULT '7 days'
+    name               text,
+    retention          interval DEFAULT NULL,
+    delta_retention    interval DEFAULT '7 days',
+    partition_interval interval DEFAULT NULL
 ) RETURNS regclass
 LANGUAGE sql VOLATILE
-AS $$ SELECT eventview._create_event_table(name, retention, delta_retention)::regclass $$;
-COMMENT ON FUNCTION eventview.create_event_table(text, interval, interval) IS
-'Creates an event table with the pg_eventview envelope and starts capturing its changes';
+AS $$ SELECT (CASE WHEN partition_interval IS NULL
+                   THEN eventview._create_event_table(name, retention, delta_retention)
+                   ELSE eventview._create_partitioned_event_table(name, retention, delta_retention, partition_interval)
+              END)::regclass $$;
+COMMENT ON FUNCTION eventview.create_event_table(text, interval, interval, interval) IS
+'Creates an event table with the pg_eventview envelope (partitioned by occurred_at with a partition_interval) and starts capturing its changes';
 
 CREATE FUNCTION eventview.register_event_table(
     name            text,
@@ -160,3 +164,5 @@ REVOKE EXECUTE ON FUNCTION eventview._forget_source(integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._forget_view(integer) FROM PUBLIC;
 -- Called by eventview._pending (as the extension owner); nobody else.
 REVOKE EXECUTE ON FUNCTION eventview._changelog_free(integer) FROM PUBLIC;
+-- Called by the event trigger eventview_follow_partitions (as the extension owner); nobody else.
+REVOKE EXECUTE ON FUNCTION eventview._follow_partition_tree(integer) FROM PUBLIC;

@@ -58,7 +58,10 @@ CREATE TABLE eventview._sources (
     -- The field observer's cursor over the changelog (same meaning as in _views).
     observed_snapshot pg_snapshot NOT NULL DEFAULT eventview._snapshot_without_own(),
     observed_own_xid  xid8 DEFAULT pg_current_xact_id_if_assigned(),
-    observed_own_seq  bigint
+    observed_own_seq  bigint,
+    -- The length of the partitions pg_eventview makes for the table (create_event_table's
+    -- partition_interval); NULL for a plain table, or one whose partitions are made by others.
+    partition_interval interval
 );
 CREATE UNIQUE INDEX _sources_relid_key ON eventview._sources (relid) WHERE relid::oid <> 0;
 COMMENT ON TABLE eventview._sources IS 'pg_eventview: registered event tables (see eventview.event_tables)';
@@ -437,7 +440,7 @@ BEGIN
           AND p.proowner OPERATOR(pg_catalog.<>) c.relowner
           AND pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', s.source_id)) IS NOT NULL
     LOOP
-        FOREACH op IN ARRAY ARRAY['insert', 'update', 'delete', 'truncate'] LOOP
+        FOREACH op IN ARRAY ARRAY['insert', 'update', 'delete', 'truncate', 'keys'] LOOP
             capture := pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', r.source_id, op));
             IF capture IS NOT NULL THEN
                 EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', capture, r.now_owner);
@@ -448,6 +451,11 @@ BEGIN
         -- (Its views may still need SELECT: the next loop grants it back if so.)
         EXECUTE pg_catalog.format('REVOKE ALL ON eventview._changes_%s FROM %I',
                                   r.source_id, r.was_owner);
+        IF pg_catalog.to_regclass(pg_catalog.format('eventview._keys_%s', r.source_id)) IS NOT NULL THEN
+            EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON eventview._keys_%s TO %I',
+                                      r.source_id, r.now_owner);
+            EXECUTE pg_catalog.format('REVOKE ALL ON eventview._keys_%s FROM %I', r.source_id, r.was_owner);
+        END IF;
     END LOOP;
     PERFORM eventview._sync_changelog_readers();
     -- Renamed views: one statement maps old names to new ones (renames may have crossed); the
@@ -468,6 +476,38 @@ $$;
 CREATE EVENT TRIGGER eventview_follow_ddl ON ddl_command_end
     WHEN TAG IN ('ALTER TABLE', 'ALTER VIEW', 'ALTER SCHEMA', 'GRANT', 'REVOKE')
     EXECUTE FUNCTION eventview._follow_ddl();
+
+-- Partitions of partitioned event tables, made by anyone (CREATE TABLE ... PARTITION OF, ALTER
+-- TABLE ... ATTACH PARTITION, pg_partman, pg_eventview itself), get the capture triggers: a
+-- statement that writes a partition directly fires that partition's triggers, not the root's.
+-- A partition detached loses them, once views have applied its events (else 55000). See
+-- partitions::follow_partitions (which leaves a tree alone while its root has no capture yet, as
+-- during a restore).
+CREATE FUNCTION eventview._follow_partitions() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventview._follow_partition_tree(s.source_id)
+    FROM eventview._sources s
+    WHERE s.relid::oid OPERATOR(pg_catalog.<>) 0
+      AND s.relid::oid IN (SELECT pg_catalog.pg_partition_root(d.objid)
+                           FROM pg_catalog.pg_event_trigger_ddl_commands() d
+                           WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass)
+    ORDER BY s.source_id;
+END
+$$;
+CREATE EVENT TRIGGER eventview_follow_partitions ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
+    EXECUTE FUNCTION eventview._follow_partitions();
+
+-- Before DROP TABLE of a partition of an event table: refused (55000) while views have not
+-- applied its events (see partitions::before_drop_tables).
+CREATE FUNCTION eventview._before_drop_table() RETURNS event_trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'before_drop_table';
+REVOKE EXECUTE ON FUNCTION eventview._before_drop_table() FROM PUBLIC;
+
+CREATE EVENT TRIGGER eventview_before_drop_table ON ddl_command_start
+    WHEN TAG IN ('DROP TABLE')
+    EXECUTE FUNCTION eventview._before_drop_table();
 
 -- Whether the view's catalog row still names its relation: a view that reads the view's storage.
 -- A row can outlive its relation (dropped while event triggers did not fire, or under a release

@@ -25,6 +25,27 @@ DECLARE
     v_table text := eventview._event_table_sql(source);
     -- pg_settings.setting is in bytes whatever unit the user wrote ('64kB').
     v_limit bigint := (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'eventview.max_payload_bytes');
+    -- A partitioned event table has no unique index on event_key for ON CONFLICT: its keys are
+    -- claimed in its key table first (eventview._claim_event_keys, in key order), and only the
+    -- first envelope of each claimed key goes in.
+    v_partitioned boolean := (SELECT c.relkind OPERATOR(pg_catalog.=) 'p' FROM pg_catalog.pg_class c
+                              WHERE c.oid OPERATOR(pg_catalog.=) v_table::regclass::oid);
+    v_claims text := CASE WHEN v_partitioned THEN $claims$
+        claimed AS (
+            -- (The key function takes the claims over in this transaction, as it knows from
+            -- the setting.)
+            SELECT eventview._claim_event_keys($3, ARRAY(SELECT envelope->>'key' FROM checked WHERE problem IS NULL)) AS keys,
+                   pg_catalog.set_config('eventview.keys_claimed', 'on', true) AS marked
+        ),
+        first_of_key AS (
+            SELECT pg_catalog.min(ord) AS ord FROM checked
+            WHERE problem IS NULL AND envelope->>'key' = ANY ((SELECT keys FROM claimed)::text[])
+            GROUP BY envelope->>'key'
+        ),$claims$ ELSE '' END;
+    v_claimed text := CASE WHEN v_partitioned
+                           THEN 'AND (envelope->>''key'' IS NULL OR ord IN (SELECT ord FROM first_of_key))'
+                           ELSE '' END;
+    v_on_conflict text := CASE WHEN v_partitioned THEN '' ELSE 'ON CONFLICT (event_key) DO NOTHING' END;
 BEGIN
     IF source IS NULL OR events IS NULL THEN
         RAISE EXCEPTION 'argument "%" must not be NULL', CASE WHEN source IS NULL THEN 'source' ELSE 'events' END
@@ -78,7 +99,7 @@ BEGIN
             END, envelope
             FROM checked WHERE problem IS NOT NULL
             ORDER BY ord
-        ),
+        ),%3$s
         added AS (
             -- JSON null in version, producer, occurred_at or key means the default (->> gives
             -- NULL); occurred_at was checked to be RFC 3339, so its cast cannot fail.
@@ -88,7 +109,7 @@ BEGIN
                    coalesce(envelope->>'producer', current_user),
                    coalesce((envelope->>'occurred_at')::timestamptz, now()),
                    envelope->'payload'
-            FROM checked WHERE problem IS NULL
+            FROM checked WHERE problem IS NULL %4$s
             -- In key order (bytewise), then envelope order. Two calls inserting the same keys
             -- wait for each other's uncommitted keys, so they must take keys in one order: in
             -- envelope order, batches of the same keys in opposite orders deadlocked. Within a
@@ -96,7 +117,7 @@ BEGIN
             -- also skips a row that conflicts with one this statement inserted. (Event ids of
             -- keyed envelopes follow key order; envelopes without a key come last, in order.)
             ORDER BY envelope->>'key' COLLATE "C", ord
-            ON CONFLICT (event_key) DO NOTHING
+            %5$s
             RETURNING 1
         ),
         -- (Counted from the input: a producer may file rejects but not read them back.)
@@ -104,7 +125,7 @@ BEGIN
         SELECT (SELECT count(*) FROM added),
                jsonb_array_length($1) - (SELECT n FROM refused) - (SELECT count(*) FROM added),
                (SELECT n FROM refused)
-    $sql$, v_table, v_table) USING events, v_limit;
+    $sql$, v_table, v_table, v_claims, v_claimed, v_on_conflict) USING events, v_limit, v_table::regclass::oid;
 END
 $$;
 COMMENT ON FUNCTION eventview.ingest(text, jsonb) IS

@@ -208,7 +208,23 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v record;
     v_skipped boolean;
+    t record;
 BEGIN
+    -- Partitions ahead of time, for each partitioned event table of the caller's roles (as
+    -- prune), before the refreshes: a table that cannot get its partitions made (a lock wait
+    -- past lock_timeout, say) takes its events in its default partition meanwhile.
+    FOR t IN
+        SELECT s.source_id, s.relid FROM eventview._sources s
+        WHERE s.partition_interval IS NOT NULL
+          AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = s.relid::oid), 'MEMBER')
+        ORDER BY s.source_id
+    LOOP
+        BEGIN
+            PERFORM eventview._make_partitions(t.source_id);
+        EXCEPTION WHEN others THEN
+            RAISE WARNING 'pg_eventview: making partitions of % failed: %', t.relid, SQLERRM;
+        END;
+    END LOOP;
     FOR v IN
         SELECT view_id, relid, schedule, failures FROM eventview._views
         WHERE schedule IS NOT NULL

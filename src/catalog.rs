@@ -58,6 +58,8 @@ pub struct Source {
     pub relid: pg_sys::Oid,
     /// Quoted, schema-qualified name.
     pub table_sql: String,
+    /// The table as the statements that read its rows name it (`envelope_sql::source_scan`).
+    pub scan_sql: String,
 }
 
 /// Whether a stored position (the xmax of a consumer's snapshot) lies beyond every transaction
@@ -95,6 +97,21 @@ pub fn pending(sql: &str, plans: crate::pg::plan_cache::Plans) -> EvResult<Pendi
 }
 
 impl Source {
+    /// The event table `relid`, registered as `source_id`.
+    pub fn found(source_id: i32, relid: pg_sys::Oid) -> EvResult<Source> {
+        let table_sql = relation::qualified(relid)?;
+        let scan_sql = eventview_core::envelope_sql::source_scan(
+            &table_sql,
+            crate::pg::relcache::is_partitioned(relid),
+        );
+        Ok(Source {
+            source_id,
+            relid,
+            table_sql,
+            scan_sql,
+        })
+    }
+
     /// The sizes the plans of a refresh depend on: the event table's and its changelog's
     /// (`plan_cache::Plans::PerSize`).
     pub fn plan_sizes(&self) -> crate::pg::plan_cache::SizeClass {
@@ -137,11 +154,7 @@ pub fn source_by_relid(relid: pg_sys::Oid) -> EvResult<Option<Source>> {
     )?;
     match id {
         None => Ok(None),
-        Some(source_id) => Ok(Some(Source {
-            source_id,
-            relid,
-            table_sql: relation::qualified(relid)?,
-        })),
+        Some(source_id) => Ok(Some(Source::found(source_id, relid)?)),
     }
 }
 
@@ -161,13 +174,34 @@ pub fn insert_source(
     relid: pg_sys::Oid,
     retention: Option<Interval>,
     delta_retention: Option<Interval>,
+    partition_interval: Option<Interval>,
 ) -> EvResult<i32> {
     spi::one::<i32>(
-        "INSERT INTO eventview._sources (relid, retention, delta_retention)
-         VALUES ($1::regclass, $2, coalesce($3, interval '7 days')) RETURNING source_id",
-        &[relid.into(), retention.into(), delta_retention.into()],
+        "INSERT INTO eventview._sources (relid, retention, delta_retention, partition_interval)
+         VALUES ($1::regclass, $2, coalesce($3, interval '7 days'), $4) RETURNING source_id",
+        &[
+            relid.into(),
+            retention.into(),
+            delta_retention.into(),
+            partition_interval.into(),
+        ],
     )?
     .ok_or_else(|| EvError::invalid("could not register the event table"))
+}
+
+/// Whether the event table `source_id` has a key table (it is partitioned).
+pub fn has_key_table(source_id: i32) -> bool {
+    relation::extension_relid(&eventview_core::names::key_table_name(source_id))
+        != pg_sys::InvalidOid
+}
+
+/// The partition length of an event table whose partitions pg_eventview makes
+/// (`create_event_table(..., partition_interval)`); None for every other table.
+pub fn partition_interval(source_id: i32) -> EvResult<Option<Interval>> {
+    spi::one::<Interval>(
+        "SELECT partition_interval FROM eventview._sources WHERE source_id = $1",
+        &[source_id.into()],
+    )
 }
 
 /// How an API call locks an event table's catalog row (there are no foreign keys to it, see
@@ -375,11 +409,8 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
     Ok(ViewRecord {
         view_id,
         relid,
-        source: Source {
-            source_id: source_id.ok_or_else(missing)?,
-            relid: source_relid,
-            table_sql: relation::qualified(source_relid).map_err(|_| event_table_gone(relid))?,
-        },
+        source: Source::found(source_id.ok_or_else(missing)?, source_relid)
+            .map_err(|_| event_table_gone(relid))?,
         definition,
         time_bucket: bucket,
         owner: owner.ok_or_else(missing)?,
@@ -525,6 +556,38 @@ pub fn has_unique_index_on(relid: pg_sys::Oid, column: &str) -> EvResult<bool> {
     .unwrap_or(false))
 }
 
+/// Whether a valid unique index of `relid`, checked at once and without predicate or
+/// expressions, has `first` as its first key column and only columns of `allowed` as keys (a
+/// unique index of a partitioned table includes the partition key).
+pub fn has_unique_index_leading(
+    relid: pg_sys::Oid,
+    first: &str,
+    allowed: &[&str],
+) -> EvResult<bool> {
+    Ok(spi::one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a
+                          ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                        WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indimmediate
+                          AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = $2
+                          AND NOT EXISTS (
+                              SELECT 1 FROM pg_catalog.generate_series(0, i.indnkeyatts - 1) k
+                              JOIN pg_catalog.pg_attribute b ON b.attrelid = i.indrelid AND b.attnum = i.indkey[k]
+                              WHERE b.attname <> ALL ($3)))",
+        &[relid.into(), first.into(), allowed.to_vec().into()],
+    )?
+    .unwrap_or(false))
+}
+
+/// The column a partitioned table is partitioned on by range, when it is one plain column.
+pub fn range_partition_column(relid: pg_sys::Oid) -> EvResult<Option<String>> {
+    spi::one::<String>(
+        "SELECT a.attname::text FROM pg_catalog.pg_partitioned_table p
+         JOIN pg_catalog.pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]
+         WHERE p.partrelid = $1 AND p.partstrat = 'r' AND p.partnatts = 1",
+        &[relid.into()],
+    )
+}
+
 /// Every incremental view, as (view_id, relid), oldest first.
 pub fn all_views() -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     id_relid_pairs(
@@ -555,13 +618,7 @@ pub fn all_sources() -> EvResult<Vec<Source>> {
         &[],
     )?;
     rows.into_iter()
-        .map(|(source_id, relid)| {
-            Ok(Source {
-                source_id,
-                relid,
-                table_sql: relation::qualified(relid)?,
-            })
-        })
+        .map(|(source_id, relid)| Source::found(source_id, relid))
         .collect()
 }
 

@@ -31,7 +31,7 @@ pub fn require_intact(relid: pg_sys::Oid, types: bool) -> EvResult<()> {
                       ('event_key', 'text')) e(name, type)
          LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = $1 AND a.attname = e.name AND NOT a.attisdropped
          WHERE (a.atttypid IS DISTINCT FROM e.type::oid AND ($2 OR a.atttypid IS NULL))
-            OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = $1) <> 'r'",
+            OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = $1) NOT IN ('r', 'p')",
         &[relid.into(), types.into()],
     )?;
     match altered {

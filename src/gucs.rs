@@ -22,6 +22,9 @@ pub static PRUNE_MAX_ROWS: GucSetting<i32> = GucSetting::<i32>::new(200_000);
 pub static EXTREME_LOG_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(100_000);
 /// How long the worker's maintenance waits for a lock, in milliseconds (0: as long as it takes).
 pub static MAINTENANCE_LOCK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+/// How many partitions of a partitioned event table `run_maintenance` keeps made ahead of the
+/// one holding the present.
+pub static PARTITION_PREMAKE: GucSetting<i32> = GucSetting::<i32>::new(4);
 /// Whether the worker runs maintenance at all.
 pub static WORKER_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -45,6 +48,16 @@ pub fn define(preloading: bool) {
         24 * 3600 * 1000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"eventview.partition_premake",
+        c"Partitions of each partitioned event table made ahead of the present one.",
+        c"create_event_table and run_maintenance make them; events beyond them go to the table's default partition until their partition is made.",
+        &PARTITION_PREMAKE,
+        1,
+        10_000,
+        GucContext::Userset,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"eventview.prune_max_rows",

@@ -47,6 +47,7 @@ mod event_tables;
 mod fields;
 mod gucs;
 mod observer;
+mod partitions;
 mod pg;
 mod privileges;
 mod progress;

@@ -81,7 +81,7 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     let ranks: Vec<i32> = read.iter().map(|r| r.rank).collect();
     let plans = Plans::PerSize(source.observer_plan_sizes());
     spi::run_planned(
-        &observe_sql::observe(source_id, &source.table_sql),
+        &observe_sql::observe(source_id, &source.scan_sql),
         &[
             paths.into(),
             types.into(),

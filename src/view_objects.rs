@@ -17,7 +17,7 @@ pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
         def: &view.definition,
         view_id: view.view_id,
         source_id: view.source.source_id,
-        source_table: view.source.table_sql.clone(),
+        source_scan: view.source.scan_sql.clone(),
         log_extremes: !view.realtime && gucs::extreme_log_limit() > 0,
     }
 }

@@ -82,7 +82,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         def: &definition,
         view_id,
         source_id: source.source_id,
-        source_table: source.table_sql.clone(),
+        source_scan: source.scan_sql.clone(),
         // (Its first apply is a full one, which writes the multisets in any case.)
         log_extremes: false,
     };

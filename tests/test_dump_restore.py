@@ -233,3 +233,55 @@ def test_dump_restore_of_a_registered_table(cluster, new_db, tmp_path):
     finally:
         with cluster.connect() as c:
             c.execute('DROP DATABASE IF EXISTS "it_restored_registered" WITH (FORCE)')
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_dump_restore_of_a_partitioned_table(cluster, new_db, tmp_path, jobs):
+    """A partitioned event table with events in several partitions and its default one, keys,
+    and changes pending at dump time: restored (serially and in parallel), the restore captures
+    none of its own loading, its pending changes are applied once, capture goes on in every
+    partition, keys stay unique across partitions and partitions are still made ahead."""
+    src_name = new_db("_partitioned").rsplit("dbname=", 1)[1]
+    restored = f"it_restored_partitioned_{jobs}"
+    with cluster.connect(src_name) as c:
+        c.execute("SELECT eventview.create_event_table('ev', partition_interval => '1 day')")
+        c.execute("CREATE TABLE ev_old PARTITION OF ev FOR VALUES FROM ('2026-01-01') TO ('2026-01-02')")
+        c.execute("""SELECT eventview.create_view('per_sku', 'ev', group_by => '{"sku": "$.sku"}',
+                                                   measures => '{"n": "count(*)", "top": "max($.qty)"}')""")
+        c.execute("""INSERT INTO ev (event_key, event_type, occurred_at, payload)
+                     SELECT 'k' || g, 'o', CASE g % 3 WHEN 0 THEN now() WHEN 1 THEN '2026-01-01 12:00+00'
+                                                      ELSE '2020-06-01' END,
+                            jsonb_build_object('sku', 's' || g % 4, 'qty', g) FROM generate_series(1, 60) g""")
+        c.execute("SELECT eventview.refresh('per_sku')")
+        c.execute("UPDATE ev SET payload = payload || '{\"sku\": \"moved\"}' WHERE event_id % 7 = 0")
+        c.execute("DELETE FROM ev WHERE event_id = 5")
+    dump = tmp_path / "partitioned.dump"
+    r = run_client(cluster, f"{BIN}/pg_dump", "-Fc", "-f", str(dump), "-d", src_name)
+    assert r.returncode == 0, r.stderr
+    with cluster.connect() as c:
+        c.execute(f'CREATE DATABASE "{restored}"')
+    try:
+        r = run_client(cluster, f"{BIN}/pg_restore", "--exit-on-error", "-j", str(jobs), "-d", restored, str(dump))
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        with cluster.connect(restored) as c:
+            # One trigger of each kind and op on every member, none twice.
+            assert rows(c, """SELECT count(DISTINCT g.tgrelid), count(*) FROM pg_trigger g
+                              WHERE g.tgname LIKE 'eventview_%'
+                                AND g.tgrelid IN (SELECT relid FROM pg_partition_tree('ev') WHERE relid <> 'ev'::regclass)""") \
+                == [(rows(c, "SELECT count(*) FROM pg_partition_tree('ev') WHERE relid <> 'ev'::regclass")[0][0],
+                     8 * rows(c, "SELECT count(*) FROM pg_partition_tree('ev') WHERE relid <> 'ev'::regclass")[0][0])]
+            changed = 1 + rows(c, "SELECT count(*) FROM ev WHERE event_id % 7 = 0")[0][0]
+            assert rows(c, "SELECT eventview.refresh('per_sku')")[0][0] == changed
+            c.execute("""INSERT INTO ev (event_key, event_type, occurred_at, payload)
+                         VALUES ('new', 'o', '2026-01-01 13:00+00', '{"sku": "s1", "qty": 1000}')""")
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                c.execute("""INSERT INTO ev (event_key, event_type, payload) VALUES ('k2', 'o', '{"sku": "s9"}')""")
+            assert rows(c, "SELECT eventview.refresh('per_sku')")[0][0] == 1
+            scratch = "SELECT payload ->> 'sku', count(*), max((payload -> 'qty')::numeric) FROM ev GROUP BY 1 ORDER BY 1"
+            assert rows(c, "SELECT sku, n, top FROM per_sku ORDER BY 1") == rows(c, scratch)
+            c.execute("SET eventview.partition_premake = 10")
+            c.execute("SELECT eventview.run_maintenance()")
+            assert rows(c, "SELECT count(*) FROM pg_partition_tree('ev') WHERE isleaf AND relid::text ~ '^ev_p'")[0][0] >= 11
+    finally:
+        with cluster.connect() as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{restored}" WITH (FORCE)')

@@ -49,6 +49,7 @@ RELEASE_COMMITS = {
     "0.14.0": "75b13f007a1e75c0416fd12c1e310ed6f4d36af2",
     "0.15.0": "a700b032728cd30cbe83fc8ccb0f04348c8037c8",
     "0.16.0": "084cd4aad3e057ddacfafdfe6093aecddd71dd27",
+    "0.17.0": "666dc66cac032727b6faadc7f060b21c9e7b2a7d",
 }
 
 

@@ -17,8 +17,76 @@ fn create_event_table(
             required(name, "name")?,
             retention,
             Some(required_delta_retention(delta_retention)?),
+            None,
         )
     })
+}
+
+/// `create_event_table` with a `partition_interval` (API.md section 7).
+#[pg_extern(name = "_create_partitioned_event_table", volatile, parallel_unsafe)]
+fn create_partitioned_event_table(
+    name: Option<&str>,
+    retention: Option<Interval>,
+    delta_retention: Option<Interval>,
+    partition_interval: Option<Interval>,
+) -> Result<pg_sys::Oid, ErrorReport> {
+    at_boundary(|| {
+        let partition_interval = partition_interval.ok_or_else(|| {
+            EvError::new(
+                PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                "argument \"partition_interval\" must not be NULL",
+            )
+        })?;
+        crate::event_tables::create_event_table(
+            required(name, "name")?,
+            retention,
+            Some(required_delta_retention(delta_retention)?),
+            Some(partition_interval),
+        )
+    })
+}
+
+/// Makes the partitions of event table `p_source_id` ahead of time (see
+/// `partitions::make_partitions`); returns how many. Called by run_maintenance, for members of
+/// the table's owner role.
+#[pg_extern(name = "_make_partitions", volatile, strict, parallel_unsafe)]
+fn make_partitions(p_source_id: i32) -> Result<i32, ErrorReport> {
+    at_boundary(|| {
+        let Some(source) = crate::catalog::all_sources()?
+            .into_iter()
+            .find(|s| s.source_id == p_source_id)
+        else {
+            return Ok(0);
+        };
+        crate::privileges::require_table_owner(source.relid, "make partitions of")?;
+        Ok(crate::partitions::make_partitions(&source)? as i32)
+    })
+}
+
+/// Keeps the capture of event table `p_source_id` in step with its partition tree after DDL
+/// (`partitions::follow_partitions`; called by the event trigger eventview_follow_partitions,
+/// not executable by PUBLIC).
+#[pg_extern(name = "_follow_partition_tree", volatile, strict, parallel_unsafe)]
+fn follow_partition_tree(p_source_id: i32) -> Result<(), ErrorReport> {
+    at_boundary(|| {
+        for source in crate::catalog::all_sources()? {
+            if source.source_id == p_source_id {
+                crate::partitions::follow_partitions(&source)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The keys of `keys` that ingest may insert into the partitioned event table `source`: those
+/// not present yet, claimed for the calling transaction (see `envelope_sql::key_function`).
+/// The caller needs INSERT on the table, as ingest does.
+#[pg_extern(name = "_claim_event_keys", volatile, parallel_unsafe)]
+fn claim_event_keys(
+    source: pg_sys::Oid,
+    keys: Option<Vec<Option<String>>>,
+) -> Result<Vec<String>, ErrorReport> {
+    at_boundary(|| crate::partitions::claim_keys(source, keys.unwrap_or_default()))
 }
 
 /// NULL retention keeps events; the changelog is always pruned at last (default 7 days).

@@ -24,9 +24,10 @@ thread_local! {
     /// The kept `INSERT` of each source's changelog, by source id. Postgres' plan cache keeps
     /// each valid (a dropped and recreated changelog is found again by name).
     static INSERTS: RefCell<HashMap<i32, pg_sys::SPIPlanPtr>> = RefCell::new(HashMap::new());
-    /// The source and event table each capture function (by OID) was found to capture, so that
-    /// its name and the catalog are read once per function and backend.
-    static CAPTURED: RefCell<HashMap<pg_sys::Oid, (i32, pg_sys::Oid)>> = RefCell::new(HashMap::new());
+    /// The source each capture function (by OID) was found to capture when it fires for a
+    /// table (by OID), so that its name and the catalog are read once per function, table and
+    /// backend.
+    static CAPTURED: RefCell<HashMap<(pg_sys::Oid, pg_sys::Oid), i32>> = RefCell::new(HashMap::new());
 }
 
 /// Tells Postgres that `capture_inserted_rows` uses the version-1 calling convention.
@@ -115,27 +116,24 @@ fn source_of(function: pg_sys::Oid) -> Option<i32> {
 }
 
 /// The source whose insert capture is `function`, which fires for `table`: refused (09000)
-/// unless `function` is an event table's capture and `table` that event table.
+/// unless `function` is an event table's capture and `table` that event table or a partition
+/// in its tree.
 fn source_capturing(function: pg_sys::Oid, table: pg_sys::Oid) -> i32 {
-    if let Some(source_id) = CAPTURED.with(|c| {
-        c.borrow()
-            .get(&function)
-            .filter(|(_, known)| *known == table)
-            .map(|(source_id, _)| *source_id)
-    }) {
+    if let Some(source_id) = CAPTURED.with(|c| c.borrow().get(&(function, table)).copied()) {
         return source_id;
     }
     let Some(source_id) = source_of(function) else {
         refuse_call("is not the insert capture of an event table");
     };
-    let catalogued = Spi::get_one_with_args::<pg_sys::Oid>(
-        "SELECT relid::oid FROM eventview._sources WHERE source_id = $1",
-        &[source_id.into()],
+    let captures = Spi::get_one_with_args::<bool>(
+        "SELECT s.relid::oid = $2 OR pg_catalog.pg_partition_root($2) = s.relid::oid
+         FROM eventview._sources s WHERE s.source_id = $1",
+        &[source_id.into(), table.into()],
     );
-    if !matches!(catalogued, Ok(Some(relid)) if relid == table) {
+    if !matches!(captures, Ok(Some(true))) {
         refuse_call("is not the insert capture of this table");
     }
-    CAPTURED.with(|c| c.borrow_mut().insert(function, (source_id, table)));
+    CAPTURED.with(|c| c.borrow_mut().insert((function, table), source_id));
     source_id
 }
 

@@ -25,6 +25,19 @@ pub fn lock_for_writing_if_free(relid: pg_sys::Oid) -> EvResult<bool> {
     lock_with_parts_if_free(relid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE)
 }
 
+/// The same for dropping a partition (ACCESS EXCLUSIVE): prune drops a partition no session is
+/// using, after checking under this lock that no view still needs its rows, and leaves one in use
+/// to a later run.
+pub fn lock_for_dropping_if_free(relid: pg_sys::Oid) -> bool {
+    lock_if_free(relid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE)
+}
+
+/// ACCESS EXCLUSIVE on a relation, waiting for it: what a DROP TABLE of it takes next anyway.
+pub fn lock_for_dropping(relid: pg_sys::Oid) {
+    // SAFETY: a relation lock by oid, released at transaction end like LOCK TABLE's.
+    unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE) }
+}
+
 fn lock_with_parts_if_free(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> EvResult<bool> {
     if !lock_if_free(relid, mode) {
         return Ok(false);

@@ -22,6 +22,14 @@ pub fn is_plain_table_without_row_security(relid: pg_sys::Oid) -> bool {
     }
 }
 
+/// Whether the relation is a partitioned table (false for one that does not exist).
+pub fn is_partitioned(relid: pg_sys::Oid) -> bool {
+    // SAFETY: a syscache lookup of the relation's kind; InvalidOid-safe ('\0' when missing).
+    unsafe {
+        pg_sys::get_rel_relkind(relid) == pg_sys::RELKIND_PARTITIONED_TABLE as std::ffi::c_char
+    }
+}
+
 /// The relation `name` in schema `schema`, from the catalog caches; InvalidOid when either is
 /// missing.
 pub fn relid_in_schema(schema: &str, name: &str) -> pg_sys::Oid {

@@ -110,8 +110,8 @@ SELECT EXISTS (SELECT 1 FROM {log} c WHERE {in_batch}) AS pending,
 /// A FROM item giving, as `e`, the current row of every event the batch touched (`ids`) that
 /// still exists, each once, by one index lookup per id. The planner's estimates stay small
 /// (realtime view reads use it: a read must never be planned as big enough to JIT-compile).
-pub fn touched_rows_by_id(source_table: &str) -> String {
-    format!("(SELECT DISTINCT event_id FROM ids) k JOIN ONLY {source_table} e ON e.event_id = k.event_id")
+pub fn touched_rows_by_id(source_scan: &str) -> String {
+    format!("(SELECT DISTINCT event_id FROM ids) k JOIN {source_scan} e ON e.event_id = k.event_id")
 }
 
 /// The same rows as `touched_rows_by_id`, read as runs of consecutive ids, one index range scan
@@ -151,19 +151,19 @@ pub fn touched_rows_by_id(source_table: &str) -> String {
 /// `_id_runs` is declared with a small row estimate for the same reason (sql/api.sql).
 /// Statements using this still run with JIT off (the extension's `as_role`): the estimates
 /// stay rough.
-pub fn touched_rows(source_table: &str) -> String {
-    rows_by_runs(source_table, "true")
+pub fn touched_rows(source_scan: &str) -> String {
+    rows_by_runs(source_scan, "true")
 }
 
 /// The same as `touched_rows`, for the events the batch inserted only: those an insert record
 /// holds (an event inserted and then updated in the batch is read once, as it is now). Events
 /// the batch only updated are left out. When the batch is all inserts, both read the same runs.
-pub fn inserted_rows(source_table: &str) -> String {
-    rows_by_runs(source_table, "op = 'I'")
+pub fn inserted_rows(source_scan: &str) -> String {
+    rows_by_runs(source_scan, "op = 'I'")
 }
 
 /// `touched_rows` over the ids of `ids` that meet `which` (a condition on its columns).
-fn rows_by_runs(source_table: &str, which: &str) -> String {
+fn rows_by_runs(source_scan: &str, which: &str) -> String {
     format!(
         "(SELECT lo, hi FROM record_runs WHERE (SELECT yes FROM by_record)
      UNION ALL
@@ -173,7 +173,7 @@ fn rows_by_runs(source_table: &str, which: &str) -> String {
       CROSS JOIN LATERAL eventview._id_runs(blocks.ids) r
       WHERE NOT (SELECT yes FROM by_record)
      ORDER BY 1) runs
-    CROSS JOIN LATERAL (SELECT * FROM ONLY {source_table} x
+    CROSS JOIN LATERAL (SELECT * FROM {source_scan} x
                         WHERE x.event_id >= runs.lo AND x.event_id <= runs.hi
                         LIMIT runs.hi - runs.lo + 1) e"
     )

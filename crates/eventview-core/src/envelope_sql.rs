@@ -15,20 +15,49 @@
 
 use super::names;
 
+/// The envelope's columns and rules (API.md section 1), apart from the keys.
+const ENVELOPE_BODY: &str = "    event_type    text NOT NULL CHECK (event_type <> ''),
+    event_version integer NOT NULL DEFAULT 1 CHECK (event_version >= 1),
+    producer      text NOT NULL DEFAULT current_user,
+    occurred_at   timestamptz NOT NULL DEFAULT now(),
+    ingested_at   timestamptz NOT NULL DEFAULT now(),
+    payload       jsonb NOT NULL CHECK (jsonb_typeof(payload) = 'object')";
+
 /// `CREATE TABLE` for the envelope. `table` is an already quoted (qualified) name.
 pub fn create_event_table(table: &str) -> String {
     format!(
         "CREATE TABLE {table} (
     event_id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     event_key     text UNIQUE,
-    event_type    text NOT NULL CHECK (event_type <> ''),
-    event_version integer NOT NULL DEFAULT 1 CHECK (event_version >= 1),
-    producer      text NOT NULL DEFAULT current_user,
-    occurred_at   timestamptz NOT NULL DEFAULT now(),
-    ingested_at   timestamptz NOT NULL DEFAULT now(),
-    payload       jsonb NOT NULL CHECK (jsonb_typeof(payload) = 'object')
+{ENVELOPE_BODY}
 )"
     )
+}
+
+/// `CREATE TABLE` for a partitioned event table (API.md section 7): the envelope, partitioned by
+/// range on `occurred_at`, with the primary key `(event_id, occurred_at)` (a unique index of a
+/// partitioned table includes its partition key). `event_key` is unique across partitions by
+/// the table's key table (`create_key_table`), which no index of the table itself could keep.
+pub fn create_partitioned_event_table(table: &str) -> String {
+    format!(
+        "CREATE TABLE {table} (
+    event_id      bigint GENERATED ALWAYS AS IDENTITY,
+    event_key     text,
+{ENVELOPE_BODY},
+    PRIMARY KEY (event_id, occurred_at)
+) PARTITION BY RANGE (occurred_at)"
+    )
+}
+
+/// The event table `table` (quoted, qualified) as a FROM item of the statements that read its
+/// rows: a plain table `ONLY`, never a table a user made inherit from it; a partitioned one
+/// whole, its partitions' rows.
+pub fn source_scan(table: &str, partitioned: bool) -> String {
+    if partitioned {
+        table.to_string()
+    } else {
+        format!("ONLY {table}")
+    }
 }
 
 /// The envelope columns of API.md section 1 as `format_type` spells their types, and whether
@@ -234,40 +263,155 @@ pub fn delete_body(source_id: i32) -> String {
 
 /// Trigger functions and triggers that capture every change of `table` into its changelog.
 pub fn create_capture(source_id: i32, table: &str) -> Vec<String> {
-    let update_body = update_body(source_id);
-    let delete_body = delete_body(source_id);
-    let truncate_body = truncate_body(source_id);
-    let trigger = |name: &str, when: &str, op: &str| {
-        format!(
-            "CREATE TRIGGER {name} {when} ON {table} {} FOR EACH STATEMENT EXECUTE FUNCTION {}()",
-            match op {
-                "insert" => "REFERENCING NEW TABLE AS new_rows",
-                "update" => "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows",
-                "delete" => "REFERENCING OLD TABLE AS old_rows",
-                _ => "",
-            },
-            names::capture_function(source_id, op)
-        )
-    };
+    let mut out = capture_functions(source_id);
+    out.extend(capture_triggers(source_id, table, &CAPTURE_OPS));
+    out
+}
+
+/// The four capture functions of a source, one per op of `CAPTURE_OPS`.
+fn capture_functions(source_id: i32) -> Vec<String> {
     vec![
         native_capture_function(source_id, "insert", INSERT_CAPTURE_SYMBOL),
-        capture_function(source_id, "update", &update_body),
-        capture_function(source_id, "delete", &delete_body),
-        capture_function(source_id, "truncate", &truncate_body),
-        trigger("eventview_capture_insert", "AFTER INSERT", "insert"),
-        trigger("eventview_capture_update", "AFTER UPDATE", "update"),
-        trigger("eventview_capture_delete", "AFTER DELETE", "delete"),
-        trigger("eventview_capture_truncate", "BEFORE TRUNCATE", "truncate"),
+        capture_function(source_id, "update", &update_body(source_id)),
+        capture_function(source_id, "delete", &delete_body(source_id)),
+        capture_function(source_id, "truncate", &truncate_body(source_id)),
     ]
+}
+
+/// A statement-level trigger `eventview_<kind>_<op>` on `table` calling `function`, with the
+/// transition tables its op has (TRUNCATE fires BEFORE, to read the rows it removes).
+fn statement_trigger(kind: &str, table: &str, op: &str, function: &str) -> String {
+    let (when, referencing) = match op {
+        "insert" => ("AFTER INSERT", "REFERENCING NEW TABLE AS new_rows"),
+        "update" => (
+            "AFTER UPDATE",
+            "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows",
+        ),
+        "delete" => ("AFTER DELETE", "REFERENCING OLD TABLE AS old_rows"),
+        _ => ("BEFORE TRUNCATE", ""),
+    };
+    format!(
+        "CREATE TRIGGER eventview_{kind}_{op} {when} ON {table} {referencing} FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+    )
+}
+
+/// The capture triggers of `ops` on `table` (the event table, or a partition of one).
+pub fn capture_triggers(source_id: i32, table: &str, ops: &[&str]) -> Vec<String> {
+    ops.iter()
+        .map(|op| {
+            statement_trigger(
+                "capture",
+                table,
+                op,
+                &names::capture_function(source_id, op),
+            )
+        })
+        .collect()
+}
+
+/// The key triggers of `ops` on `table` (a partitioned event table, or a partition of one).
+pub fn key_triggers(source_id: i32, table: &str, ops: &[&str]) -> Vec<String> {
+    let function = names::capture_function(source_id, KEYS_OP);
+    ops.iter()
+        .map(|op| statement_trigger("keys", table, op, &function))
+        .collect()
+}
+
+/// The ops captured on the root of a partitioned event table. TRUNCATE of the root fires the
+/// truncate triggers of every partition too, so only partitions capture it (each its own rows).
+pub const ROOT_OPS: [&str; 3] = ["insert", "update", "delete"];
+
+/// Capture of a partitioned event table (`table`, its root): the capture functions, the key
+/// table and its function, and the triggers of the root. Each partition gets its own triggers
+/// (`partition_capture`): a statement writing a partition directly fires that partition's
+/// statement triggers, not the root's.
+pub fn create_partitioned_capture(source_id: i32, table: &str) -> Vec<String> {
+    let mut out = capture_functions(source_id);
+    out.extend(create_key_table(source_id));
+    out.push(key_function(source_id));
+    out.extend(capture_triggers(source_id, table, &ROOT_OPS));
+    out.extend(key_triggers(source_id, table, &ROOT_OPS));
+    out
+}
+
+/// The triggers of one partition of a partitioned event table (any member of its tree but the
+/// root). A leaf (a partition with rows of its own) also captures TRUNCATE; a partitioned
+/// partition does not, as its leaves do.
+pub fn partition_capture(source_id: i32, partition: &str, leaf: bool) -> Vec<String> {
+    let ops: &[&str] = if leaf { &CAPTURE_OPS } else { &ROOT_OPS };
+    let mut out = capture_triggers(source_id, partition, ops);
+    out.extend(key_triggers(source_id, partition, ops));
+    out
+}
+
+/// The op name of the key function of a partitioned event table
+/// (`eventview._capture_<source>_keys`).
+pub const KEYS_OP: &str = "keys";
+
+/// The key table of a partitioned event table: each `event_key` present in the table, once.
+/// `claimed_by` marks a key `eventview.ingest` has taken for an event it is inserting in that
+/// transaction (see `key_function`).
+pub fn create_key_table(source_id: i32) -> Vec<String> {
+    let keys = names::key_table(source_id);
+    vec![
+        format!("CREATE TABLE {keys} (event_key text PRIMARY KEY, claimed_by xid8)"),
+        format!("REVOKE ALL ON {keys} FROM PUBLIC"),
+    ]
+}
+
+/// Keeps the key table of a partitioned event table equal to the keys of its rows, one statement
+/// at a time, so that a key present twice fails with 23505 (unique_violation) as on a plain
+/// event table. Runs as the table's owner (SECURITY DEFINER, like the capture functions):
+/// - INSERT adds the new rows' keys. Keys `eventview.ingest` claimed in this transaction
+///   (`eventview.keys_claimed`) are taken over: the first row of each is its event, a second one
+///   a duplicate;
+/// - UPDATE that changes a key replaces the statement's old keys with its new ones;
+/// - DELETE and TRUNCATE remove the keys of the rows they remove.
+pub fn key_function(source_id: i32) -> String {
+    let keys = names::key_table(source_id);
+    let body = format!(
+        "    IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
+        IF pg_catalog.current_setting('eventview.keys_claimed', true) IS NOT DISTINCT FROM 'on' THEN
+            WITH taken AS (
+                UPDATE {keys} k SET claimed_by = NULL
+                WHERE k.claimed_by OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
+                  AND k.event_key IN (SELECT event_key FROM new_rows)
+                RETURNING k.event_key
+            )
+            INSERT INTO {keys} (event_key)
+            SELECT n.event_key
+            FROM (SELECT event_key, pg_catalog.row_number() OVER (PARTITION BY event_key) AS nth
+                  FROM new_rows WHERE event_key IS NOT NULL) n
+            WHERE NOT (n.nth OPERATOR(pg_catalog.=) 1 AND n.event_key IN (SELECT event_key FROM taken));
+        ELSE
+            INSERT INTO {keys} (event_key) SELECT event_key FROM new_rows WHERE event_key IS NOT NULL;
+        END IF;
+    ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
+        IF EXISTS (SELECT FROM old_rows o FULL JOIN new_rows n ON n.event_id OPERATOR(pg_catalog.=) o.event_id
+                   WHERE o.event_key IS DISTINCT FROM n.event_key) THEN
+            DELETE FROM {keys} WHERE event_key IN (SELECT event_key FROM old_rows);
+            INSERT INTO {keys} (event_key) SELECT event_key FROM new_rows WHERE event_key IS NOT NULL;
+        END IF;
+    ELSIF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
+        DELETE FROM {keys} WHERE event_key IN (SELECT event_key FROM old_rows);
+    ELSE
+        EXECUTE pg_catalog.format('DELETE FROM {keys} WHERE event_key IN (SELECT event_key FROM %s)',
+                                  TG_RELID::pg_catalog.regclass);
+    END IF;"
+    );
+    capture_function(source_id, KEYS_OP, &body)
 }
 
 pub const CAPTURE_OPS: [&str; 4] = ["insert", "update", "delete", "truncate"];
 
-/// Gives the capture functions to the table's owner (`owner` quoted), and takes EXECUTE on
-/// them from PUBLIC.
-pub fn capture_owner(source_id: i32, owner: &str) -> Vec<String> {
+/// Gives the capture functions (with the key function of a `partitioned` event table) to the
+/// table's owner (`owner` quoted), and takes EXECUTE on them from PUBLIC.
+pub fn capture_owner(source_id: i32, owner: &str, partitioned: bool) -> Vec<String> {
+    let keys = partitioned.then_some(KEYS_OP);
     CAPTURE_OPS
         .iter()
+        .copied()
+        .chain(keys)
         .flat_map(|op| {
             [
                 format!(
@@ -293,10 +437,13 @@ pub fn revoke_capture(source_id: i32, op: &str) -> String {
     )
 }
 
-/// Drops the capture functions (with their triggers) and the changelog.
-pub fn drop_capture(source_id: i32) -> Vec<String> {
+/// Drops the capture functions (with their triggers) and the changelog, and the key function and
+/// key table of a `partitioned` event table.
+pub fn drop_capture(source_id: i32, partitioned: bool) -> Vec<String> {
+    let keys = partitioned.then_some(&KEYS_OP);
     let mut out: Vec<String> = CAPTURE_OPS
         .iter()
+        .chain(keys)
         .map(|op| {
             format!(
                 "DROP FUNCTION IF EXISTS {}() CASCADE",
@@ -310,6 +457,12 @@ pub fn drop_capture(source_id: i32) -> Vec<String> {
         "DROP TABLE IF EXISTS {} CASCADE",
         names::changelog(source_id)
     ));
+    if partitioned {
+        out.push(format!(
+            "DROP TABLE IF EXISTS {} CASCADE",
+            names::key_table(source_id)
+        ));
+    }
     out
 }
 
@@ -378,7 +531,7 @@ mod tests {
         assert!(ddl.contains("AFTER INSERT ON \"shop\".\"events\" REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT"));
         assert!(ddl.contains("BEFORE TRUNCATE ON \"shop\".\"events\"  FOR EACH STATEMENT"));
         assert!(ddl.contains("SECURITY DEFINER\nSET search_path = pg_catalog, pg_temp"));
-        let rights = capture_owner(7, "\"o\"").join("\n");
+        let rights = capture_owner(7, "\"o\"", false).join("\n");
         for op in CAPTURE_OPS {
             assert!(rights.contains(&format!(
                 "REVOKE EXECUTE ON FUNCTION eventview._capture_7_{op}() FROM PUBLIC"

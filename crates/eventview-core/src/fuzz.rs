@@ -301,7 +301,7 @@ mod tests {
                     def: &def,
                     view_id: 1,
                     source_id: 1,
-                    source_table: "\"s\".\"t\"".into(),
+                    source_scan: "ONLY \"s\".\"t\"".into(),
                     log_extremes: rng.below(2) == 0,
                 };
                 for sql in view_statements(&view) {

@@ -13,6 +13,7 @@ pub mod jsonpath_eval;
 pub mod names;
 pub mod observe_sql;
 pub mod ordered_json;
+pub mod partitions;
 pub mod quote;
 pub mod rfc3339;
 pub mod shapes;

@@ -16,6 +16,16 @@ pub fn changelog_table(source_id: i32) -> String {
     format!("_changes_{source_id}")
 }
 
+/// The key table of a partitioned event table (its `event_key`s, unique), qualified.
+pub fn key_table(source_id: i32) -> String {
+    format!("{SCHEMA}.{}", key_table_name(source_id))
+}
+
+/// `key_table` without the schema.
+pub fn key_table_name(source_id: i32) -> String {
+    format!("_keys_{source_id}")
+}
+
 /// The capture trigger function of a source for `op` (insert, update, delete, truncate).
 pub fn capture_function(source_id: i32, op: &str) -> String {
     format!("{SCHEMA}._capture_{source_id}_{op}")

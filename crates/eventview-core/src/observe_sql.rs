@@ -66,11 +66,11 @@ pub fn pending_check(source_id: i32) -> String {
 /// st ...                                            -- the observer's new position
 /// SELECT <events observed> AS observed, <drift rows> AS drift_rows
 /// ```
-pub fn observe(source_id: i32, source_table: &str) -> String {
+pub fn observe(source_id: i32, source_scan: &str) -> String {
     let sid = source_id;
     let ctes = [
         batch::ctes(source_id, &observed_state(source_id)),
-        walked(source_table),
+        walked(source_scan),
         vers(),
         obs(),
         declared(),
@@ -104,8 +104,8 @@ SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count
 ///     CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(f.shapes::jsonb) r
 /// )
 /// ```
-fn walked(source_table: &str) -> String {
-    let inserted = batch::inserted_rows(source_table);
+fn walked(source_scan: &str) -> String {
+    let inserted = batch::inserted_rows(source_scan);
     format!(
         "-- The walk is an aggregate over the rows, read once: one call per event, walking its payload
 -- in place, and at the end the counts as JSON (besides the paths, per type and version, how

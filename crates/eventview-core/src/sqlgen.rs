@@ -75,8 +75,8 @@ pub struct ViewSql<'a> {
     pub def: &'a ViewDefinition,
     pub view_id: i32,
     pub source_id: i32,
-    /// Quoted, schema-qualified name of the event table.
-    pub source_table: String,
+    /// The event table as a FROM item (`envelope_sql::source_scan`).
+    pub source_scan: String,
     /// A refresh appends min/max values to the value logs (a stored view, with
     /// `eventview.extreme_log_limit` above 0); otherwise they go straight into the multisets
     /// (realtime reads use the multisets).
@@ -739,9 +739,9 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     /// The signed rows of the batch; `by_runs`: fetch touched rows by id ranges (see `batch`).
     fn rows_delta(&self, by_runs: bool) -> String {
         let touched = if by_runs {
-            batch::touched_rows(&self.source_table)
+            batch::touched_rows(&self.source_scan)
         } else {
-            batch::touched_rows_by_id(&self.source_table)
+            batch::touched_rows_by_id(&self.source_scan)
         };
         let batch = batch::ctes(self.source_id, &self.applied_state());
         format!(
@@ -763,7 +763,7 @@ delta_rows AS (
     /// `full_rows`: every event of the source, signed +1 (a full rebuild, which reports its
     /// progress), or every event in the buckets `[$2, $3)` (`window`: a windowed rebuild).
     fn rows_full(&self, window: bool) -> String {
-        let src = &self.source_table;
+        let src = &self.source_scan;
         // A full recomputation reports its progress (`eventview._progress_tick`, always true).
         let bounds = if window {
             // The range on occurred_at is implied by the bucket range and lets an index help.
@@ -778,7 +778,7 @@ delta_rows AS (
             "full_rows AS (
     SELECT 1 AS sign, false AS from_delta, e.event_id, e.event_type, e.event_version,
            e.producer, e.occurred_at, e.payload
-    FROM ONLY {src} e{bounds}
+    FROM {src} e{bounds}
 )"
         )
     }
@@ -1431,7 +1431,7 @@ delta_rows AS (
     /// q AS (
     ///     INSERT INTO eventview.quarantine (source, view_name, event_id, reason, event)
     ///     SELECT ..., b.event_id, b.bad, jsonb_build_object(...)
-    ///     FROM bad_rows b LEFT JOIN ONLY <event table> e ON e.event_id = b.event_id
+    ///     FROM bad_rows b LEFT JOIN <event table> e ON e.event_id = b.event_id
     /// )
     /// ```
     fn quarantine(&self) -> String {
@@ -1445,11 +1445,11 @@ delta_rows AS (
                               'event_type', e.event_type, 'event_version', e.event_version,
                               'producer', e.producer, 'occurred_at', e.occurred_at,
                               'payload', e.payload)
-    FROM bad_rows b LEFT JOIN ONLY {src} e ON e.event_id = b.event_id
+    FROM bad_rows b LEFT JOIN {src} e ON e.event_id = b.event_id
 )",
             sid = self.source_id,
             known = self.known_name(),
-            src = self.source_table
+            src = self.source_scan
         )
     }
 
@@ -1662,7 +1662,7 @@ mod tests {
             def: d,
             view_id: 3,
             source_id: 2,
-            source_table: "\"shop\".\"events\"".into(),
+            source_scan: "ONLY \"shop\".\"events\"".into(),
             log_extremes: true,
         }
     }

@@ -19,6 +19,8 @@ use eventview_core::{batch, envelope_sql::CAPTURE_OPS};
 const VIEW_ID: i32 = 3;
 const SOURCE_ID: i32 = 2;
 const SOURCE_TABLE: &str = "\"shop\".\"cart_events\"";
+/// The event table as the statements that read its rows name it.
+const SOURCE_SCAN: &str = "ONLY \"shop\".\"cart_events\"";
 const USER_VIEW: &str = "\"shop\".\"cart_daily\"";
 const OWNER: &str = "\"shop_owner\"";
 const BUCKET_WIDTH: &str = "1 hour";
@@ -63,7 +65,7 @@ fn view(def: &ViewDefinition, log_extremes: bool) -> ViewSql<'_> {
         def,
         view_id: VIEW_ID,
         source_id: SOURCE_ID,
-        source_table: SOURCE_TABLE.into(),
+        source_scan: SOURCE_SCAN.into(),
         log_extremes,
     }
 }
@@ -149,7 +151,7 @@ fn statement_kinds() -> Kinds {
         "observer_pending_check",
         [observe_sql::pending_check(SOURCE_ID)],
     );
-    k.add("observer", [observe_sql::observe(SOURCE_ID, SOURCE_TABLE)]);
+    k.add("observer", [observe_sql::observe(SOURCE_ID, SOURCE_SCAN)]);
 
     // Event tables and capture.
     k.add(
@@ -163,25 +165,38 @@ fn statement_kinds() -> Kinds {
     );
     k.add(
         "capture_owner",
-        envelope_sql::capture_owner(SOURCE_ID, OWNER),
+        envelope_sql::capture_owner(SOURCE_ID, OWNER, false),
     );
     let replaced = CAPTURE_OPS
         .iter()
         .filter_map(|op| envelope_sql::replace_capture(SOURCE_ID, op));
     k.add("capture_replace", replaced);
-    k.add("capture_drop", envelope_sql::drop_capture(SOURCE_ID));
+    k.add("capture_drop", envelope_sql::drop_capture(SOURCE_ID, false));
+    k.add(
+        "partitioned_capture_drop",
+        envelope_sql::drop_capture(SOURCE_ID, true),
+    );
+    k.add(
+        "partitioned_event_table",
+        [envelope_sql::create_partitioned_event_table(SOURCE_TABLE)],
+    );
+    k.add(
+        "partitioned_capture",
+        envelope_sql::create_partitioned_capture(SOURCE_ID, SOURCE_TABLE),
+    );
+    k.add(
+        "partition_capture",
+        envelope_sql::partition_capture(SOURCE_ID, "\"shop\".\"cart_events_p20261205\"", true),
+    );
 
     // Changelog batches: the parts other statements are made of.
     k.add_fragments(
         "batch_fragments",
         &[
             ("applied_by", batch::applied_by("k.s", "k.own", "k.own_seq")),
-            ("touched_rows", batch::touched_rows(SOURCE_TABLE)),
-            (
-                "touched_rows_by_id",
-                batch::touched_rows_by_id(SOURCE_TABLE),
-            ),
-            ("inserted_rows", batch::inserted_rows(SOURCE_TABLE)),
+            ("touched_rows", batch::touched_rows(SOURCE_SCAN)),
+            ("touched_rows_by_id", batch::touched_rows_by_id(SOURCE_SCAN)),
+            ("inserted_rows", batch::inserted_rows(SOURCE_SCAN)),
             ("consumed", batch::CONSUMED.to_string()),
         ],
     );
