@@ -362,6 +362,82 @@ class Peers:
         t = self.pairs([(name, copy(table)) for name, table in tables], a.write_rounds, maintain)
         self.report("Writes", f"COPY of {batch:,} events", t, "plain table", {"pg_eventview, 3 views": "<= 1.15x"})
 
+    def scenario_partitioned_writes(self):
+        """Writes with idempotency keys into a table partitioned by day: a partitioned event table
+        (three views; its keys unique across partitions, which the capture keeps in a key table)
+        against a plain table with the same columns, partitions and primary key (whose keys
+        nothing can keep unique across partitions)."""
+        c, a = self.conn, self.a
+        log("partitioned writes: set-up (31 daily partitions, three views)")
+        q(c, "SELECT eventview.create_event_table('p_ev', partition_interval => '1 day')")
+        q(c, "CREATE TABLE p_plain (LIKE p_ev INCLUDING ALL) PARTITION BY RANGE (occurred_at)")
+        q(c, "CREATE TABLE p_plain_default PARTITION OF p_plain DEFAULT")
+        for table in ("p_ev", "p_plain"):
+            q(c, f"""DO $$ BEGIN FOR d IN 0..31 LOOP
+                       EXECUTE format('CREATE TABLE %I PARTITION OF {table} FOR VALUES FROM (%L) TO (%L)',
+                                      '{table}_' || d, timestamptz '{END}' - (d + 1) * interval '1 day',
+                                      timestamptz '{END}' - d * interval '1 day');
+                     END LOOP; END $$""")
+            q(c, f"INSERT INTO {table} (event_key, {COLS}) SELECT 'pre-' || g, {COLS} "
+                 f"FROM stage, LATERAL (SELECT ctid::text AS g) k LIMIT {min(100_000, a.events)}")
+        for name, group_by, measures in [
+            ("p_sku_hourly", VIEW_ARGS["group_by"], VIEW_ARGS["measures"]),
+            ("p_country_daily", '{"country": "$.country"}', '{"events": "count(*)", "revenue": "sum($.price)"}'),
+            ("p_campaign_hourly", '{"campaign": "$.campaign"}', '{"events": "count(*)", "min_price": "min($.price)"}'),
+        ]:
+            q(c, "SELECT eventview.create_view(%s, 'p_ev', group_by => %s::json, measures => %s::json, "
+                 "time_bucket => '1 hour')", (name, group_by, measures))
+        q(c, "SELECT eventview.refresh_all()")
+        q(c, "VACUUM ANALYZE")
+        q(c, "CHECKPOINT")
+        tables = [("plain partitioned table", "p_plain"), ("pg_eventview, partitioned, 3 views", "p_ev")]
+        rows = q(c, f"SELECT {COLS.replace('payload', 'payload::text')} FROM deltas ORDER BY n LIMIT {a.single_rows}")
+        single = f"INSERT INTO {{table}} (event_key, {COLS}) VALUES (%s, %s, %s, %s, %s, %s::jsonb)"
+        batch = a.batch
+        q(c, f"CREATE TABLE p_stage AS SELECT n, {COLS} FROM deltas ORDER BY n LIMIT {batch}")
+        calls = iter(range(10**9))
+
+        def maintain(i):
+            q(c, "SELECT eventview.refresh_all()")
+
+        def serial(table):
+            def run(i):
+                tag = next(calls)
+                t0 = time.perf_counter()
+                for k, r in enumerate(rows):
+                    c.execute(single.format(table=table), (f"s{tag}-{k}", *r))
+                return (time.perf_counter() - t0) / len(rows)
+            return run
+
+        def insert_select(table):
+            return lambda i: timed(c, f"INSERT INTO {table} (event_key, {COLS}) "
+                                      f"SELECT 'b{next(calls)}-' || n, {COLS} FROM p_stage")
+
+        def copy(table):
+            def run(i):
+                buf = bytearray()
+                with c.cursor() as cur:
+                    with cur.copy(f"COPY (SELECT 'c{next(calls)}-' || n, {COLS} FROM p_stage) TO STDOUT") as cp:
+                        for chunk in cp:
+                            buf += chunk
+                t0 = time.perf_counter()
+                with c.cursor() as cur:
+                    with cur.copy(f"COPY {table} (event_key, {COLS}) FROM STDIN") as w:
+                        w.write(bytes(buf))
+                return time.perf_counter() - t0
+            return run
+
+        log(f"partitioned writes: {len(rows)} serial single-row autocommit INSERTs with keys")
+        t = self.pairs([(name, serial(table)) for name, table in tables], a.write_rounds, maintain)
+        self.report("Partitioned writes", "one session, single-row autocommit INSERT with a key, time per row", t,
+                    "plain partitioned table", {}, unit=us)
+        log(f"partitioned writes: INSERT ... SELECT and COPY of {batch:,} with keys")
+        t = self.pairs([(name, insert_select(table)) for name, table in tables], a.write_rounds, maintain)
+        self.report("Partitioned writes", f"INSERT ... SELECT of {batch:,} events with keys", t,
+                    "plain partitioned table", {})
+        t = self.pairs([(name, copy(table)) for name, table in tables], a.write_rounds, maintain)
+        self.report("Partitioned writes", f"COPY of {batch:,} events with keys", t, "plain partitioned table", {})
+
     # ------------------------------------------------------------------------------- maintenance
     def next_delta(self, size):
         lo = self.delta_at
@@ -546,7 +622,8 @@ def main():
     p.add_argument("--reads", type=int, help="reads per round (default 1000, quick 200)")
     p.add_argument("--single-rows", type=int, help="single-row INSERTs per session and round (default 500, quick 100)")
     p.add_argument("--big-read-groups", type=int, default=0, help="also measure reads at this many groups (e.g. 10000000)")
-    p.add_argument("--only", default="reads,writes,maintenance", help="comma-separated: reads, writes, maintenance")
+    p.add_argument("--only", default="reads,writes,partitioned,maintenance",
+                   help="comma-separated: reads, writes, partitioned, maintenance")
     p.add_argument("--out", default=os.path.join(OUT_DIR, "peers.md"))
     a = p.parse_args()
     a.events = a.events or (100_000 if a.quick else 1_000_000)
@@ -565,6 +642,8 @@ def main():
         b.scenario_reads()
     if "writes" in only:
         b.scenario_writes()
+    if "partitioned" in only:
+        b.scenario_partitioned_writes()
     if "maintenance" in only:
         b.scenario_maintenance()
     if a.big_read_groups:

@@ -310,18 +310,21 @@ fn release_detached(source: &Source) -> EvResult<()> {
         }
         Ok::<_, pgrx::spi::SpiError>(out)
     })?;
-    for (_, name, leaf) in detached {
+    for (relid, name, leaf) in detached {
         if leaf {
             require_applied(source, &name, "detach")?;
             forget_keys_of(source, &name)?;
         }
-        let triggers: Vec<String> = envelope_sql::CAPTURE_OPS
-            .iter()
-            .flat_map(|op| {
-                ["capture", "keys"]
-                    .map(|kind| format!("DROP TRIGGER IF EXISTS eventview_{kind}_{op} ON {name}"))
-            })
-            .collect();
+        let triggers = spi::one::<Vec<String>>(
+            "SELECT coalesce(pg_catalog.array_agg(pg_catalog.format('DROP TRIGGER %I ON %s', g.tgname, $2)), '{}')
+             FROM pg_catalog.pg_trigger g
+             WHERE g.tgrelid = $1 AND g.tgname IN ('eventview_capture_insert', 'eventview_capture_update',
+                                                   'eventview_capture_delete', 'eventview_capture_truncate',
+                                                   'eventview_keys_update', 'eventview_keys_delete',
+                                                   'eventview_keys_truncate')",
+            &[relid.into(), name.as_str().into()],
+        )?
+        .unwrap_or_default();
         spi::run_all(&triggers)?;
     }
     Ok(())

@@ -4,6 +4,9 @@
 //! It reads the `event_id` column of the transition table directly, builds the id array and runs
 //! one kept `INSERT ... VALUES ('I', $1)` into the changelog: about 29 us a single-row INSERT
 //! (BENCHMARKS.md), the whole of what pg_eventview adds to the producers' most common write.
+//! For a partitioned event table it also adds the new rows' keys to its key table with one more
+//! kept statement (`envelope_sql::key_insert`), which is what keeps them unique across
+//! partitions.
 //!
 //! Each event table has its own capture function, `eventview._capture_<source>_insert()`, made
 //! `LANGUAGE c` with the symbol `capture_inserted_rows` and SECURITY DEFINER (its owner, the
@@ -24,10 +27,21 @@ thread_local! {
     /// The kept `INSERT` of each source's changelog, by source id. Postgres' plan cache keeps
     /// each valid (a dropped and recreated changelog is found again by name).
     static INSERTS: RefCell<HashMap<i32, pg_sys::SPIPlanPtr>> = RefCell::new(HashMap::new());
+    /// The kept key insert of each partitioned source, by source id and whether it takes over
+    /// ingest's claims (`envelope_sql::key_insert`).
+    static KEY_INSERTS: RefCell<HashMap<(i32, bool), pg_sys::SPIPlanPtr>> = RefCell::new(HashMap::new());
     /// The source each capture function (by OID) was found to capture when it fires for a
-    /// table (by OID), so that its name and the catalog are read once per function, table and
-    /// backend.
-    static CAPTURED: RefCell<HashMap<(pg_sys::Oid, pg_sys::Oid), i32>> = RefCell::new(HashMap::new());
+    /// table (by OID), and whether that source has a key table, so that its name and the catalog
+    /// are read once per function, table and backend.
+    static CAPTURED: RefCell<HashMap<(pg_sys::Oid, pg_sys::Oid), Captured>> = RefCell::new(HashMap::new());
+}
+
+/// What an insert capture firing for a table captures.
+#[derive(Clone, Copy)]
+struct Captured {
+    source_id: i32,
+    /// The source is a partitioned event table, whose keys the capture adds to its key table.
+    keyed: bool,
 }
 
 /// Tells Postgres that `capture_inserted_rows` uses the version-1 calling convention.
@@ -68,13 +82,17 @@ pub unsafe extern "C-unwind" fn capture_inserted_rows(
     let function = unsafe { (*(*fcinfo).flinfo).fn_oid };
     // SAFETY: the trigger's relation is open while it fires.
     let table = unsafe { (*trigger.tg_relation).rd_id };
-    let source_id = source_capturing(function, table);
+    let captured = source_capturing(function, table);
     // SAFETY: the trigger's relation and transition table are valid while it fires.
-    let ids = unsafe { column_of_new_rows(trigger, c"event_id") };
-    if !ids.is_empty() {
+    let rows = unsafe { read_new_rows(trigger, captured.keyed) };
+    if !rows.ids.is_empty() {
         crate::pg::wakeup::wake_worker_on_commit();
         // SAFETY: ids are int8 datums; the array is built in the trigger's memory context.
-        unsafe { log_inserted(source_id, ids) };
+        unsafe { log_inserted(captured.source_id, rows.ids) };
+    }
+    if !rows.keys.is_empty() {
+        // SAFETY: keys are text datums copied into the trigger's memory context.
+        unsafe { add_keys(captured.source_id, rows.keys) };
     }
     pg_sys::Datum::from(0)
 }
@@ -118,33 +136,48 @@ fn source_of(function: pg_sys::Oid) -> Option<i32> {
 /// The source whose insert capture is `function`, which fires for `table`: refused (09000)
 /// unless `function` is an event table's capture and `table` that event table or a partition
 /// in its tree.
-fn source_capturing(function: pg_sys::Oid, table: pg_sys::Oid) -> i32 {
-    if let Some(source_id) = CAPTURED.with(|c| c.borrow().get(&(function, table)).copied()) {
-        return source_id;
+fn source_capturing(function: pg_sys::Oid, table: pg_sys::Oid) -> Captured {
+    if let Some(captured) = CAPTURED.with(|c| c.borrow().get(&(function, table)).copied()) {
+        return captured;
     }
     let Some(source_id) = source_of(function) else {
         refuse_call("is not the insert capture of an event table");
     };
-    let captures = Spi::get_one_with_args::<bool>(
-        "SELECT s.relid::oid = $2 OR pg_catalog.pg_partition_root($2) = s.relid::oid
+    let captures = Spi::get_one_with_args::<Vec<bool>>(
+        "SELECT ARRAY[coalesce(s.relid::oid = $2 OR pg_catalog.pg_partition_root($2) = s.relid::oid, false),
+                      pg_catalog.to_regclass(pg_catalog.format('eventview._keys_%s', s.source_id)) IS NOT NULL]
          FROM eventview._sources s WHERE s.source_id = $1",
         &[source_id.into(), table.into()],
     );
-    if !matches!(captures, Ok(Some(true))) {
-        refuse_call("is not the insert capture of this table");
-    }
-    CAPTURED.with(|c| c.borrow_mut().insert((function, table), source_id));
-    source_id
+    let keyed = match captures.ok().flatten().as_deref() {
+        Some([true, keyed]) => *keyed,
+        _ => refuse_call("is not the insert capture of this table"),
+    };
+    let captured = Captured { source_id, keyed };
+    CAPTURED.with(|c| c.borrow_mut().insert((function, table), captured));
+    captured
 }
 
-/// The non-null values of column `name` (a bigint) in the trigger's NEW TABLE.
+/// What the insert capture reads of the trigger's NEW TABLE.
+struct NewRows {
+    /// The non-null `event_id`s (int8 datums).
+    ids: Vec<pg_sys::Datum>,
+    /// The non-null `event_key`s (text datums, copied), when asked for.
+    keys: Vec<pg_sys::Datum>,
+}
+
+/// The position (0-based) of column `name` of `desc`, which must be of type `type_oid`.
 ///
 /// # Safety
-/// `trigger` is the TriggerData of a firing statement trigger with a NEW TABLE.
-unsafe fn column_of_new_rows(trigger: &pg_sys::TriggerData, name: &CStr) -> Vec<pg_sys::Datum> {
+/// `rel` is an open relation and `desc` its tuple descriptor.
+unsafe fn column_position(
+    rel: pg_sys::Relation,
+    desc: pg_sys::TupleDesc,
+    name: &CStr,
+    type_oid: pg_sys::Oid,
+    type_name: &str,
+) -> usize {
     unsafe {
-        let rel = trigger.tg_relation;
-        let desc = (*rel).rd_att;
         let natts = (*desc).natts as usize;
         let attrs = (*desc).attrs.as_slice(natts);
         let Some(position) = attrs
@@ -163,12 +196,12 @@ unsafe fn column_of_new_rows(trigger: &pg_sys::TriggerData, name: &CStr) -> Vec<
                 .with_hint("Every event table has the envelope columns create_event_table makes."),
             )
         };
-        if attrs[position].atttypid != pg_sys::INT8OID {
+        if attrs[position].atttypid != type_oid {
             raise(
                 EvError::new(
                     PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
                     format!(
-                        "column {} of event table {} is not a bigint",
+                        "column {} of event table {} is not a {type_name}",
                         name.to_string_lossy(),
                         relation_name(rel)
                     ),
@@ -178,33 +211,59 @@ unsafe fn column_of_new_rows(trigger: &pg_sys::TriggerData, name: &CStr) -> Vec<
                 ),
             )
         }
-        let attnum = position as i32 + 1;
+        position
+    }
+}
+
+/// The new rows' ids, and with `keys` their keys, from the trigger's NEW TABLE.
+///
+/// # Safety
+/// `trigger` is the TriggerData of a firing statement trigger with a NEW TABLE.
+unsafe fn read_new_rows(trigger: &pg_sys::TriggerData, keys: bool) -> NewRows {
+    unsafe {
+        let rel = trigger.tg_relation;
+        let desc = (*rel).rd_att;
+        let id_at = column_position(rel, desc, c"event_id", pg_sys::INT8OID, "bigint");
+        let key_at =
+            keys.then(|| column_position(rel, desc, c"event_key", pg_sys::TEXTOID, "text"));
+        let last = 1 + id_at.max(key_at.unwrap_or(0)) as i32;
         let store = trigger.tg_newtable;
         // A read pointer of its own: other triggers of the statement read the same store.
         let reader = pg_sys::tuplestore_alloc_read_pointer(store, pg_sys::EXEC_FLAG_REWIND as i32);
         pg_sys::tuplestore_select_read_pointer(store, reader);
         pg_sys::tuplestore_rescan(store);
         let slot = pg_sys::MakeSingleTupleTableSlot(desc, &pg_sys::TTSOpsMinimalTuple);
-        let mut ids = Vec::new();
-        let rows = usize::try_from(pg_sys::tuplestore_tuple_count(store)).unwrap_or(0);
-        if ids.try_reserve_exact(rows).is_err() {
+        let mut rows = NewRows {
+            ids: Vec::new(),
+            keys: Vec::new(),
+        };
+        let count = usize::try_from(pg_sys::tuplestore_tuple_count(store)).unwrap_or(0);
+        if rows.ids.try_reserve_exact(count).is_err() {
             raise(EvError::new(
                 PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
-                format!("out of memory for the ids of {rows} new rows"),
+                format!("out of memory for the ids of {count} new rows"),
             ))
         }
         while pg_sys::tuplestore_gettupleslot(store, true, false, slot) {
             pgrx::check_for_interrupts!();
-            if ((*slot).tts_nvalid as i32) < attnum {
-                pg_sys::slot_getsomeattrs_int(slot, attnum);
+            if ((*slot).tts_nvalid as i32) < last {
+                pg_sys::slot_getsomeattrs_int(slot, last);
             }
-            if !*(*slot).tts_isnull.add(position) {
-                ids.push(*(*slot).tts_values.add(position));
+            if !*(*slot).tts_isnull.add(id_at) {
+                rows.ids.push(*(*slot).tts_values.add(id_at));
+            }
+            if let Some(at) = key_at {
+                if !*(*slot).tts_isnull.add(at) {
+                    // Copied (and detoasted): the slot's values go with its next tuple.
+                    let key = (*(*slot).tts_values.add(at)).cast_mut_ptr::<pg_sys::varlena>();
+                    rows.keys
+                        .push(pg_sys::Datum::from(pg_sys::pg_detoast_datum_copy(key)));
+                }
             }
         }
         pg_sys::ExecDropSingleTupleTableSlot(slot);
         pg_sys::tuplestore_select_read_pointer(store, 0);
-        ids
+        rows
     }
 }
 
@@ -255,6 +314,54 @@ unsafe fn log_inserted(source_id: i32, mut ids: Vec<pg_sys::Datum>) {
         let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0);
         if rc != pg_sys::SPI_OK_INSERT as i32 {
             pgrx::error!("capture_inserted_rows: the changelog insert returned {rc}");
+        }
+        pg_sys::SPI_finish();
+    }
+}
+
+/// Adds `keys` to the source's key table (`envelope_sql::key_insert`), taking over the claims of
+/// `eventview.ingest` when this transaction made some (`eventview.keys_claimed` is on).
+///
+/// # Safety
+/// `keys` are text datums; called from a firing trigger.
+unsafe fn add_keys(source_id: i32, mut keys: Vec<pg_sys::Datum>) {
+    unsafe {
+        let claimed = {
+            let value = pg_sys::GetConfigOption(c"eventview.keys_claimed".as_ptr(), true, false);
+            !value.is_null() && CStr::from_ptr(value).to_bytes() == b"on"
+        };
+        let array = pg_sys::construct_array(
+            keys.as_mut_ptr(),
+            keys.len() as i32,
+            pg_sys::TEXTOID,
+            -1,
+            false,
+            b'i' as std::ffi::c_char,
+        );
+        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
+            pgrx::error!("capture_inserted_rows: SPI_connect failed");
+        }
+        let plan = KEY_INSERTS.with(|plans| {
+            *plans
+                .borrow_mut()
+                .entry((source_id, claimed))
+                .or_insert_with(|| {
+                    let text =
+                        CString::new(eventview_core::envelope_sql::key_insert(source_id, claimed))
+                            .expect("no NUL in a key table name");
+                    let mut types = [pg_sys::TEXTARRAYOID];
+                    let plan = pg_sys::SPI_prepare(text.as_ptr(), 1, types.as_mut_ptr());
+                    if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
+                        pgrx::error!("capture_inserted_rows: cannot prepare the key insert");
+                    }
+                    plan
+                })
+        });
+        let mut values = [pg_sys::Datum::from(array)];
+        let nulls = [b' ' as std::ffi::c_char];
+        let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0);
+        if rc != pg_sys::SPI_OK_INSERT as i32 && rc != pg_sys::SPI_OK_INSERT_RETURNING as i32 {
+            pgrx::error!("capture_inserted_rows: the key insert returned {rc}");
         }
         pg_sys::SPI_finish();
     }

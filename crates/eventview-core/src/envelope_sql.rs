@@ -309,10 +309,12 @@ pub fn capture_triggers(source_id: i32, table: &str, ops: &[&str]) -> Vec<String
         .collect()
 }
 
-/// The key triggers of `ops` on `table` (a partitioned event table, or a partition of one).
+/// The key triggers of `ops` on `table` (a partitioned event table, or a partition of one), but
+/// for INSERT, whose keys the insert capture takes (`key_insert`).
 pub fn key_triggers(source_id: i32, table: &str, ops: &[&str]) -> Vec<String> {
     let function = names::capture_function(source_id, KEYS_OP);
     ops.iter()
+        .filter(|op| **op != "insert")
         .map(|op| statement_trigger("keys", table, op, &function))
         .collect()
 }
@@ -359,34 +361,46 @@ pub fn create_key_table(source_id: i32) -> Vec<String> {
     ]
 }
 
-/// Keeps the key table of a partitioned event table equal to the keys of its rows, one statement
-/// at a time, so that a key present twice fails with 23505 (unique_violation) as on a plain
-/// event table. Runs as the table's owner (SECURITY DEFINER, like the capture functions):
-/// - INSERT adds the new rows' keys. Keys `eventview.ingest` claimed in this transaction
-///   (`eventview.keys_claimed`) are taken over: the first row of each is its event, a second one
-///   a duplicate;
-/// - UPDATE that changes a key replaces the statement's old keys with its new ones;
+/// What the insert capture runs, for a partitioned event table, with the new rows' keys (`$1`, a
+/// `text[]` without NULLs): adds them to the key table, so that a key present twice fails with
+/// 23505 (unique_violation) on its primary key, as on a plain event table. Keys `eventview.ingest`
+/// claimed in this transaction (`claimed`: `eventview.keys_claimed` is on) are taken over: the
+/// first row of each is its event, a second one a duplicate. The insert capture has no pinned
+/// search_path, so every operator and function here is schema-qualified (a row_number window
+/// and EXISTS compare with the type's default operator class, found without it).
+pub fn key_insert(source_id: i32, claimed: bool) -> String {
+    let keys = names::key_table(source_id);
+    if !claimed {
+        return format!(
+            "INSERT INTO {keys} (event_key) SELECT u.k FROM pg_catalog.unnest($1::pg_catalog.text[]) AS u(k)"
+        );
+    }
+    format!(
+        "WITH taken AS (
+    UPDATE {keys} t SET claimed_by = NULL
+    WHERE t.claimed_by OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
+      AND t.event_key OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])
+    RETURNING t.event_key
+)
+INSERT INTO {keys} (event_key)
+SELECT n.k
+FROM (SELECT u.k, pg_catalog.row_number() OVER (PARTITION BY u.k) AS nth
+      FROM pg_catalog.unnest($1::pg_catalog.text[]) AS u(k)) n
+WHERE NOT (n.nth OPERATOR(pg_catalog.=) 1
+           AND EXISTS (SELECT 1 FROM taken WHERE taken.event_key OPERATOR(pg_catalog.=) n.k))"
+    )
+}
+
+/// Keeps the key table of a partitioned event table equal to the keys of its rows as they
+/// change (the insert capture adds new rows' keys: `key_insert`). Runs as the table's owner
+/// (SECURITY DEFINER, like the capture functions):
+/// - UPDATE that changes a key replaces the statement's old keys with its new ones (a key
+///   present twice fails with 23505);
 /// - DELETE and TRUNCATE remove the keys of the rows they remove.
 pub fn key_function(source_id: i32) -> String {
     let keys = names::key_table(source_id);
     let body = format!(
-        "    IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
-        IF pg_catalog.current_setting('eventview.keys_claimed', true) IS NOT DISTINCT FROM 'on' THEN
-            WITH taken AS (
-                UPDATE {keys} k SET claimed_by = NULL
-                WHERE k.claimed_by OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
-                  AND k.event_key IN (SELECT event_key FROM new_rows)
-                RETURNING k.event_key
-            )
-            INSERT INTO {keys} (event_key)
-            SELECT n.event_key
-            FROM (SELECT event_key, pg_catalog.row_number() OVER (PARTITION BY event_key) AS nth
-                  FROM new_rows WHERE event_key IS NOT NULL) n
-            WHERE NOT (n.nth OPERATOR(pg_catalog.=) 1 AND n.event_key IN (SELECT event_key FROM taken));
-        ELSE
-            INSERT INTO {keys} (event_key) SELECT event_key FROM new_rows WHERE event_key IS NOT NULL;
-        END IF;
-    ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
+        "    IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
         IF EXISTS (SELECT FROM old_rows o FULL JOIN new_rows n ON n.event_id OPERATOR(pg_catalog.=) o.event_id
                    WHERE o.event_key IS DISTINCT FROM n.event_key) THEN
             DELETE FROM {keys} WHERE event_key IN (SELECT event_key FROM old_rows);

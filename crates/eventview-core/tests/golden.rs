@@ -185,6 +185,13 @@ fn statement_kinds() -> Kinds {
         envelope_sql::create_partitioned_capture(SOURCE_ID, SOURCE_TABLE),
     );
     k.add(
+        "key_insert",
+        [
+            envelope_sql::key_insert(SOURCE_ID, false),
+            envelope_sql::key_insert(SOURCE_ID, true),
+        ],
+    );
+    k.add(
         "partition_capture",
         envelope_sql::partition_capture(SOURCE_ID, "\"shop\".\"cart_events_p20261205\"", true),
     );

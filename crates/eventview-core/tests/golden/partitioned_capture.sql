@@ -51,23 +51,7 @@ REVOKE ALL ON eventview._keys_2 FROM PUBLIC;
 CREATE FUNCTION eventview._capture_2_keys() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $capture$
 BEGIN
-    IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
-        IF pg_catalog.current_setting('eventview.keys_claimed', true) IS NOT DISTINCT FROM 'on' THEN
-            WITH taken AS (
-                UPDATE eventview._keys_2 k SET claimed_by = NULL
-                WHERE k.claimed_by OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
-                  AND k.event_key IN (SELECT event_key FROM new_rows)
-                RETURNING k.event_key
-            )
-            INSERT INTO eventview._keys_2 (event_key)
-            SELECT n.event_key
-            FROM (SELECT event_key, pg_catalog.row_number() OVER (PARTITION BY event_key) AS nth
-                  FROM new_rows WHERE event_key IS NOT NULL) n
-            WHERE NOT (n.nth OPERATOR(pg_catalog.=) 1 AND n.event_key IN (SELECT event_key FROM taken));
-        ELSE
-            INSERT INTO eventview._keys_2 (event_key) SELECT event_key FROM new_rows WHERE event_key IS NOT NULL;
-        END IF;
-    ELSIF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
+    IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
         IF EXISTS (SELECT FROM old_rows o FULL JOIN new_rows n ON n.event_id OPERATOR(pg_catalog.=) o.event_id
                    WHERE o.event_key IS DISTINCT FROM n.event_key) THEN
             DELETE FROM eventview._keys_2 WHERE event_key IN (SELECT event_key FROM old_rows);
@@ -88,8 +72,6 @@ CREATE TRIGGER eventview_capture_insert AFTER INSERT ON "shop"."cart_events" REF
 CREATE TRIGGER eventview_capture_update AFTER UPDATE ON "shop"."cart_events" REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION eventview._capture_2_update();
 
 CREATE TRIGGER eventview_capture_delete AFTER DELETE ON "shop"."cart_events" REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION eventview._capture_2_delete();
-
-CREATE TRIGGER eventview_keys_insert AFTER INSERT ON "shop"."cart_events" REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION eventview._capture_2_keys();
 
 CREATE TRIGGER eventview_keys_update AFTER UPDATE ON "shop"."cart_events" REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION eventview._capture_2_keys();
 
