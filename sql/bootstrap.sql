@@ -499,15 +499,15 @@ CREATE EVENT TRIGGER eventview_follow_partitions ON ddl_command_end
     WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
     EXECUTE FUNCTION eventview._follow_partitions();
 
--- Before DROP TABLE of a partition of an event table: refused (55000) while views have not
--- applied its events (see partitions::before_drop_tables).
-CREATE FUNCTION eventview._before_drop_table() RETURNS event_trigger
-LANGUAGE c AS 'MODULE_PATHNAME', 'before_drop_table';
-REVOKE EXECUTE ON FUNCTION eventview._before_drop_table() FROM PUBLIC;
+-- Before DROP TABLE or ALTER TABLE ... DETACH PARTITION of a partition of an event table:
+-- refused (55000) while views have not applied its events (see partitions::before_removal).
+CREATE FUNCTION eventview._before_partition_removal() RETURNS event_trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'before_partition_removal';
+REVOKE EXECUTE ON FUNCTION eventview._before_partition_removal() FROM PUBLIC;
 
-CREATE EVENT TRIGGER eventview_before_drop_table ON ddl_command_start
-    WHEN TAG IN ('DROP TABLE')
-    EXECUTE FUNCTION eventview._before_drop_table();
+CREATE EVENT TRIGGER eventview_before_partition_removal ON ddl_command_start
+    WHEN TAG IN ('DROP TABLE', 'ALTER TABLE')
+    EXECUTE FUNCTION eventview._before_partition_removal();
 
 -- Whether the view's catalog row still names its relation: a view that reads the view's storage.
 -- A row can outlive its relation (dropped while event triggers did not fire, or under a release

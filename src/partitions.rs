@@ -529,21 +529,41 @@ pub fn claim_keys(relid: pg_sys::Oid, keys: Vec<Option<String>>) -> EvResult<Vec
     Ok(claimed)
 }
 
-/// Before `DROP TABLE` of `tables` (the event trigger `eventview_before_drop_table`): a
-/// partition of an event table goes only once every view has applied its events, else the
-/// command fails with 55000 (dropping is not a retraction: what a view has applied stays, and
-/// what it has not would be lost). Each leaf partition is locked first, as the drop will, so that
-/// nobody writes it after the check. The keys of its events leave the key table.
-pub fn before_drop_tables(tables: &[pg_sys::Oid]) -> EvResult<()> {
+/// What removes a partition from an event table's reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// DROP TABLE.
+    Drop,
+    /// ALTER TABLE ... DETACH PARTITION (also CONCURRENTLY).
+    Detach,
+}
+
+/// Before a DROP TABLE of `tables`, or a DETACH PARTITION of them (the event trigger
+/// `eventview_before_partition_removal`): a partition of an event table goes only once every
+/// view has applied its events, else the command fails with 55000 (dropping or detaching is not
+/// a retraction: what a view has applied stays, and what it has not would be lost). Each leaf
+/// partition is locked first (ACCESS EXCLUSIVE for a drop, as the drop will; SHARE for a detach,
+/// which a DETACH ... CONCURRENTLY holds until its first transaction has taken the partition out
+/// of the table's reads), so that nobody writes it after the check. A dropped partition's keys
+/// leave the key table here; a detached one's when the detach is done (`follow_partitions`).
+pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> {
     roles::api_call(|| {
         for &table in tables {
             let Some(source) = source_of_partition(table)? else {
                 continue;
             };
             for (leaf, name) in leaves_of(table)? {
-                locks::lock_for_dropping(leaf);
-                require_applied(&source, &name, "drop")?;
-                forget_keys_of(&source, &name)?;
+                match removal {
+                    Removal::Drop => {
+                        locks::lock_for_dropping(leaf);
+                        require_applied(&source, &name, "drop")?;
+                        forget_keys_of(&source, &name)?;
+                    }
+                    Removal::Detach => {
+                        locks::lock_against_writes(leaf);
+                        require_applied(&source, &name, "detach")?;
+                    }
+                }
             }
         }
         Ok(())

@@ -469,3 +469,28 @@ def test_a_partition_is_not_registered_on_its_own(db):
         with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
             a.execute("SELECT eventview.register_event_table('ev_d')")
         assert "cannot register public.ev_d: it is a partition of another table" in str(e.value)
+
+
+def test_a_concurrent_detach_is_checked_before_it_takes_the_partition_away(db):
+    """DETACH PARTITION ... CONCURRENTLY (of a table without a default partition) commits the
+    partition out of the table's reads in its first step: it is refused before that step while a
+    view has not applied the partition's events, and goes, capture and keys included, after."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute(f"CREATE TABLE ev ({PARTITIONED_ENVELOPE}, PRIMARY KEY (event_id, occurred_at)) PARTITION BY RANGE (occurred_at)")
+        a.execute("CREATE TABLE ev_jan PARTITION OF ev FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')")
+        a.execute("CREATE TABLE ev_feb PARTITION OF ev FOR VALUES FROM ('2026-02-01') TO ('2026-03-01')")
+        a.execute("SELECT eventview.register_event_table('ev')")
+        a.execute(VIEW)
+        _insert(a, "'2026-01-05'", sku="jan", key="j1")
+        _insert(a, "'2026-02-05'", sku="feb", key="f1")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+            a.execute("ALTER TABLE ev DETACH PARTITION ev_jan CONCURRENTLY")
+        assert _one(a, "SELECT count(*) FROM pg_inherits WHERE inhrelid = 'ev_jan'::regclass AND NOT inhdetachpending") == 1
+        _matches_scratch(a)
+        a.execute("ALTER TABLE ev DETACH PARTITION ev_jan CONCURRENTLY")
+        assert _one(a, "SELECT count(*) FROM pg_inherits WHERE inhrelid = 'ev_jan'::regclass") == 0
+        assert _one(a, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'ev_jan'::regclass") == 0
+        assert a.execute("SELECT event_key FROM eventview._keys_1").fetchall() == [("f1",)]
+        a.execute("INSERT INTO ev_jan (event_id, event_type, occurred_at, payload) VALUES (999, 'o', '2026-01-06', '{}')")
+        a.execute("SELECT eventview.refresh('per_sku')")
+        assert dict((r[0], r[1]) for r in a.execute(FROM_VIEW).fetchall()) == {"jan": 1, "feb": 1}

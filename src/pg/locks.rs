@@ -38,6 +38,12 @@ pub fn lock_for_dropping(relid: pg_sys::Oid) {
     unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE) }
 }
 
+/// SHARE on a relation, waiting for it: no write to it until this transaction ends.
+pub fn lock_against_writes(relid: pg_sys::Oid) {
+    // SAFETY: a relation lock by oid, released at transaction end like LOCK TABLE's.
+    unsafe { pg_sys::LockRelationOid(relid, pg_sys::ShareLock as pg_sys::LOCKMODE) }
+}
+
 fn lock_with_parts_if_free(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> EvResult<bool> {
     if !lock_if_free(relid, mode) {
         return Ok(false);

@@ -6,9 +6,9 @@
 pub mod aggregate;
 pub mod capture_trigger;
 pub mod drop_extension;
-pub mod drop_table;
 pub mod guc;
 pub mod locks;
+pub mod partition_removal;
 pub mod plan_cache;
 pub mod relcache;
 pub mod roles;
