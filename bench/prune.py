@@ -12,6 +12,11 @@ second, so all of them may go. Then, measured:
   during pruning against the same producer right before (baseline, same run);
 - for comparison, the naive way on an identical changelog: one `DELETE FROM` of every record
   in a single transaction, and `TRUNCATE` (what rotating changelog tables would cost).
+Then raw events past retention (--events, 2M by default): the same events, four days old, in a
+plain event table and in one partitioned by day (API.md section 7), each with an idempotency key
+per event, and in a partitioned one without keys; each with `retention => '1 day'` and a view
+that applied them. `eventview.prune()` until it returns 0 on each: calls, time, WAL written, and
+the views unchanged (pruning is not a retraction).
 Results go to bench/out/prune_results.md with the machine line."""
 
 import argparse
@@ -76,6 +81,53 @@ class Producer(threading.Thread):
             time.sleep(0.005)
 
 
+def retention(conn, events):
+    """Raw events past retention: DELETE from a plain event table against dropping the
+    partitions of a partitioned one. Returns result rows."""
+    rows = []
+    for table, partitioned, keyed in [("rp", False, True), ("rq", True, True), ("rn", True, False)]:
+        if partitioned:
+            conn.execute(f"SELECT eventview.create_event_table('{table}', retention => '1 day', partition_interval => '1 day')")
+            for d in range(2, 6):
+                conn.execute(f"""CREATE TABLE {table}_old{d} PARTITION OF {table} FOR VALUES
+                                 FROM (date_bin('1 day', now() - interval '{d} days', '2000-01-01 00:00:00+00'))
+                                 TO (date_bin('1 day', now() - interval '{d} days', '2000-01-01 00:00:00+00') + interval '1 day')""")
+        else:
+            conn.execute(f"SELECT eventview.create_event_table('{table}', retention => '1 day')")
+        key = "'k' || i" if keyed else "NULL"
+        conn.execute(f"""INSERT INTO {table} (event_key, event_type, occurred_at, payload)
+                         SELECT {key}, 'e', now() - interval '4 days' + (i % 86400) * interval '1 second',
+                                jsonb_build_object('kind', i % 10, 'v', i % 7, 'pad', repeat('x', 300))
+                         FROM generate_series(1, {events}) i""")
+        conn.execute(f"""SELECT eventview.create_view('{table}_by_kind', '{table}',
+                         group_by => '{{"kind": "$.kind"}}', measures => '{{"n": "count(*)", "v": "sum($.v)"}}')""")
+        conn.execute("CHECKPOINT")
+        before = conn.execute(f"SELECT * FROM {table}_by_kind ORDER BY 1").fetchall()
+        size = one(conn, f"SELECT pg_size_pretty(sum(pg_total_relation_size(relid))) FROM pg_partition_tree('{table}')"
+                         if partitioned else f"SELECT pg_size_pretty(pg_total_relation_size('{table}'))")
+        lsn = one(conn, "SELECT pg_current_wal_lsn()")
+        calls, t0 = 0, time.perf_counter()
+        pruned = 0
+        while True:
+            got = one(conn, f"SELECT eventview.prune('{table}')")
+            calls += 1
+            pruned += got
+            if got == 0:
+                break
+        took = time.perf_counter() - t0
+        wal = one(conn, "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), %s))", (lsn,))
+        left = one(conn, f"SELECT count(*) FROM {table}")
+        conn.execute(f"SELECT eventview.refresh('{table}_by_kind')")
+        unchanged = conn.execute(f"SELECT * FROM {table}_by_kind ORDER BY 1").fetchall() == before
+        kind = ("partitioned by day (drops 4 partitions)" if partitioned else "plain (deletes in batches)") \
+            + (", with keys" if keyed else ", no keys")
+        rows.append(f"| {events:,} events past retention ({size}), {kind} | {calls} calls, {took:.2f} s, "
+                    f"{pruned:,} events, WAL {wal}; {left} left; view unchanged: {'yes' if unchanged else 'NO'} |")
+        if left or not unchanged:
+            sys.exit(f"retention on {table}: {left} events left, view unchanged: {unchanged}")
+    return rows
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
@@ -87,12 +139,14 @@ def main():
     ap.add_argument("--port", type=int, default=55470)
     ap.add_argument("--dbname", default="prune")
     ap.add_argument("--records", type=int, default=4_000_000)
-    ap.add_argument("--quick", action="store_true", help="400k records")
+    ap.add_argument("--events", type=int, default=2_000_000, help="raw events past retention")
+    ap.add_argument("--quick", action="store_true", help="400k records, 200k events")
     ap.add_argument("--out", default=os.path.join(bench.OUT_DIR, "prune_results.md"),
                     help="results file (default bench/out/prune_results.md)")
     args = ap.parse_args()
     if args.quick:
         args.records = 400_000
+        args.events = 200_000
     so_at_start, load_at_start = bench.so_info(), os.getloadavg()[0]
     with connect(args, "postgres") as c:
         c.execute(f'DROP DATABASE IF EXISTS "{args.dbname}"')
@@ -141,6 +195,9 @@ def main():
     conn.execute(f"TRUNCATE {log3}")
     truncate = time.perf_counter() - t
 
+    print(f"prune: raw events past retention, {args.events:,} per table", file=sys.stderr)
+    retention_rows = retention(conn, args.events)
+
     notes = []
     machine, settings = bench.machine_line(conn, so_at_start, load_at_start, notes)
     lines = [
@@ -161,6 +218,12 @@ def main():
         f"| producer, 10-row INSERT, while pruning | p50 {pct(during, 50) * 1000:.2f} ms, p99 {pct(during, 99) * 1000:.2f} ms ({len(during)} statements) |",
         f"| baseline: one `DELETE FROM` of all {n2:,} records, one transaction | {one_delete:.2f} s |",
         f"| baseline: `TRUNCATE` of a {args.records:,}-record changelog (rotation) | {truncate * 1000:.0f} ms |",
+        "",
+        "Raw events past retention, `eventview.prune()` until it returns 0:",
+        "",
+        "| what | result |",
+        "|---|---|",
+        *retention_rows,
         "",
         "Raw timings of the prune calls (records, seconds): "
         + ", ".join(f"({g}, {t:.3f})" for g, t in calls),
