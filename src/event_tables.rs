@@ -153,7 +153,8 @@ fn start_capture(
                 names::key_table(source_id)
             ),
             format!(
-                "INSERT INTO {} (event_key) SELECT event_key FROM {table_sql} WHERE event_key IS NOT NULL",
+                "INSERT INTO {} (event_key, occurred_at)
+                 SELECT event_key, occurred_at FROM {table_sql} WHERE event_key IS NOT NULL",
                 names::key_table(source_id)
             ),
         ])?;

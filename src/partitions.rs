@@ -313,7 +313,7 @@ fn release_detached(source: &Source) -> EvResult<()> {
     for (relid, name, leaf) in detached {
         if leaf {
             require_applied(source, &name, "detach")?;
-            forget_keys_of(source, &name)?;
+            forget_keys_of(source, relid, &name)?;
         }
         let triggers = spi::one::<Vec<String>>(
             "SELECT coalesce(pg_catalog.array_agg(pg_catalog.format('DROP TRIGGER %I ON %s', g.tgname, $2)), '{}')
@@ -383,7 +383,8 @@ fn capture_partitions(source: &Source, new_rows: bool) -> EvResult<()> {
                     names::changelog(source.source_id)
                 ),
                 format!(
-                    "INSERT INTO {} (event_key) SELECT event_key FROM ONLY {name} WHERE event_key IS NOT NULL",
+                    "INSERT INTO {} (event_key, occurred_at)
+                     SELECT event_key, occurred_at FROM ONLY {name} WHERE event_key IS NOT NULL",
                     names::key_table(source.source_id)
                 ),
             ])?;
@@ -438,7 +439,7 @@ fn drop_expired_as_owner(source: &Source, retention: Interval) -> EvResult<i64> 
         let name = &partition.name_sql;
         let events = spi::one::<i64>(&format!("SELECT pg_catalog.count(*) FROM ONLY {name}"), &[])?
             .unwrap_or(0);
-        forget_keys_of(source, name)?;
+        forget_keys_of(source, partition.relid, name)?;
         spi::run_all(&[format!("DROP TABLE {name}")])?;
         dropped += events;
     }
@@ -557,7 +558,7 @@ pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> 
                     Removal::Drop => {
                         locks::lock_for_dropping(leaf);
                         require_applied(&source, &name, "drop")?;
-                        forget_keys_of(&source, &name)?;
+                        forget_keys_of(&source, leaf, &name)?;
                     }
                     Removal::Detach => {
                         locks::lock_against_writes(leaf);
@@ -625,12 +626,26 @@ fn require_applied(source: &Source, partition: &str, action: &str) -> EvResult<(
 }
 
 /// Removes the keys of the events in `partition` (quoted) from the key table.
-fn forget_keys_of(source: &Source, partition: &str) -> EvResult<()> {
-    spi::run(
-        &format!(
-            "DELETE FROM {} WHERE event_key IN (SELECT event_key FROM ONLY {partition})",
-            names::key_table(source.source_id)
+///
+/// A partition directly below the root with a finite range has exactly the keys whose
+/// `occurred_at` is in its range (the key table follows every change of an event's time): they
+/// are deleted by that range, a few runs of pages found by the key table's BRIN index. Any other
+/// partition's keys are looked up one by one.
+fn forget_keys_of(source: &Source, partition: pg_sys::Oid, name: &str) -> EvResult<()> {
+    let keys = names::key_table(source.source_id);
+    let range = partitions_of(source.relid)?
+        .into_iter()
+        .find(|p| p.relid == partition)
+        .and_then(|p| p.from.zip(p.to));
+    let delete = match range {
+        Some((from, to)) => format!(
+            "DELETE FROM {keys} WHERE occurred_at >= {} AND occurred_at < {}",
+            layout::utc_literal(from),
+            layout::utc_literal(to)
         ),
-        &[],
-    )
+        None => {
+            format!("DELETE FROM {keys} WHERE event_key IN (SELECT event_key FROM ONLY {name})")
+        }
+    };
+    spi::run(&delete, &[])
 }

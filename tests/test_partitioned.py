@@ -156,9 +156,9 @@ def test_keys_are_unique_across_partitions(db):
         assert a.execute("SELECT event_key, count(*) FROM ev WHERE event_key IS NOT NULL GROUP BY 1 ORDER BY 1").fetchall() \
             == [("k1", 1), ("k2", 1), ("k4", 1), ("k5", 1)]
         assert _one(a, "SELECT payload ->> 'qty' FROM ev WHERE event_key = 'k4'") == "2"
-        # The key table holds exactly the keys of the events.
-        assert a.execute("SELECT event_key FROM eventview._keys_1 ORDER BY 1").fetchall() \
-            == a.execute("SELECT event_key FROM ev WHERE event_key IS NOT NULL ORDER BY 1").fetchall()
+        # The key table holds exactly the keys of the events, with their times.
+        assert a.execute("SELECT event_key, occurred_at FROM eventview._keys_1 ORDER BY 1").fetchall() \
+            == a.execute("SELECT event_key, occurred_at FROM ev WHERE event_key IS NOT NULL ORDER BY 1").fetchall()
         _matches_scratch(a)
 
 
@@ -211,6 +211,8 @@ def test_concurrent_producers_never_store_a_key_twice(db):
         assert _one(a, "SELECT count(*) FROM ev") == _one(a, "SELECT count(DISTINCT event_key) FROM ev") == 60
         assert counts["inserted"] + counts["duplicates"] == 3 * 20 * 12
         assert counts["plain"] + counts["refused"] == 120
+        assert a.execute("SELECT event_key, occurred_at FROM eventview._keys_1 ORDER BY 1").fetchall() \
+            == a.execute("SELECT event_key, occurred_at FROM ev ORDER BY 1").fetchall()
         _matches_scratch(a)
 
 

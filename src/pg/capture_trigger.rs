@@ -91,8 +91,9 @@ pub unsafe extern "C-unwind" fn capture_inserted_rows(
         unsafe { log_inserted(captured.source_id, rows.ids) };
     }
     if !rows.keys.is_empty() {
-        // SAFETY: keys are text datums copied into the trigger's memory context.
-        unsafe { add_keys(captured.source_id, rows.keys) };
+        // SAFETY: keys are text datums copied into the trigger's memory context, times the
+        // timestamptz datums of their rows.
+        unsafe { add_keys(captured.source_id, rows.keys, rows.times) };
     }
     pg_sys::Datum::from(0)
 }
@@ -164,6 +165,8 @@ struct NewRows {
     ids: Vec<pg_sys::Datum>,
     /// The non-null `event_key`s (text datums, copied), when asked for.
     keys: Vec<pg_sys::Datum>,
+    /// The `occurred_at` of the rows of `keys`, in the same order (timestamptz datums).
+    times: Vec<pg_sys::Datum>,
 }
 
 /// The position (0-based) of column `name` of `desc`, which must be of type `type_oid`.
@@ -226,7 +229,16 @@ unsafe fn read_new_rows(trigger: &pg_sys::TriggerData, keys: bool) -> NewRows {
         let id_at = column_position(rel, desc, c"event_id", pg_sys::INT8OID, "bigint");
         let key_at =
             keys.then(|| column_position(rel, desc, c"event_key", pg_sys::TEXTOID, "text"));
-        let last = 1 + id_at.max(key_at.unwrap_or(0)) as i32;
+        let time_at = keys.then(|| {
+            column_position(
+                rel,
+                desc,
+                c"occurred_at",
+                pg_sys::TIMESTAMPTZOID,
+                "timestamp with time zone",
+            )
+        });
+        let last = 1 + id_at.max(key_at.unwrap_or(0)).max(time_at.unwrap_or(0)) as i32;
         let store = trigger.tg_newtable;
         // A read pointer of its own: other triggers of the statement read the same store.
         let reader = pg_sys::tuplestore_alloc_read_pointer(store, pg_sys::EXEC_FLAG_REWIND as i32);
@@ -236,6 +248,7 @@ unsafe fn read_new_rows(trigger: &pg_sys::TriggerData, keys: bool) -> NewRows {
         let mut rows = NewRows {
             ids: Vec::new(),
             keys: Vec::new(),
+            times: Vec::new(),
         };
         let count = usize::try_from(pg_sys::tuplestore_tuple_count(store)).unwrap_or(0);
         if rows.ids.try_reserve_exact(count).is_err() {
@@ -252,8 +265,10 @@ unsafe fn read_new_rows(trigger: &pg_sys::TriggerData, keys: bool) -> NewRows {
             if !*(*slot).tts_isnull.add(id_at) {
                 rows.ids.push(*(*slot).tts_values.add(id_at));
             }
-            if let Some(at) = key_at {
+            if let (Some(at), Some(time)) = (key_at, time_at) {
                 if !*(*slot).tts_isnull.add(at) {
+                    // (occurred_at is NOT NULL, a timestamptz passed by value.)
+                    rows.times.push(*(*slot).tts_values.add(time));
                     // Copied (and detoasted): the slot's values go with its next tuple.
                     let key = (*(*slot).tts_values.add(at)).cast_mut_ptr::<pg_sys::varlena>();
                     rows.keys
@@ -319,24 +334,33 @@ unsafe fn log_inserted(source_id: i32, mut ids: Vec<pg_sys::Datum>) {
     }
 }
 
-/// Adds `keys` to the source's key table (`envelope_sql::key_insert`), taking over the claims of
-/// `eventview.ingest` when this transaction made some (`eventview.keys_claimed` is on).
+/// Adds `keys`, with their events' `times`, to the source's key table
+/// (`envelope_sql::key_insert`), taking over the claims of `eventview.ingest` when this
+/// transaction made some (`eventview.keys_claimed` is on).
 ///
 /// # Safety
-/// `keys` are text datums; called from a firing trigger.
-unsafe fn add_keys(source_id: i32, mut keys: Vec<pg_sys::Datum>) {
+/// `keys` are text datums and `times` timestamptz datums, as many; called from a firing trigger.
+unsafe fn add_keys(source_id: i32, mut keys: Vec<pg_sys::Datum>, mut times: Vec<pg_sys::Datum>) {
     unsafe {
         let claimed = {
             let value = pg_sys::GetConfigOption(c"eventview.keys_claimed".as_ptr(), true, false);
             !value.is_null() && CStr::from_ptr(value).to_bytes() == b"on"
         };
-        let array = pg_sys::construct_array(
+        let key_array = pg_sys::construct_array(
             keys.as_mut_ptr(),
             keys.len() as i32,
             pg_sys::TEXTOID,
             -1,
             false,
             b'i' as std::ffi::c_char,
+        );
+        let time_array = pg_sys::construct_array(
+            times.as_mut_ptr(),
+            times.len() as i32,
+            pg_sys::TIMESTAMPTZOID,
+            8,
+            true,
+            b'd' as std::ffi::c_char,
         );
         if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
             pgrx::error!("capture_inserted_rows: SPI_connect failed");
@@ -349,16 +373,19 @@ unsafe fn add_keys(source_id: i32, mut keys: Vec<pg_sys::Datum>) {
                     let text =
                         CString::new(eventview_core::envelope_sql::key_insert(source_id, claimed))
                             .expect("no NUL in a key table name");
-                    let mut types = [pg_sys::TEXTARRAYOID];
-                    let plan = pg_sys::SPI_prepare(text.as_ptr(), 1, types.as_mut_ptr());
+                    let mut types = [pg_sys::TEXTARRAYOID, pg_sys::TIMESTAMPTZARRAYOID];
+                    let plan = pg_sys::SPI_prepare(text.as_ptr(), 2, types.as_mut_ptr());
                     if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
                         pgrx::error!("capture_inserted_rows: cannot prepare the key insert");
                     }
                     plan
                 })
         });
-        let mut values = [pg_sys::Datum::from(array)];
-        let nulls = [b' ' as std::ffi::c_char];
+        let mut values = [
+            pg_sys::Datum::from(key_array),
+            pg_sys::Datum::from(time_array),
+        ];
+        let nulls = [b' ' as std::ffi::c_char, b' ' as std::ffi::c_char];
         let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0);
         if rc != pg_sys::SPI_OK_INSERT as i32 && rc != pg_sys::SPI_OK_INSERT_RETURNING as i32 {
             pgrx::error!("capture_inserted_rows: the key insert returned {rc}");

@@ -350,42 +350,49 @@ pub fn partition_capture(source_id: i32, partition: &str, leaf: bool) -> Vec<Str
 /// (`eventview._capture_<source>_keys`).
 pub const KEYS_OP: &str = "keys";
 
-/// The key table of a partitioned event table: each `event_key` present in the table, once.
-/// `claimed_by` marks a key `eventview.ingest` has taken for an event it is inserting in that
-/// transaction (see `key_function`).
+/// The key table of a partitioned event table: each `event_key` present in the table, once, with
+/// its event's `occurred_at`. `claimed_by` marks a key `eventview.ingest` has taken for an event
+/// it is inserting in that transaction (see `key_insert`). Keys arrive in about the order of
+/// their events' times, so a BRIN index on `occurred_at` finds the keys of a partition's time
+/// range as a few runs of pages: a partition dropped takes its keys along by that range.
 pub fn create_key_table(source_id: i32) -> Vec<String> {
     let keys = names::key_table(source_id);
     vec![
-        format!("CREATE TABLE {keys} (event_key text PRIMARY KEY, claimed_by xid8)"),
+        format!(
+            "CREATE TABLE {keys} (event_key text PRIMARY KEY, claimed_by xid8, occurred_at timestamptz)"
+        ),
+        format!("CREATE INDEX ON {keys} USING brin (occurred_at)"),
         format!("REVOKE ALL ON {keys} FROM PUBLIC"),
     ]
 }
 
 /// What the insert capture runs, for a partitioned event table, with the new rows' keys (`$1`, a
-/// `text[]` without NULLs): adds them to the key table, so that a key present twice fails with
-/// 23505 (unique_violation) on its primary key, as on a plain event table. Keys `eventview.ingest`
+/// `text[]` without NULLs) and their events' times (`$2`, a `timestamptz[]` in the same order):
+/// adds them to the key table, so that a key present twice fails with 23505 (unique_violation)
+/// on its primary key, as on a plain event table. Keys `eventview.ingest`
 /// claimed in this transaction (`claimed`: `eventview.keys_claimed` is on) are taken over: the
 /// first row of each is its event, a second one a duplicate. The insert capture has no pinned
 /// search_path, so every operator and function here is schema-qualified (a row_number window
 /// and EXISTS compare with the type's default operator class, found without it).
 pub fn key_insert(source_id: i32, claimed: bool) -> String {
     let keys = names::key_table(source_id);
+    let new_keys = "ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.timestamptz[])) AS u(k, at)";
     if !claimed {
         return format!(
-            "INSERT INTO {keys} (event_key) SELECT u.k FROM pg_catalog.unnest($1::pg_catalog.text[]) AS u(k)"
+            "INSERT INTO {keys} (event_key, occurred_at) SELECT u.k, u.at FROM {new_keys}"
         );
     }
     format!(
         "WITH taken AS (
-    UPDATE {keys} t SET claimed_by = NULL
-    WHERE t.claimed_by OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
-      AND t.event_key OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])
+    UPDATE {keys} t SET claimed_by = NULL, occurred_at = f.at
+    FROM (SELECT DISTINCT ON (u.k) u.k, u.at FROM {new_keys}) f
+    WHERE t.event_key OPERATOR(pg_catalog.=) f.k
+      AND t.claimed_by OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
     RETURNING t.event_key
 )
-INSERT INTO {keys} (event_key)
-SELECT n.k
-FROM (SELECT u.k, pg_catalog.row_number() OVER (PARTITION BY u.k) AS nth
-      FROM pg_catalog.unnest($1::pg_catalog.text[]) AS u(k)) n
+INSERT INTO {keys} (event_key, occurred_at)
+SELECT n.k, n.at
+FROM (SELECT u.k, u.at, pg_catalog.row_number() OVER (PARTITION BY u.k) AS nth FROM {new_keys}) n
 WHERE NOT (n.nth OPERATOR(pg_catalog.=) 1
            AND EXISTS (SELECT 1 FROM taken WHERE taken.event_key OPERATOR(pg_catalog.=) n.k))"
     )
@@ -394,17 +401,19 @@ WHERE NOT (n.nth OPERATOR(pg_catalog.=) 1
 /// Keeps the key table of a partitioned event table equal to the keys of its rows as they
 /// change (the insert capture adds new rows' keys: `key_insert`). Runs as the table's owner
 /// (SECURITY DEFINER, like the capture functions):
-/// - UPDATE that changes a key replaces the statement's old keys with its new ones (a key
-///   present twice fails with 23505);
+/// - UPDATE that changes a key or an event's time replaces the statement's old keys with its new
+///   ones (a key present twice fails with 23505);
 /// - DELETE and TRUNCATE remove the keys of the rows they remove.
 pub fn key_function(source_id: i32) -> String {
     let keys = names::key_table(source_id);
     let body = format!(
         "    IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
         IF EXISTS (SELECT FROM old_rows o FULL JOIN new_rows n ON n.event_id OPERATOR(pg_catalog.=) o.event_id
-                   WHERE o.event_key IS DISTINCT FROM n.event_key) THEN
+                   WHERE o.event_key IS DISTINCT FROM n.event_key
+                      OR (n.event_key IS NOT NULL AND o.occurred_at IS DISTINCT FROM n.occurred_at)) THEN
             DELETE FROM {keys} WHERE event_key IN (SELECT event_key FROM old_rows);
-            INSERT INTO {keys} (event_key) SELECT event_key FROM new_rows WHERE event_key IS NOT NULL;
+            INSERT INTO {keys} (event_key, occurred_at)
+            SELECT event_key, occurred_at FROM new_rows WHERE event_key IS NOT NULL;
         END IF;
     ELSIF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
         DELETE FROM {keys} WHERE event_key IN (SELECT event_key FROM old_rows);

@@ -44,7 +44,9 @@ BEGIN
 END
 $capture$;
 
-CREATE TABLE eventview._keys_2 (event_key text PRIMARY KEY, claimed_by xid8);
+CREATE TABLE eventview._keys_2 (event_key text PRIMARY KEY, claimed_by xid8, occurred_at timestamptz);
+
+CREATE INDEX ON eventview._keys_2 USING brin (occurred_at);
 
 REVOKE ALL ON eventview._keys_2 FROM PUBLIC;
 
@@ -53,9 +55,11 @@ SET search_path = pg_catalog, pg_temp AS $capture$
 BEGIN
     IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
         IF EXISTS (SELECT FROM old_rows o FULL JOIN new_rows n ON n.event_id OPERATOR(pg_catalog.=) o.event_id
-                   WHERE o.event_key IS DISTINCT FROM n.event_key) THEN
+                   WHERE o.event_key IS DISTINCT FROM n.event_key
+                      OR (n.event_key IS NOT NULL AND o.occurred_at IS DISTINCT FROM n.occurred_at)) THEN
             DELETE FROM eventview._keys_2 WHERE event_key IN (SELECT event_key FROM old_rows);
-            INSERT INTO eventview._keys_2 (event_key) SELECT event_key FROM new_rows WHERE event_key IS NOT NULL;
+            INSERT INTO eventview._keys_2 (event_key, occurred_at)
+            SELECT event_key, occurred_at FROM new_rows WHERE event_key IS NOT NULL;
         END IF;
     ELSIF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
         DELETE FROM eventview._keys_2 WHERE event_key IN (SELECT event_key FROM old_rows);
