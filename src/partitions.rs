@@ -149,8 +149,8 @@ pub fn create_default_partition(relid: pg_sys::Oid) -> EvResult<()> {
 
 /// Makes the partitions of `source` from the one holding the present through
 /// `eventview.partition_premake` ahead (as the table's owner), skipping ranges a partition
-/// covers already, and captures them. Returns how many it made. None for a table whose
-/// partitions pg_eventview does not make.
+/// covers already, and captures them. Returns how many it made (none for a table whose
+/// partitions pg_eventview does not make).
 pub fn make_partitions(source: &Source) -> EvResult<usize> {
     let Some(interval) = catalog::partition_interval(source.source_id)? else {
         return Ok(0);
