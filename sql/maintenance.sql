@@ -284,6 +284,13 @@ BEGIN
     EXCEPTION WHEN others THEN
         RAISE WARNING 'pg_eventview: pruning failed: %', SQLERRM;
     END;
+EXCEPTION WHEN undefined_table OR undefined_function OR invalid_schema_name THEN
+    -- A DROP EXTENSION pg_eventview that committed while this run went on (waiting for a lock it
+    -- held, say) leaves nothing to maintain: the run ends quietly, as the next one would find no
+    -- extension (the background worker must not fail over it).
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pg_eventview') THEN
+        RAISE;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION eventview.run_maintenance() IS
