@@ -5,9 +5,16 @@ holding up producers.
 
 Set-up: an event table of 10k events feeding one view; N/10k UPDATE statements of all 10k
 events make N changelog records ('U' rows); one refresh applies them; delta_retention is one
-second, so all of them may go. Then, measured:
+second, so all of them may go. Twice:
+- by DELETE: no prune runs while the records are written, so they outrun the changelog's first
+  segment into its default partition, and go by the batched DELETE (as every changelog record
+  went before changelog segments; as those of a segment still filling do);
+- by segments: segments of 1M records (eventview.changelog_segment_min and _max), made ahead by
+  a prune after each UPDATE, as run_maintenance makes them; complete and applied, each goes by
+  one TRUNCATE, then a DROP.
+Measured each time:
 - `eventview.prune()` called until it returns 0: calls, time per call (each call is one
-  transaction of at most eventview.prune_max_rows records), total time and records/s;
+  transaction), total time, records/s and WAL written;
 - meanwhile a producer inserting 10-row batches in its own connection: its latency p50/p99
   during pruning against the same producer right before (baseline, same run);
 - for comparison, the naive way on an identical changelog: one `DELETE FROM` of every record
@@ -43,8 +50,12 @@ def one(conn, sql, params=None):
     return conn.execute(sql, params).fetchone()[0]
 
 
-def build_changelog(conn, table, records):
-    """An event table whose changelog holds `records` applied records; returns its changelog."""
+def build_changelog(conn, table, records, segment=None):
+    """An event table whose changelog holds `records` applied records; returns its changelog.
+    With `segment`, in segments of that many records, made ahead as the records come."""
+    if segment:
+        conn.execute(f"SET eventview.changelog_segment_min = {segment}")
+        conn.execute(f"SET eventview.changelog_segment_max = {segment}")
     conn.execute(f"SELECT eventview.create_event_table('{table}', delta_retention => '1 second')")
     conn.execute(f"""SELECT eventview.create_view('{table}_by_type', '{table}',
                      group_by => '{{"kind": "$.kind"}}', measures => '{{"n": "count(*)", "v": "sum($.v)"}}')""")
@@ -54,6 +65,10 @@ def build_changelog(conn, table, records):
     rounds = records // EVENTS
     for r in range(rounds):
         conn.execute(f"UPDATE {table} SET payload = jsonb_set(payload, '{{v}}', to_jsonb({r + 1}))")
+        if segment:
+            conn.execute(f"SELECT eventview.prune('{table}')")
+    conn.execute("RESET eventview.changelog_segment_min")
+    conn.execute("RESET eventview.changelog_segment_max")
     conn.execute(f"SELECT eventview.refresh('{table}_by_type')")
     source_id = one(conn, f"SELECT source_id FROM eventview._sources WHERE relid = '{table}'::regclass")
     log = f"eventview._changes_{source_id}"
@@ -128,6 +143,52 @@ def retention(conn, events):
     return rows
 
 
+def prune_until_done(args, conn, table, log):
+    """`eventview.prune(table)` until it returns 0, with a producer writing the table meanwhile:
+    calls (records, seconds), WAL, the producer's latencies before and during, records left."""
+    last_seq = one(conn, f"SELECT max(seq) FROM {log}")
+    producer = Producer(args, table)
+    producer.start()
+    time.sleep(3)
+    conn.execute("CHECKPOINT")
+    lsn = one(conn, "SELECT pg_current_wal_lsn()")
+    producer.phase = "prune"
+    calls = []
+    while True:
+        t = time.perf_counter()
+        got = one(conn, f"SELECT eventview.prune('{table}')")
+        calls.append((got, time.perf_counter() - t))
+        if got == 0:
+            break
+    wal = one(conn, "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), %s))", (lsn,))
+    producer.phase = "after"
+    time.sleep(1)
+    producer.stop = True
+    producer.join()
+    # (The producer's own records are recent: they stay.)
+    left = one(conn, f"SELECT count(*) FROM {log} WHERE seq <= %s", (last_seq,))
+    return {"calls": calls, "wal": wal, "left": left,
+            "base": [x for p, x in producer.lat if p == "baseline"],
+            "during": [x for p, x in producer.lat if p == "prune"]}
+
+
+def pruning_rows(what, r):
+    calls = r["calls"]
+    pruned = sum(g for g, _ in calls)
+    total = sum(t for _, t in calls)
+    working = [t for g, t in calls if g] or [0.0]
+    return [
+        f"| {what}: `eventview.prune()` until it returns 0 | {len(calls)} calls ({len(calls) - 1} pruning), "
+        f"{total:.2f} s in total, {pruned / total:,.0f} records/s, WAL {r['wal']}; {r['left']} records left |",
+        f"| {what}: time per pruning call (one transaction each) | median {statistics.median(working) * 1000:.0f} ms, "
+        f"max {max(working) * 1000:.0f} ms |",
+        f"| {what}: producer, 10-row INSERT, before pruning | p50 {pct(r['base'], 50) * 1000:.2f} ms, "
+        f"p99 {pct(r['base'], 99) * 1000:.2f} ms ({len(r['base'])} statements) |",
+        f"| {what}: producer, 10-row INSERT, while pruning | p50 {pct(r['during'], 50) * 1000:.2f} ms, "
+        f"p99 {pct(r['during'], 99) * 1000:.2f} ms ({len(r['during'])} statements) |",
+    ]
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
@@ -140,6 +201,7 @@ def main():
     ap.add_argument("--dbname", default="prune")
     ap.add_argument("--records", type=int, default=4_000_000)
     ap.add_argument("--events", type=int, default=2_000_000, help="raw events past retention")
+    ap.add_argument("--segment", type=int, default=1_000_000, help="records per changelog segment")
     ap.add_argument("--quick", action="store_true", help="400k records, 200k events")
     ap.add_argument("--out", default=os.path.join(bench.OUT_DIR, "prune_results.md"),
                     help="results file (default bench/out/prune_results.md)")
@@ -147,6 +209,7 @@ def main():
     if args.quick:
         args.records = 400_000
         args.events = 200_000
+        args.segment = 100_000
     so_at_start, load_at_start = bench.so_info(), os.getloadavg()[0]
     with connect(args, "postgres") as c:
         c.execute(f'DROP DATABASE IF EXISTS "{args.dbname}"')
@@ -155,33 +218,19 @@ def main():
     conn.execute("CREATE EXTENSION pg_eventview")
     t0 = time.perf_counter()
     log, n = build_changelog(conn, "ev", args.records)
-    size_before = one(conn, f"SELECT pg_size_pretty(pg_total_relation_size('{log}'))")
+    size_before = one(conn, f"SELECT pg_size_pretty(sum(pg_total_relation_size(relid))) FROM pg_partition_tree('{log}')")
     print(f"prune: changelog {log} holds {n:,} applied records ({size_before}), built in "
           f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
-    last_seq = one(conn, f"SELECT max(seq) FROM {log}")
-    producer = Producer(args, "ev")
-    producer.start()
-    time.sleep(3)
-    producer.phase = "prune"
-    calls = []
-    while True:
-        t = time.perf_counter()
-        got = one(conn, "SELECT eventview.prune('ev')")
-        calls.append((got, time.perf_counter() - t))
-        if got == 0:
-            break
-    producer.phase = "after"
-    time.sleep(1)
-    producer.stop = True
-    producer.join()
-    # (The producer's own records are recent: they stay.)
-    left = one(conn, f"SELECT count(*) FROM {log} WHERE seq <= %s", (last_seq,))
+    by_delete = prune_until_done(args, conn, "ev", log)
+    log_s, n_s = build_changelog(conn, "evs", args.records, segment=args.segment)
+    size_s = one(conn, f"SELECT pg_size_pretty(sum(pg_total_relation_size(relid))) FROM pg_partition_tree('{log_s}')")
+    segments = one(conn, f"SELECT count(*) - 1 FROM pg_partition_tree('{log_s}') WHERE isleaf")
+    print(f"prune: changelog {log_s} holds {n_s:,} applied records ({size_s}) in {segments} segments",
+          file=sys.stderr)
+    by_segments = prune_until_done(args, conn, "evs", log_s)
+    left = by_delete["left"] + by_segments["left"]
     max_rows = one(conn, "SELECT current_setting('eventview.prune_max_rows')")
-    pruned = sum(g for g, _ in calls)
-    total = sum(t for _, t in calls)
-    base = [x for p, x in producer.lat if p == "baseline"]
-    during = [x for p, x in producer.lat if p == "prune"]
 
     # The naive ways, on an identical changelog.
     log2, n2 = build_changelog(conn, "ev2", args.records)
@@ -206,16 +255,14 @@ def main():
         f"Machine: {machine}",
         f"Settings: {settings}",
         "",
-        f"Changelog of {n:,} records applied by every consumer ({size_before}), past delta_retention.",
+        f"Changelogs of {n:,} records applied by every consumer, past delta_retention: by DELETE "
+        f"({size_before}; prune_max_rows = {int(max_rows):,} a call), and by segments of {args.segment:,} "
+        f"records ({size_s}, {segments} segments).",
         "",
         "| what | result |",
         "|---|---|",
-        f"| `eventview.prune()` until it returns 0 | {len(calls)} calls ({len(calls) - 1} pruning, prune_max_rows = {int(max_rows):,}), "
-        f"{total:.2f} s in total, {pruned / total:,.0f} records/s; {left} records left |",
-        f"| time per pruning call (one transaction each) | median {statistics.median([t for g, t in calls if g]) * 1000:.0f} ms, "
-        f"max {max(t for g, t in calls if g) * 1000:.0f} ms |",
-        f"| producer, 10-row INSERT, before pruning | p50 {pct(base, 50) * 1000:.2f} ms, p99 {pct(base, 99) * 1000:.2f} ms ({len(base)} statements) |",
-        f"| producer, 10-row INSERT, while pruning | p50 {pct(during, 50) * 1000:.2f} ms, p99 {pct(during, 99) * 1000:.2f} ms ({len(during)} statements) |",
+        *pruning_rows("by DELETE", by_delete),
+        *pruning_rows(f"by segments of {args.segment:,}", by_segments),
         f"| baseline: one `DELETE FROM` of all {n2:,} records, one transaction | {one_delete:.2f} s |",
         f"| baseline: `TRUNCATE` of a {args.records:,}-record changelog (rotation) | {truncate * 1000:.0f} ms |",
         "",
@@ -225,8 +272,10 @@ def main():
         "|---|---|",
         *retention_rows,
         "",
-        "Raw timings of the prune calls (records, seconds): "
-        + ", ".join(f"({g}, {t:.3f})" for g, t in calls),
+        "Raw timings of the prune calls (records, seconds), by DELETE: "
+        + ", ".join(f"({g}, {t:.3f})" for g, t in by_delete["calls"]),
+        "",
+        "By segments: " + ", ".join(f"({g}, {t:.3f})" for g, t in by_segments["calls"]),
     ] + [f"- {x}" for x in notes]
     text = "\n".join(lines) + "\n"
     bench.write_out(args.out, text)

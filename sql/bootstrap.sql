@@ -166,6 +166,19 @@ CREATE TABLE eventview.quarantine (
 CREATE INDEX ON eventview.quarantine (view_name, event_id);
 COMMENT ON TABLE eventview.quarantine IS 'pg_eventview: envelopes the ingest gate refused (view_name NULL) and events left out of a view because a value had the wrong JSON type';
 
+-- When each changelog segment was made (src/changelog.rs), and the first record number not
+-- given out then: the rate of records that sizes the next segment, and the time by which every
+-- record of a segment was logged (one is made only once record numbers passed the segments
+-- before it). Not dumped: a restored segment is noted when it is found, no earlier than it was
+-- made, so no record goes before its delta_retention.
+CREATE TABLE eventview._changelog_segments (
+    source_id integer NOT NULL,
+    lo        bigint NOT NULL,
+    made_at   timestamptz NOT NULL DEFAULT now(),
+    made_seq  bigint NOT NULL,
+    PRIMARY KEY (source_id, lo)
+);
+
 SELECT pg_catalog.pg_extension_config_dump('eventview._sources', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._sources_source_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._views', '');

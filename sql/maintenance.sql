@@ -49,11 +49,13 @@ LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Deletes the applied changelog records of one event table older than delta_retention, at most
--- max_rows: walks the (xid, seq) index upwards in windows of at most 10,000 records below the
+-- max_rows, from its changelog p_log: what whole segments did not take along (src/changelog.rs).
+-- Walks the (xid, seq) index upwards in windows of at most 10,000 records below the
 -- smallest xmax of the consumers, each window found by an index scan that starts where the
 -- previous one ended, and deletes the window's records every consumer has applied
 -- (eventview._applied). Work is linear in the records walked, whatever the transaction sizes.
-CREATE FUNCTION eventview._prune_changelog(p_source_id integer, p_delta_retention interval, p_max_rows bigint)
+-- Run by the changelog's owner (eventview._prune_changelog_segments).
+CREATE FUNCTION eventview._prune_changelog(p_source_id integer, p_log regclass, p_delta_retention interval, p_max_rows bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -75,9 +77,9 @@ BEGIN
     LOOP
         EXECUTE format('SELECT count(*), (array_agg(xid ORDER BY xid DESC, seq DESC))[1],
                                (array_agg(seq ORDER BY xid DESC, seq DESC))[1], min(logged_at)
-                        FROM (SELECT xid, seq, logged_at FROM eventview._changes_%s
+                        FROM (SELECT xid, seq, logged_at FROM %s
                               WHERE (xid, seq) > ($1, $2) AND xid < $3
-                              ORDER BY xid, seq LIMIT $4) w', p_source_id)
+                              ORDER BY xid, seq LIMIT $4) w', p_log)
             INTO n, hi_xid, hi_seq, oldest USING lo_xid, lo_seq, below, least(batch_size, p_max_rows - done);
         EXIT WHEN n = 0;
         EXECUTE format($q$
@@ -89,7 +91,7 @@ BEGIN
                 FROM eventview._sources WHERE source_id = $1
             ),
             gone AS (
-                DELETE FROM eventview._changes_%s c
+                DELETE FROM %s c
                 WHERE (c.xid, c.seq) > ($3, $4) AND (c.xid, c.seq) <= ($5, $6)
                   AND c.logged_at < now() - $2
                   AND NOT EXISTS (SELECT 1 FROM consumers k
@@ -97,7 +99,7 @@ BEGIN
                 RETURNING 1
             )
             SELECT count(*) FROM gone
-        $q$, p_source_id)
+        $q$, p_log)
         INTO m USING p_source_id, p_delta_retention, lo_xid, lo_seq, hi_xid, hi_seq;
         done := done + m;
         lo_xid := hi_xid;
@@ -108,6 +110,36 @@ BEGIN
                   OR oldest >= now() - p_delta_retention;
     END LOOP;
     RETURN done;
+END
+$$;
+
+REVOKE EXECUTE ON FUNCTION eventview._prune_changelog(integer, regclass, interval, bigint) FROM PUBLIC;
+
+-- Rotates the changelog of one event table (src/changelog.rs): drops the segments emptied
+-- before, empties the applied ones past delta_retention, deletes the applied records of the
+-- default partition, and makes the next segment ahead of the records. Each lock it needs is
+-- waited for at most lock_timeout (100 ms here): a changelog that others hold for longer is left
+-- to a later run, with a NOTICE, while a drop that waits for the captures of the moment holds
+-- new ones back for no longer than that. Returns the records pruned.
+CREATE FUNCTION eventview._rotate_changelog(p_source_id integer, p_delta_retention interval, p_max_rows bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '100ms' AS $$
+DECLARE
+    pruned bigint := 0;
+BEGIN
+    BEGIN
+        pruned := eventview._prune_changelog_segments(p_source_id, p_delta_retention, p_max_rows);
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE NOTICE 'pg_eventview: changelog of % not pruned: another session holds it',
+            (SELECT relid FROM eventview._sources WHERE source_id = p_source_id);
+    END;
+    BEGIN
+        PERFORM eventview._make_changelog_segments(p_source_id);
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE NOTICE 'pg_eventview: no changelog segment made for %: another session holds the changelog',
+            (SELECT relid FROM eventview._sources WHERE source_id = p_source_id);
+    END;
+    RETURN pruned;
 END
 $$;
 
@@ -149,7 +181,7 @@ BEGIN
                 CONTINUE;
             END;
         END IF;
-        total := total + eventview._prune_changelog(s.source_id, s.delta_retention, max_rows);
+        total := total + eventview._rotate_changelog(s.source_id, s.delta_retention, max_rows);
         IF s.retention IS NOT NULL THEN
             -- As the table's owner (its triggers must not run with the maintainer's rights).
             -- Its triggers may also fail: when pruning every table, that one is skipped with a

@@ -1,5 +1,5 @@
 //! Every statement the extension's Rust code runs on its own tables (`eventview._sources`,
-//! `eventview._views`, `eventview._fields`, and the drift and quarantine rows of a table that is
+//! `eventview._views`, `eventview._fields`, `eventview._changelog_segments`, and the drift and quarantine rows of a table that is
 //! forgotten). Two kinds of statement read or write catalog rows elsewhere, on purpose: the
 //! generated refresh and observer statements (`eventview_core::sqlgen`, `observe_sql`) store
 //! the consumer's new position in the same statement that applies the changes, so both commit
@@ -268,8 +268,87 @@ pub fn delete_source(source_id: i32) -> EvResult<()> {
     spi::run(
         "WITH fields AS (DELETE FROM eventview._fields WHERE source_id = $1 RETURNING 1),
               observed AS (DELETE FROM eventview._observed WHERE source_id = $1 RETURNING 1),
-              versions AS (DELETE FROM eventview._observed_versions WHERE source_id = $1 RETURNING 1)
+              versions AS (DELETE FROM eventview._observed_versions WHERE source_id = $1 RETURNING 1),
+              segments AS (DELETE FROM eventview._changelog_segments WHERE source_id = $1 RETURNING 1)
          DELETE FROM eventview._sources WHERE source_id = $1",
+        &[source_id.into()],
+    )
+}
+
+/// What `eventview._changelog_segments` knows of one changelog segment: when it was made, and
+/// the first record number not given out then.
+pub struct SegmentMade {
+    pub lo: i64,
+    /// Seconds since the Unix epoch.
+    pub made_at: f64,
+    pub made_seq: i64,
+}
+
+/// The segments of source `source_id` noted as made, in ascending order.
+pub fn segments_made(source_id: i32) -> EvResult<Vec<SegmentMade>> {
+    Ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(
+            "SELECT lo, EXTRACT(epoch FROM made_at)::float8, made_seq
+             FROM eventview._changelog_segments WHERE source_id = $1 ORDER BY lo",
+            None,
+            &[source_id.into()],
+        )? {
+            if let (Some(lo), Some(made_at), Some(made_seq)) =
+                (row.get::<i64>(1)?, row.get::<f64>(2)?, row.get::<i64>(3)?)
+            {
+                out.push(SegmentMade {
+                    lo,
+                    made_at,
+                    made_seq,
+                });
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?)
+}
+
+/// Notes segment `lo` of source `source_id` as made now, when record number `made_seq` was the
+/// next to be given out (a segment found without a note, as after a restore, is noted when it
+/// is found: no earlier than it was made).
+pub fn note_segment_made(source_id: i32, lo: i64, made_seq: i64) -> EvResult<()> {
+    spi::run(
+        "INSERT INTO eventview._changelog_segments (source_id, lo, made_seq) VALUES ($1, $2, $3)
+         ON CONFLICT (source_id, lo) DO NOTHING",
+        &[source_id.into(), lo.into(), made_seq.into()],
+    )
+}
+
+/// Forgets the notes of the segments of source `source_id` starting at `los` (dropped), or of
+/// all of its segments (None: the changelog is gone).
+pub fn forget_segments(source_id: i32, los: Option<Vec<i64>>) -> EvResult<()> {
+    spi::run(
+        "DELETE FROM eventview._changelog_segments
+         WHERE source_id = $1 AND ($2::int8[] IS NULL OR lo = ANY ($2))",
+        &[source_id.into(), los.into()],
+    )
+}
+
+/// The `delta_retention` of source `source_id`, in seconds.
+pub fn delta_retention_seconds(source_id: i32) -> EvResult<f64> {
+    Ok(spi::one::<f64>(
+        "SELECT EXTRACT(epoch FROM delta_retention)::float8 FROM eventview._sources WHERE source_id = $1",
+        &[source_id.into()],
+    )?
+    .unwrap_or(0.0))
+}
+
+/// The transaction id below which every consumer of source `source_id` (its views and its
+/// field observer) has applied every changelog record: the smallest xmin of their applied
+/// snapshots, and of their own transactions (a consumer that ran inside a writing transaction
+/// applied that transaction's records only up to a position). As text of a number; None without
+/// consumers.
+pub fn applied_horizon(source_id: i32) -> EvResult<Option<i64>> {
+    spi::one::<i64>(
+        "SELECT pg_catalog.min(LEAST(pg_catalog.pg_snapshot_xmin(k.s), k.own))::text::int8
+         FROM (SELECT applied_snapshot AS s, applied_own_xid AS own FROM eventview._views WHERE source_id = $1
+               UNION ALL
+               SELECT observed_snapshot, observed_own_xid FROM eventview._sources WHERE source_id = $1) k",
         &[source_id.into()],
     )
 }

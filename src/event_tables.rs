@@ -3,6 +3,7 @@
 
 use crate::catalog;
 use crate::errors::{EvError, EvResult};
+use crate::gucs;
 use crate::partitions;
 use crate::pg::roles;
 use crate::pg::spi;
@@ -136,7 +137,12 @@ fn start_capture(
 ) -> EvResult<()> {
     let source_id = catalog::insert_source(relid, retention, delta_retention, partition_interval)?;
     let table_sql = relation::qualified(relid)?;
-    spi::run_all(&envelope_sql::create_changelog(source_id))?;
+    spi::run_all(&envelope_sql::create_changelog(
+        source_id,
+        gucs::changelog_first_segment(),
+    ))?;
+    let first = eventview_core::changelog_segments::FIRST_SEQ;
+    catalog::note_segment_made(source_id, first, first)?;
     let owner = privileges::role_ident(privileges::table_owner(relid)?)?;
     spi::run_all(&[format!(
         "GRANT SELECT, INSERT, DELETE ON {} TO {owner}",

@@ -25,6 +25,10 @@ pub static MAINTENANCE_LOCK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new
 /// How many partitions of a partitioned event table `run_maintenance` keeps made ahead of the
 /// one holding the present.
 pub static PARTITION_PREMAKE: GucSetting<i32> = GucSetting::<i32>::new(4);
+/// The fewest record numbers a changelog segment covers (`eventview_core::changelog_segments`).
+pub static CHANGELOG_SEGMENT_MIN: GucSetting<i32> = GucSetting::<i32>::new(1000);
+/// The most record numbers a changelog segment covers.
+pub static CHANGELOG_SEGMENT_MAX: GucSetting<i32> = GucSetting::<i32>::new(i32::MAX);
 /// Whether the worker runs maintenance at all.
 pub static WORKER_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -56,6 +60,26 @@ pub fn define(preloading: bool) {
         &PARTITION_PREMAKE,
         1,
         10_000,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"eventview.changelog_segment_min",
+        c"Fewest changelog records a changelog segment is made for.",
+        c"Segments are sized for the record rate; a slow changelog's segments hold at least this many records, a new changelog's first one ten times as many (at most eventview.changelog_segment_max). Applied records go with their whole segment, or by DELETE while it fills.",
+        &CHANGELOG_SEGMENT_MIN,
+        10,
+        1 << 30,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"eventview.changelog_segment_max",
+        c"Most changelog records a changelog segment is made for.",
+        c"Bounds the records a segment holds whatever the record rate (a segment goes whole once complete); at least eventview.changelog_segment_min wins.",
+        &CHANGELOG_SEGMENT_MAX,
+        10,
+        i32::MAX,
         GucContext::Userset,
         GucFlags::default(),
     );
@@ -130,4 +154,22 @@ pub fn worker_databases() -> Vec<String> {
         }
     }
     out
+}
+
+/// The narrowest changelog segment to make (`eventview.changelog_segment_min`).
+pub fn changelog_segment_min() -> i64 {
+    i64::from(CHANGELOG_SEGMENT_MIN.get())
+}
+
+/// The widest changelog segment to make (`eventview.changelog_segment_max`).
+pub fn changelog_segment_max() -> i64 {
+    i64::from(CHANGELOG_SEGMENT_MAX.get())
+}
+
+/// The width of a new changelog's first segment.
+pub fn changelog_first_segment() -> i64 {
+    eventview_core::changelog_segments::first_width(
+        changelog_segment_min(),
+        changelog_segment_max(),
+    )
 }

@@ -41,6 +41,7 @@ use pgrx::prelude::*;
 mod api;
 mod capture;
 mod catalog;
+mod changelog;
 mod envelope;
 mod errors;
 mod event_tables;

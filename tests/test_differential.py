@@ -56,8 +56,9 @@ field, the raw jsonb of the events whose value converts.
 Pruning: the event table has a delta_retention of 1 microsecond, 300 milliseconds or 7 days (per
 seed); eventview.prune() and run_maintenance() (which also refreshes a scheduled view when due) run
 at random points, also inside a writing transaction that refreshed, and concurrently with refreshes
-and writes; the changelog is aged by 8 days now and then, so that records past delta_retention
-exist whatever it is. Pruning must never drop a change some view has not applied: pending_changes
+and writes; the changelog (records and segments) is aged by 8 days now and then, so that records past
+delta_retention exist whatever it is. Changelog segments hold a few dozen records for most seeds,
+so that prune makes, empties and drops them between refreshes. Pruning must never drop a change some view has not applied: pending_changes
 and the next refresh must still match. At the end, once every view applied everything, an aged
 changelog must prune to empty.
 
@@ -739,7 +740,12 @@ class Workload:
         # Min/max values wait in the views' logs until a merge (a retraction, an idle refresh, or
         # this many logged): merged at every refresh, now and then, or (nearly) only when needed.
         self.extreme_log_limit = self.rng.choice([0, 7, 100000])
-        opts = f"-c statement_timeout=120s -c lock_timeout=60s -c eventview.extreme_log_limit={self.extreme_log_limit}"
+        # Changelog segments of a few dozen records for most seeds (segments made, emptied and
+        # dropped between refreshes), of thousands for the others (decided without drawing
+        # from rng).
+        self.segment_min = 1000 if seed % 3 == 2 else 10
+        opts = (f"-c statement_timeout=120s -c lock_timeout=60s -c eventview.extreme_log_limit={self.extreme_log_limit}"
+                f" -c eventview.changelog_segment_min={self.segment_min}")
         self.a = psycopg.connect(conninfo, autocommit=True, options=opts + " -c TimeZone=America/St_Johns")
         self.c = psycopg.connect(conninfo, autocommit=True, options=opts + " -c TimeZone=Asia/Kathmandu")
         # Two connections that hold transactions open across refreshes.
@@ -1294,6 +1300,8 @@ class Workload:
         """Changelog records are pruned only once older than delta_retention: make the records
         visible to `conn` look 8 days old."""
         cur = conn.execute(f"UPDATE {self.changelog()} SET logged_at = logged_at - interval '8 days'")
+        # Segments made so far, as if made 8 days ago too (their records' age for prune).
+        conn.execute("UPDATE eventview._changelog_segments SET made_at = made_at - interval '8 days'")
         self.agings += 1
         return cur.rowcount
 

@@ -114,7 +114,7 @@ def test_a_view_named_like_a_temporary_relation_is_the_one_created(db):
 def _source_rows(conn):
     """Catalog rows of event tables, their changelogs and their capture functions."""
     return (_one(conn, "SELECT count(*) FROM eventview._sources"),
-            _one(conn, "SELECT count(*) FROM pg_class WHERE relnamespace = 'eventview'::regnamespace AND relkind = 'r' AND relname ~ '^_changes_'"),
+            _one(conn, "SELECT count(*) FROM pg_class WHERE relnamespace = 'eventview'::regnamespace AND relkind IN ('r', 'p') AND relname ~ '^_changes_[0-9]+$'"),
             _one(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'eventview'::regnamespace AND proname ~ '^_capture_'"))
 
 

@@ -44,7 +44,7 @@ def _insert(conn, n, sku="a"):
 def _artefacts(conn):
     """Catalog rows, changelogs and capture functions of event tables."""
     return (_one(conn, "SELECT count(*) FROM eventview._sources"),
-            _one(conn, "SELECT count(*) FROM pg_class WHERE relnamespace = 'eventview'::regnamespace AND relkind = 'r' AND relname ~ '^_changes_'"),
+            _one(conn, "SELECT count(*) FROM pg_class WHERE relnamespace = 'eventview'::regnamespace AND relkind IN ('r', 'p') AND relname ~ '^_changes_[0-9]+$'"),
             _one(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'eventview'::regnamespace AND proname ~ '^_capture_'"))
 
 

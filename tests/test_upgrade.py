@@ -50,6 +50,7 @@ RELEASE_COMMITS = {
     "0.15.0": "a700b032728cd30cbe83fc8ccb0f04348c8037c8",
     "0.16.0": "084cd4aad3e057ddacfafdfe6093aecddd71dd27",
     "0.17.0": "666dc66cac032727b6faadc7f060b21c9e7b2a7d",
+    "0.18.0": "f10029013c957a74e10f5c69154766bfbe393244",
 }
 
 
@@ -262,6 +263,9 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
             c.execute("SELECT eventview.create_event_table('shop.dropped_read')")
             c.execute("SELECT eventview.create_view('shop.on_dropped', 'shop.dropped_read')")
             c.execute("DROP TABLE shop.dropped, shop.dropped_read")
+            if version_key(old) >= (0, 13, 0):
+                c.execute("""SELECT eventview.create_view('shop.live', 'shop.events', measures => '{"n": "count(*)"}',
+                             realtime => true)""")
             insert_events(c, 1, 200, "2026-11-01")
             c.execute("SELECT eventview.refresh('shop.by_sku')")
             assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
@@ -335,8 +339,9 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
                             WHERE attrelid = 'eventview._changes_1'::regclass AND attname = 'event_ids'""").fetchone()[0] == "e"
         storage = c.execute("""SELECT relname, reloptions FROM pg_class WHERE relnamespace = 'eventview'::regnamespace
                                AND relname ~ '^_v[0-9]+_(data|m[0-9]+)$' ORDER BY relname""").fetchall()
-        # (shop.by_sku: storage and two multisets (max, count_distinct); shop.deep: storage.)
-        assert len(storage) == 4 and all(options == ["fillfactor=70"] for _, options in storage), storage
+        # (shop.by_sku: storage and two multisets (max, count_distinct); shop.deep: storage;
+        # shop.live: storage.)
+        assert len(storage) == (5 if version_key(old) >= (0, 13, 0) else 4) and all(options == ["fillfactor=70"] for _, options in storage), storage
         # A min/max multiset has its value log, as a new view's has (count_distinct keeps none),
         # owned as the multiset and not a member of the extension (checked below).
         logs = c.execute("""SELECT l.relname, l.relowner = m.relowner FROM pg_class l
@@ -384,6 +389,26 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
         # Declarations and schedules survived; scheduling runs.
         assert c.execute("SELECT schedule FROM eventview.views WHERE name = 'shop.by_sku'::regclass").fetchone()[0] is not None
         c.execute("SELECT eventview.run_maintenance()")
+        # Its prune made the changelog, a plain table until then, the default partition of a
+        # partitioned one (holding the records not pruned yet), with a segment for new ones.
+        assert c.execute("SELECT relkind::text FROM pg_class WHERE oid = 'eventview._changes_1'::regclass").fetchone()[0] == "p"
+        partitions = c.execute("""SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i
+                                  JOIN pg_class c ON c.oid = i.inhrelid
+                                  WHERE i.inhparent = 'eventview._changes_1'::regclass ORDER BY 1""").fetchall()
+        assert [p[0] for p in partitions][0] == "_changes_1_default" and len(partitions) == 2, partitions
+        assert c.execute("SELECT count(*) FROM eventview._changes_1_default").fetchone()[0] > 0
+        assert c.execute("""SELECT count(*) FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+                            WHERE e.extname = 'pg_eventview' AND d.deptype = 'e' AND d.classid = 'pg_class'::regclass
+                              AND d.objid IN (SELECT oid FROM pg_class WHERE relname ~ '^_changes')""").fetchone()[0] == 0
+        insert_events(c, 351, 360, "2026-11-25")
+        assert c.execute("SELECT count(*) FROM eventview._changes_1_default").fetchone()[0] == \
+            c.execute("SELECT count(*) FROM eventview._changes_1").fetchone()[0] - 1
+        if version_key(old) >= (0, 13, 0):
+            # A realtime read sees the new records (its read was installed again: it names the
+            # changelog by oid).
+            assert c.execute("SELECT n FROM shop.live").fetchone()[0] == c.execute("SELECT count(*) FROM shop.events").fetchone()[0]
+        c.execute("SELECT eventview.refresh('shop.by_sku')")
+        assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
         # Behaviour of the new version on a view made by the old one: a payload too deep for a
         # rich path is quarantined, not a refresh error.
         c.execute("""INSERT INTO shop.events (event_type, payload)

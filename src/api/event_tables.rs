@@ -63,6 +63,26 @@ fn make_partitions(p_source_id: i32) -> Result<i32, ErrorReport> {
     })
 }
 
+/// Makes the changelog segment of event table `p_source_id` that keeps one wholly ahead of its
+/// records (see `changelog::make_segments`); returns how many it made. Called by
+/// `eventview._rotate_changelog`, for members of the table's owner role.
+#[pg_extern(name = "_make_changelog_segments", volatile, strict, parallel_unsafe)]
+fn make_changelog_segments(p_source_id: i32) -> Result<i32, ErrorReport> {
+    at_boundary(|| crate::changelog::make_segments(p_source_id))
+}
+
+/// Prunes the applied records of the changelog of event table `p_source_id` by whole segments
+/// (see `changelog::prune_segments`); returns how many went. Called by
+/// `eventview._rotate_changelog`, for members of the table's owner role.
+#[pg_extern(name = "_prune_changelog_segments", volatile, strict, parallel_unsafe)]
+fn prune_changelog_segments(
+    p_source_id: i32,
+    p_delta_retention: Interval,
+    p_max_rows: i64,
+) -> Result<i64, ErrorReport> {
+    at_boundary(|| crate::changelog::prune_segments(p_source_id, p_delta_retention, p_max_rows))
+}
+
 /// Keeps the capture of event table `p_source_id` in step with its partition tree after DDL
 /// (`partitions::follow_partitions`; called by the event trigger eventview_follow_partitions,
 /// not executable by PUBLIC).

@@ -102,8 +102,29 @@ pub fn envelope_problem(columns: &[OfferedColumn]) -> Option<String> {
         )
 }
 
-/// The changelog table of one source and its index.
-pub fn create_changelog(source_id: i32) -> Vec<String> {
+/// The changelog of one source: a table partitioned by range on `seq` with its index, its
+/// default partition and its first segment, `first_width` records wide (see
+/// `changelog_segments`).
+pub fn create_changelog(source_id: i32, first_width: i64) -> Vec<String> {
+    let log = names::changelog(source_id);
+    let mut ddl = create_changelog_root(source_id);
+    ddl.push(format!(
+        "CREATE TABLE {}.{} PARTITION OF {log} DEFAULT",
+        names::SCHEMA,
+        names::changelog_default_table(source_id)
+    ));
+    let first = crate::changelog_segments::FIRST_SEQ;
+    ddl.push(format!(
+        "CREATE TABLE {}.{} PARTITION OF {log} FOR VALUES FROM ({first}) TO ({})",
+        names::SCHEMA,
+        names::changelog_segment_table(source_id, first),
+        first.saturating_add(first_width)
+    ));
+    ddl
+}
+
+/// The partitioned changelog table of one source and its index, without partitions.
+pub fn create_changelog_root(source_id: i32) -> Vec<String> {
     let log = names::changelog(source_id);
     vec![
         format!(
@@ -119,17 +140,44 @@ pub fn create_changelog(source_id: i32) -> Vec<String> {
     old_producer      text,
     old_occurred_at   timestamptz,
     old_payload       jsonb
-)"
+) PARTITION BY RANGE (seq)"
         ),
         // The ids of a large INSERT or COPY are one array (80 kB per 10,000 rows), stored out
         // of line once past about 2 kB: stored uncompressed, because compressing it (pglz) takes
         // about four times as long as writing it, on the producer's path, for a record that
-        // lives only until every consumer has applied it.
+        // lives only until every consumer has applied it. (Partitions take the storage along.)
         format!("ALTER TABLE {log} ALTER COLUMN event_ids SET STORAGE EXTERNAL"),
-        // (xid, seq): refreshes read a range of xids; prune walks it in (xid, seq) order.
+        // (xid, seq): refreshes read a range of xids; prune walks it in (xid, seq) order, and
+        // finds a segment's newest transaction by it.
         format!("CREATE INDEX ON {log} (xid, seq)"),
         format!("REVOKE ALL ON {log} FROM PUBLIC"),
     ]
+}
+
+/// DDL turning the plain changelog of one source (made by a version before segments) into the
+/// default partition of a partitioned one, under the same name, its records numbered on from
+/// `next_seq`. The plain table is renamed and loses its identity; the partitioned changelog is
+/// made, numbered on, and takes it as its default partition (no row is moved or checked: there
+/// is no other partition yet).
+pub fn partition_changelog(source_id: i32, next_seq: i64) -> Vec<String> {
+    let log = names::changelog(source_id);
+    let default = names::changelog_default_table(source_id);
+    let mut ddl = vec![
+        format!("ALTER TABLE {log} RENAME TO {default}"),
+        format!(
+            "ALTER TABLE {}.{default} ALTER COLUMN seq DROP IDENTITY",
+            names::SCHEMA
+        ),
+    ];
+    ddl.extend(create_changelog_root(source_id));
+    ddl.push(format!(
+        "ALTER TABLE {log} ALTER COLUMN seq RESTART WITH {next_seq}"
+    ));
+    ddl.push(format!(
+        "ALTER TABLE {log} ATTACH PARTITION {}.{default} DEFAULT",
+        names::SCHEMA
+    ));
+    ddl
 }
 
 const OLD_COLUMNS: &str =
@@ -560,7 +608,7 @@ mod tests {
                 "REVOKE EXECUTE ON FUNCTION eventview._capture_7_{op}() FROM PUBLIC"
             )));
         }
-        let log = create_changelog(7).join("\n");
+        let log = create_changelog(7, 10_000).join("\n");
         assert!(log.contains(
             "ALTER TABLE eventview._changes_7 ALTER COLUMN event_ids SET STORAGE EXTERNAL"
         ));

@@ -3,6 +3,7 @@
 //! SQL it generates can be read and compared with golden files.
 
 pub mod batch;
+pub mod changelog_segments;
 pub mod definition;
 pub mod envelope_check;
 pub mod envelope_sql;

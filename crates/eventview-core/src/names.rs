@@ -16,6 +16,16 @@ pub fn changelog_table(source_id: i32) -> String {
     format!("_changes_{source_id}")
 }
 
+/// The default partition of a changelog (records past every segment made so far), unqualified.
+pub fn changelog_default_table(source_id: i32) -> String {
+    format!("_changes_{source_id}_default")
+}
+
+/// The changelog segment whose records' `seq` start at `lo`, unqualified.
+pub fn changelog_segment_table(source_id: i32, lo: i64) -> String {
+    format!("_changes_{source_id}_from_{lo}")
+}
+
 /// The key table of a partitioned event table (its `event_key`s, unique), qualified.
 pub fn key_table(source_id: i32) -> String {
     format!("{SCHEMA}.{}", key_table_name(source_id))

@@ -158,7 +158,14 @@ fn statement_kinds() -> Kinds {
         "event_table",
         [envelope_sql::create_event_table(SOURCE_TABLE)],
     );
-    k.add("changelog", envelope_sql::create_changelog(SOURCE_ID));
+    k.add(
+        "changelog",
+        envelope_sql::create_changelog(SOURCE_ID, 10_000),
+    );
+    k.add(
+        "changelog_from_plain",
+        envelope_sql::partition_changelog(SOURCE_ID, 12_345),
+    );
     k.add(
         "capture",
         envelope_sql::create_capture(SOURCE_ID, SOURCE_TABLE),

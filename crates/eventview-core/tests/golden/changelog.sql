@@ -10,10 +10,14 @@ CREATE TABLE eventview._changes_2 (
     old_producer      text,
     old_occurred_at   timestamptz,
     old_payload       jsonb
-);
+) PARTITION BY RANGE (seq);
 
 ALTER TABLE eventview._changes_2 ALTER COLUMN event_ids SET STORAGE EXTERNAL;
 
 CREATE INDEX ON eventview._changes_2 (xid, seq);
 
 REVOKE ALL ON eventview._changes_2 FROM PUBLIC;
+
+CREATE TABLE eventview._changes_2_default PARTITION OF eventview._changes_2 DEFAULT;
+
+CREATE TABLE eventview._changes_2_from_1 PARTITION OF eventview._changes_2 FOR VALUES FROM (1) TO (10001);
