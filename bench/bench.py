@@ -62,12 +62,14 @@ def log(msg):
 #  - SKU ranks are Zipf(s=1) over 50k SKUs: exp(U * ln(N)) has density ~ 1/x.
 #  - Payload version 1: flat {"sku","qty","price","country","campaign",...padding}
 #    version 2: {"item":{"sku","quantity"},"price","country","campaign","context":{...},...}
-#  - Payloads are 300-600 bytes of JSON text; event types view 70% / add_to_cart 20% / purchase 10%.
+#  - Payloads are 300-600 bytes of JSON text (about 300 less with pad_max => 0); event types
+#    view 70% / add_to_cart 20% / purchase 10%.
 # --------------------------------------------------------------------------------------------
 GENERATOR_SQL = r"""
 CREATE OR REPLACE FUNCTION bench_gen(n bigint, t_from timestamptz, t_to timestamptz,
                                      v2_share double precision DEFAULT 0.35,
-                                     listed_prices boolean DEFAULT true)
+                                     listed_prices boolean DEFAULT true,
+                                     pad_max integer DEFAULT 290)
 RETURNS TABLE(event_type text, event_version integer, producer text, occurred_at timestamptz,
               payload jsonb)
 LANGUAGE sql VOLATILE AS $gen$
@@ -106,7 +108,7 @@ FROM (
                [1 + floor(r_dev * 5)::int] AS device,
            'https://www.example-shop.com/search?q=' || substr(md5(r_ref::text), 1, 6 + floor(r_ref * 12)::int) AS ref,
            substr(repeat('lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor ', 8),
-                  1 + floor(r_pad * 40)::int, 20 + floor(r_len * 290)::int) AS pad
+                  1 + floor(r_pad * 40)::int, 20 + floor(r_len * pad_max)::int) AS pad
     FROM (
         SELECT least(50000, floor(exp(random() * ln(50001)))::int) AS rank,
                random() AS r_type, random() AS r_ver, random() AS r_prod, random() AS r_ts,

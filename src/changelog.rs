@@ -16,9 +16,9 @@
 //!   segment, refreshes read it (ACCESS SHARE) for the length of their statement;
 //! - a segment emptied by an earlier run is dropped under ACCESS EXCLUSIVE on the changelog,
 //!   which every capture waits for meanwhile (milliseconds);
-//! - a segment is attached under SHARE UPDATE EXCLUSIVE on the changelog (captures go on) and
-//!   ACCESS EXCLUSIVE on its default partition, which only readers and records past every
-//!   segment use.
+//! - a segment is made under SHARE on the changelog (captures wait meanwhile: one running with
+//!   the partitions it started with would route a record of the new range to the default
+//!   partition, which no longer takes it) and ACCESS EXCLUSIVE on its default partition.
 
 use crate::catalog::{self, SegmentMade};
 use crate::errors::{EvError, EvResult};
@@ -166,13 +166,20 @@ pub fn make_segments(source_id: i32) -> EvResult<i32> {
         };
         let log = names::changelog(source_id);
         let segments = segments_of(root)?;
-        // The default partition first (ATTACH takes it next anyway): a record on its way there
-        // waits, with a number below `next` plus the processes that may be writing.
+        let bounds: Vec<(i64, i64)> = segments.iter().filter_map(|s| s.bounds).collect();
+        if layout::next_segment(&bounds, next_seq(&log)?, 1).is_none() {
+            return Ok(made);
+        }
+        // One is due. The changelog against writes first (SHARE, waiting for the captures of
+        // the moment): a statement that started before the new segment is attached routes its
+        // records by the partitions it started with, and would send a record of the new range
+        // to the default partition, which no longer takes it. Then the default partition, which
+        // ATTACH takes next anyway. No record number is given out meanwhile.
+        locks::lock_against_writes(root);
         if let Some(default) = segments.iter().find(|s| s.bounds.is_none()) {
             locks::lock_for_dropping(default.relid);
         }
         let next = next_seq(&log)?;
-        let bounds: Vec<(i64, i64)> = segments.iter().filter_map(|s| s.bounds).collect();
         let notes = notes_of(source_id, &bounds, next)?;
         let narrowest = gucs::changelog_segment_min();
         let previous_width = bounds
@@ -190,10 +197,7 @@ pub fn make_segments(source_id: i32) -> EvResult<i32> {
             narrowest,
             gucs::changelog_segment_max(),
         );
-        let gap = (width / 8).max(narrowest);
-        if let Some((lo, hi)) =
-            layout::next_segment(&bounds, next, width, crate::pg::max_backends(), gap)
-        {
+        if let Some((lo, hi)) = layout::next_segment(&bounds, next, width) {
             let table = names::changelog_segment_table(source_id, lo);
             spi::run_all(&layout::create_segment(&log, names::SCHEMA, &table, lo, hi))?;
             catalog::note_segment_made(source_id, lo, next)?;

@@ -84,7 +84,9 @@ def release_build(version):
     with tempfile.TemporaryDirectory() as src:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", commit],
                                  check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+        # (-m: the files dated now, not at the commit, so that cargo does not take a crate of
+        # the same version built for another release as up to date.)
+        subprocess.run(["tar", "-x", "-m", "-C", src], input=archive, check=True)
         env = dict(os.environ, CARGO_TARGET_DIR=str(target))
         schema = subprocess.run(["cargo", "pgrx", "schema", "pg15", "--out", str(script)],
                                 cwd=src, env=env, capture_output=True, text=True)

@@ -24,13 +24,6 @@ pub fn next_full_transaction_id() -> u64 {
     unsafe { pg_sys::ReadNextFullTransactionId() }.value
 }
 
-/// How many server processes may run at once (backends, workers, prepared transactions): at most
-/// this many statements can be between taking a changelog record number and writing the record.
-pub fn max_backends() -> i64 {
-    // SAFETY: reads a Postgres global set once at server start.
-    i64::from(unsafe { pg_sys::MaxBackends })
-}
-
 /// Whether the library is being loaded from `shared_preload_libraries`.
 pub fn preloading() -> bool {
     // SAFETY: reads a Postgres global during library load, in the loading process.

@@ -57,27 +57,19 @@ pub fn width(
 
 /// The range `[lo, hi)` of the segment to make next, or None while a segment wholly ahead of
 /// `next_seq` (the first record number not given out yet) exists. `segments` are the bounds of
-/// the segments made, in any order. Up to `in_flight` numbers past `next_seq` may be taken by
-/// records on their way into the default partition (the caller holds it locked, so they wait
-/// there): the next segment starts past them. It follows the last one when that ends past them;
-/// otherwise (the numbers have run past every segment, records went to the default partition
-/// meanwhile) it starts `gap` numbers further.
-pub fn next_segment(
-    segments: &[(i64, i64)],
-    next_seq: i64,
-    width: i64,
-    in_flight: i64,
-    gap: i64,
-) -> Option<(i64, i64)> {
+/// the segments made, in any order. The next segment follows the last one, or starts at
+/// `next_seq` when the numbers have run past every segment (records went to the default
+/// partition meanwhile). The caller holds the changelog against writes: no record number is on
+/// its way into the changelog meanwhile.
+pub fn next_segment(segments: &[(i64, i64)], next_seq: i64, width: i64) -> Option<(i64, i64)> {
     if segments.iter().any(|&(lo, _)| lo >= next_seq) {
         return None;
     }
-    let clear = next_seq.saturating_add(in_flight);
-    let lo = match segments.iter().map(|&(_, hi)| hi).max() {
-        Some(hi) if hi > clear => hi,
-        _ if segments.is_empty() && in_flight == 0 => next_seq,
-        _ => clear.saturating_add(gap),
-    };
+    let lo = segments
+        .iter()
+        .map(|&(_, hi)| hi)
+        .max()
+        .map_or(next_seq, |hi| hi.max(next_seq));
     Some((lo, lo.saturating_add(width)))
 }
 
@@ -105,11 +97,10 @@ pub fn parse_bound(bound: &str) -> Option<(i64, i64)> {
 }
 
 /// DDL making segment `[lo, hi)` of changelog `log` (qualified) in schema `schema` as table
-/// `table`: a table like the changelog, then attached. ATTACH takes SHARE UPDATE EXCLUSIVE on
-/// the changelog, which captures writing it (ROW EXCLUSIVE) never wait for, where CREATE TABLE
-/// ... PARTITION OF would take ACCESS EXCLUSIVE. The changelog's index is built on the empty
-/// table as it is attached; its columns keep the changelog's storage (the id arrays stay
-/// uncompressed).
+/// `table`: a table like the changelog, then attached (readers of the changelog go on, where
+/// CREATE TABLE ... PARTITION OF would take ACCESS EXCLUSIVE on it). The changelog's index is
+/// built on the empty table as it is attached; its columns keep the changelog's storage (the id
+/// arrays stay uncompressed).
 pub fn create_segment(log: &str, schema: &str, table: &str, lo: i64, hi: i64) -> Vec<String> {
     let segment = format!(
         "{}.{}",
@@ -129,19 +120,16 @@ mod tests {
     #[test]
     fn next_segment_keeps_one_wholly_ahead_of_the_record_numbers() {
         // Numbers inside the last segment: the next follows it.
-        assert_eq!(next_segment(&[(1, 101)], 50, 200, 10, 5), Some((101, 301)));
+        assert_eq!(next_segment(&[(1, 101)], 50, 200), Some((101, 301)));
+        assert_eq!(next_segment(&[(1, 101)], 100, 200), Some((101, 301)));
         // One ahead already.
-        assert_eq!(next_segment(&[(1, 101), (101, 301)], 50, 200, 10, 5), None);
-        assert_eq!(next_segment(&[(101, 301), (1, 101)], 101, 200, 10, 5), None);
-        // Numbers past every segment: past those in flight, a gap, then the next.
-        assert_eq!(next_segment(&[(1, 101)], 150, 200, 10, 5), Some((165, 365)));
-        assert_eq!(next_segment(&[(1, 101)], 101, 200, 10, 5), Some((116, 316)));
-        // Numbers in flight could reach past the last segment's end: also past them.
-        assert_eq!(next_segment(&[(1, 101)], 95, 200, 10, 5), Some((110, 310)));
-        assert_eq!(next_segment(&[(1, 101)], 90, 200, 10, 5), Some((101, 301)));
-        // No segment at all: from the next number on, or past those in flight.
-        assert_eq!(next_segment(&[], 7, 200, 0, 5), Some((7, 207)));
-        assert_eq!(next_segment(&[], 7, 200, 10, 5), Some((22, 222)));
+        assert_eq!(next_segment(&[(1, 101), (101, 301)], 50, 200), None);
+        assert_eq!(next_segment(&[(101, 301), (1, 101)], 101, 200), None);
+        // Numbers past every segment: from the next number on.
+        assert_eq!(next_segment(&[(1, 101)], 150, 200), Some((150, 350)));
+        assert_eq!(next_segment(&[(1, 101)], 102, 200), Some((102, 302)));
+        // No segment at all.
+        assert_eq!(next_segment(&[], 7, 200), Some((7, 207)));
     }
 
     #[test]
