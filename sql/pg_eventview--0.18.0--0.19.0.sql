@@ -93,8 +93,8 @@ $$;
 REVOKE EXECUTE ON FUNCTION eventview._prune_changelog(integer, regclass, interval, bigint) FROM PUBLIC;
 
 -- Rotates the changelog of one event table (src/changelog.rs): drops the segments emptied
--- before, empties the applied ones past delta_retention, deletes the applied records of the
--- default partition, and makes the next segment ahead of the records. Each lock it needs is
+-- before, empties the applied ones past delta_retention, deletes the applied records past it
+-- that remain (eventview._prune_changelog), and makes the next segment ahead of the records. Each lock it needs is
 -- waited for at most lock_timeout (100 ms here): a changelog that others hold for longer is left
 -- to a later run, with a NOTICE, while a drop that waits for the captures of the moment holds
 -- new ones back for no longer than that. Returns the records pruned.
@@ -121,7 +121,7 @@ END
 $$;
 
 -- Prunes one event table (source) or every table of the caller's roles (NULL): the changelog
--- of each (eventview._prune_changelog), then its raw events past retention.
+-- of each (eventview._rotate_changelog), then its raw events past retention.
 CREATE OR REPLACE FUNCTION eventview._prune(source regclass) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
