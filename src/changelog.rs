@@ -116,7 +116,7 @@ fn now_epoch() -> EvResult<f64> {
 fn as_changelog_owner<T: Default>(
     source_id: i32,
     action: &str,
-    work: impl FnOnce(&catalog::Source, pg_sys::Oid) -> EvResult<T>,
+    work: impl FnOnce(&catalog::Source) -> EvResult<T>,
 ) -> EvResult<T> {
     let Some(source) = catalog::all_sources()?
         .into_iter()
@@ -130,7 +130,7 @@ fn as_changelog_owner<T: Default>(
         return Ok(T::default());
     }
     let owner = privileges::table_owner(log)?;
-    roles::as_role(owner, || work(&source, log))
+    roles::as_role(owner, || work(&source))
 }
 
 /// Whether this transaction's statements see every transaction committed before them (READ
@@ -152,7 +152,7 @@ fn sees_every_commit(source: &catalog::Source) -> EvResult<bool> {
 /// `source_id` (and turns a changelog made before segments into a partitioned one first).
 /// Returns how many it made.
 pub fn make_segments(source_id: i32) -> EvResult<i32> {
-    as_changelog_owner(source_id, "rotate the changelog of", |source, _| {
+    as_changelog_owner(source_id, "rotate the changelog of", |source| {
         if !sees_every_commit(source)? {
             return Ok(0);
         }
@@ -262,7 +262,7 @@ fn partition_plain(source: &catalog::Source, relid: pg_sys::Oid) -> EvResult<()>
 /// that is past `delta_retention`, then deletes the applied records past `delta_retention` that
 /// remain, wherever they are (at most `max_rows`). Returns the number of records pruned.
 pub fn prune_segments(source_id: i32, delta_retention: Interval, max_rows: i64) -> EvResult<i64> {
-    as_changelog_owner(source_id, "prune the changelog of", |source, _| {
+    as_changelog_owner(source_id, "prune the changelog of", |source| {
         let mut pruned = 0;
         match changelog_of(source_id)? {
             Changelog::Missing => return Ok(0),
