@@ -3,8 +3,10 @@
 # run as the `postgres` OS user (Postgres refuses to run as root).
 #   scripts/cluster.sh start DIR PORT [extra postgresql.conf lines...]
 #   scripts/cluster.sh stop DIR
+# PG_BIN names another PostgreSQL 15 bin directory, e.g. a copy of the install that a long benchmark
+# runs on while `cargo pgrx install` replaces the system one.
 set -euo pipefail
-BIN=/usr/lib/postgresql/15/bin
+BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 cmd=$1; dir=$2
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 case "$cmd" in

@@ -512,14 +512,15 @@ CREATE EVENT TRIGGER eventview_follow_partitions ON ddl_command_end
     WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
     EXECUTE FUNCTION eventview._follow_partitions();
 
--- Before DROP TABLE or ALTER TABLE ... DETACH PARTITION of a partition of an event table:
--- refused (55000) while views have not applied its events (see partitions::before_removal).
+-- Before DROP TABLE or ALTER TABLE ... DETACH PARTITION of a partition of an event table, or a
+-- DROP SCHEMA ... CASCADE or DROP OWNED that takes one along while its table stays: refused
+-- (55000) while views have not applied its events (see partitions::before_removal).
 CREATE FUNCTION eventview._before_partition_removal() RETURNS event_trigger
 LANGUAGE c AS 'MODULE_PATHNAME', 'before_partition_removal';
 REVOKE EXECUTE ON FUNCTION eventview._before_partition_removal() FROM PUBLIC;
 
 CREATE EVENT TRIGGER eventview_before_partition_removal ON ddl_command_start
-    WHEN TAG IN ('DROP TABLE', 'ALTER TABLE')
+    WHEN TAG IN ('DROP TABLE', 'ALTER TABLE', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION eventview._before_partition_removal();
 
 -- Whether the view's catalog row still names its relation: a view that reads the view's storage.

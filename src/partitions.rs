@@ -539,7 +539,65 @@ pub enum Removal {
     Detach,
 }
 
-/// Before a DROP TABLE of `tables`, or a DETACH PARTITION of them (the event trigger
+/// What a DROP command names that can take partitions of event tables along.
+pub enum Dropped {
+    /// DROP TABLE: these tables.
+    Tables(Vec<pg_sys::Oid>),
+    /// DROP SCHEMA ... CASCADE: every table in these schemas.
+    Schemas(Vec<pg_sys::Oid>),
+    /// DROP OWNED BY: the tables these roles own, and with CASCADE every table in the schemas
+    /// they own.
+    OwnedBy {
+        roles: Vec<pg_sys::Oid>,
+        cascade: bool,
+    },
+}
+
+/// The tables `dropped` removes, for `before_removal`. A DROP SCHEMA or DROP OWNED removes a
+/// partition kept apart from its table (in a schema of its own, or owned by another role, as
+/// pg_partman can set up) while the table stays: those are its leaf partitions whose partitioned
+/// table does not go with them. (When the table goes too, the event table is dropped, which
+/// `_follow_drop` handles, as a DROP TABLE of it.)
+pub fn tables_dropped(dropped: Dropped) -> EvResult<Vec<pg_sys::Oid>> {
+    let (sql, args): (&str, Vec<pgrx::datum::DatumWithOid>) = match dropped {
+        Dropped::Tables(tables) => return Ok(tables),
+        Dropped::Schemas(schemas) if schemas.is_empty() => return Ok(Vec::new()),
+        Dropped::OwnedBy { roles, .. } if roles.is_empty() => return Ok(Vec::new()),
+        Dropped::Schemas(schemas) => (
+            "SELECT c.oid
+             FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_class r ON r.oid = pg_catalog.pg_partition_root(c.oid)
+             WHERE c.relispartition AND c.relkind <> 'p'
+               AND c.relnamespace = ANY($1) AND r.relnamespace <> ALL($1)
+             ORDER BY c.oid",
+            vec![schemas.into()],
+        ),
+        Dropped::OwnedBy { roles, cascade } => (
+            "WITH their_schemas AS (
+                 SELECT n.oid FROM pg_catalog.pg_namespace n WHERE $2 AND n.nspowner = ANY($1))
+             SELECT c.oid
+             FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_class r ON r.oid = pg_catalog.pg_partition_root(c.oid)
+             WHERE c.relispartition AND c.relkind <> 'p'
+               AND (c.relowner = ANY($1) OR c.relnamespace IN (SELECT oid FROM their_schemas))
+               AND NOT (r.relowner = ANY($1) OR r.relnamespace IN (SELECT oid FROM their_schemas))
+             ORDER BY c.oid",
+            vec![roles.into(), cascade.into()],
+        ),
+    };
+    Ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(sql, None, &args)? {
+            if let Some(relid) = row.get::<pg_sys::Oid>(1)? {
+                out.push(relid);
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?)
+}
+
+/// Before a DROP of `tables` (DROP TABLE, DROP SCHEMA, DROP OWNED: `tables_dropped`), or a DETACH
+/// PARTITION of them (the event trigger
 /// `eventview_before_partition_removal`): a partition of an event table goes only once every
 /// view has applied its events, else the command fails with 55000 (dropping or detaching is not
 /// a retraction: what a view has applied stays, and what it has not would be lost). Each leaf

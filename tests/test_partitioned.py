@@ -11,7 +11,7 @@
 - Writes straight into a partition are captured, so are partitions made or attached by the user.
 - prune drops partitions past retention once every view applied their events (never a
   retraction); DROP TABLE and DETACH PARTITION of a partition with events a view has not applied
-  fail with 55000.
+  fail with 55000, so do a DROP SCHEMA ... CASCADE and a DROP OWNED that take one along.
 """
 
 import threading
@@ -346,6 +346,55 @@ def test_a_partition_with_events_a_view_needs_cannot_be_dropped_or_detached(db):
         a.execute("SELECT eventview.refresh('per_sku')")
         a.execute(f"DROP TABLE {part}")
         assert _one(a, "SELECT count(*) FROM eventview._keys_1") == 0
+
+
+def test_a_drop_schema_or_drop_owned_that_takes_a_partition_along_is_checked_as_its_drop_table(db):
+    """A partition kept apart from its table (its own schema, another owner, as pg_partman can set
+    up) goes with DROP SCHEMA ... CASCADE or DROP OWNED: refused with 55000 while views have not
+    applied its events, and its keys freed once it goes."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("DROP ROLE IF EXISTS partition_keeper")
+        a.execute("CREATE ROLE partition_keeper")
+        try:
+            a.execute("SELECT eventview.create_event_table('ev', partition_interval => '1 day')")
+            a.execute("CREATE SCHEMA old_parts")
+            a.execute("CREATE TABLE old_parts.ev_jan PARTITION OF ev FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')")
+            a.execute("CREATE TABLE ev_feb PARTITION OF ev FOR VALUES FROM ('2026-02-01') TO ('2026-03-01')")
+            a.execute("ALTER TABLE ev_feb OWNER TO partition_keeper")
+            a.execute(VIEW)
+            _insert(a, "'2026-01-05'", sku="jan", key="j1")
+            _insert(a, "'2026-02-05'", sku="feb", key="f1")
+            for statement in ["DROP SCHEMA old_parts CASCADE", "DROP OWNED BY partition_keeper"]:
+                with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as e:
+                    a.execute(statement)
+                assert "views have not applied all of its events" in str(e.value)
+                assert "Refresh the views of" in (e.value.diag.message_hint or "")
+            assert _one(a, "SELECT count(*) FROM ev") == 2
+            # Without CASCADE the schema is not dropped: PostgreSQL's own refusal.
+            with pytest.raises(psycopg.errors.DependentObjectsStillExist):
+                a.execute("DROP SCHEMA old_parts")
+            a.execute("SELECT eventview.refresh('per_sku')")
+            a.execute("DROP SCHEMA old_parts CASCADE")
+            a.execute("DROP OWNED BY partition_keeper")
+            assert _one(a, "SELECT count(*) FROM ev") == 0
+            assert _one(a, "SELECT count(*) FROM eventview._keys_1") == 0
+            # Dropping is not a retraction; the keys can be sent again.
+            _insert(a, "now()", sku="again", key="j1")
+            a.execute("SELECT eventview.refresh('per_sku')")
+            assert dict((r[0], r[1]) for r in a.execute(FROM_VIEW).fetchall()) == {"jan": 1, "feb": 1, "again": 1}
+            # A schema holding the event table itself drops it as DROP TABLE does, unapplied
+            # events or not.
+            a.execute("CREATE SCHEMA shop")
+            a.execute("SELECT eventview.create_event_table('shop.ev2', partition_interval => '1 day')")
+            a.execute("""SELECT eventview.create_view('shop.per_type', 'shop.ev2', group_by => '{"t": "event_type"}',
+                                                      measures => '{"n": "count(*)"}')""")
+            a.execute("INSERT INTO shop.ev2 (event_type, occurred_at, payload) VALUES ('o', now(), '{}')")
+            assert _one(a, "SELECT pending_changes FROM eventview.event_tables WHERE name = 'shop.ev2'::regclass") == 1
+            a.execute("DROP SCHEMA shop CASCADE")
+            assert _one(a, "SELECT count(*) FROM eventview.event_tables") == 1
+        finally:
+            a.execute("DROP OWNED BY partition_keeper")
+            a.execute("DROP ROLE partition_keeper")
 
 
 def test_drop_event_table_takes_everything_of_a_partitioned_table(db):

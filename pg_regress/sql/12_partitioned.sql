@@ -24,10 +24,16 @@ SELECT tableoid::regclass AS partition, event_key, payload ->> 'sku' AS sku FROM
 -- A partition with events the view has not applied is neither dropped nor detached.
 DROP TABLE pev_jan;
 ALTER TABLE pev DETACH PARTITION pev_jan;
+-- Nor taken along by a DROP SCHEMA ... CASCADE (a partition kept in a schema of its own).
+CREATE SCHEMA pev_old;
+CREATE TABLE pev_old.pev_2025 PARTITION OF pev FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+INSERT INTO pev (event_key, event_type, occurred_at, payload) VALUES ('k4', 'order', '2025-06-01', '{"sku": "e"}');
+DROP SCHEMA pev_old CASCADE;
 SELECT eventview.refresh('pev_daily');
 SELECT * FROM pev_daily ORDER BY bucket;
 ALTER TABLE pev DETACH PARTITION pev_jan;
 SELECT count(*) AS capture_triggers_left FROM pg_trigger WHERE tgrelid = 'pev_jan'::regclass;
 DROP TABLE pev_jan;
+DROP SCHEMA pev_old CASCADE;
 SELECT * FROM pev_daily ORDER BY bucket;
 SELECT eventview.drop_event_table('pev', cascade => true);

@@ -1,12 +1,13 @@
 //! The event trigger `eventview_before_partition_removal` (ON ddl_command_start WHEN TAG IN
-//! ('DROP TABLE', 'ALTER TABLE')): before a DROP TABLE that names partitions of event tables, or
+//! ('DROP TABLE', 'ALTER TABLE', 'DROP SCHEMA', 'DROP OWNED')): before a DROP TABLE that names
+//! partitions of event tables, a DROP SCHEMA ... CASCADE or DROP OWNED that takes some along, or
 //! an ALTER TABLE ... DETACH PARTITION of one, checks that no view still needs their events
-//! (`partitions::before_removal`). Native, because which tables the command removes is in its
-//! parse tree only; by the end of a DROP their rows are gone, and by the end of a DETACH ...
+//! (`partitions::before_removal`). Native, because what the command removes is in its parse
+//! tree only; by the end of a DROP their rows are gone, and by the end of a DETACH ...
 //! CONCURRENTLY its first transaction has committed the partition out of the table's reads.
 
 use crate::errors::EvError;
-use crate::partitions::Removal;
+use crate::partitions::{Dropped, Removal};
 use pgrx::prelude::*;
 
 /// Tells Postgres that `before_partition_removal` uses the version-1 calling convention.
@@ -26,11 +27,16 @@ pub unsafe extern "C-unwind" fn before_partition_removal(
 ) -> pg_sys::Datum {
     // SAFETY: fcinfo is valid for this call; an event trigger's context is its
     // EventTriggerData, and its parse tree a node, each checked by tag before it is read as one.
-    let (tables, removal) = unsafe { tables_removed(fcinfo) };
-    if !tables.is_empty() {
-        if let Err(error) = crate::partitions::before_removal(&tables, removal) {
-            raise(error);
+    let (named, removal) = unsafe { named_for_removal(fcinfo) };
+    let checked = crate::partitions::tables_dropped(named).and_then(|tables| {
+        if tables.is_empty() {
+            Ok(())
+        } else {
+            crate::partitions::before_removal(&tables, removal)
         }
+    });
+    if let Err(error) = checked {
+        raise(error);
     }
     pg_sys::Datum::from(0)
 }
@@ -40,14 +46,16 @@ fn raise(error: EvError) -> ! {
     unreachable!("an ERROR does not return")
 }
 
-/// The existing tables a DROP TABLE names, or the partitions an ALTER TABLE detaches (a name
-/// that resolves to nothing is left to the command, which refuses it or skips it with IF
-/// EXISTS), and which of the two it is.
+/// What the command removes: the existing tables a DROP TABLE names, the schemas of a DROP
+/// SCHEMA ... CASCADE or the roles of a DROP OWNED (a name that resolves to nothing is left to
+/// the command, which refuses it or skips it with IF EXISTS), or the partitions an ALTER TABLE
+/// detaches; and which of the two removals it is.
 ///
 /// # Safety
 /// `fcinfo` is the call info of an event trigger function call (or of any other call, which
 /// is refused).
-unsafe fn tables_removed(fcinfo: pg_sys::FunctionCallInfo) -> (Vec<pg_sys::Oid>, Removal) {
+unsafe fn named_for_removal(fcinfo: pg_sys::FunctionCallInfo) -> (Dropped, Removal) {
+    let nothing = (Dropped::Tables(Vec::new()), Removal::Drop);
     unsafe {
         let context = (*fcinfo).context;
         if context.is_null() || (*context).type_ != pg_sys::NodeTag::T_EventTriggerData {
@@ -61,28 +69,70 @@ unsafe fn tables_removed(fcinfo: pg_sys::FunctionCallInfo) -> (Vec<pg_sys::Oid>,
         }
         let parsetree = (*(context as *const pg_sys::EventTriggerData)).parsetree;
         if parsetree.is_null() {
-            return (Vec::new(), Removal::Drop);
+            return nothing;
         }
-        let mut out = Vec::new();
         match (*parsetree).type_ {
             pg_sys::NodeTag::T_DropStmt => {
                 let drop = &*(parsetree as *const pg_sys::DropStmt);
-                if drop.removeType != pg_sys::ObjectType::OBJECT_TABLE || drop.objects.is_null() {
-                    return (out, Removal::Drop);
+                if drop.objects.is_null() {
+                    return nothing;
                 }
                 let objects = &*drop.objects;
-                for i in 0..objects.length as usize {
-                    let name = (*objects.elements.add(i)).ptr_value as *mut pg_sys::List;
-                    if !name.is_null() && (*name).type_ == pg_sys::NodeTag::T_List {
-                        out.extend(existing(pg_sys::makeRangeVarFromNameList(name)));
+                let object = |i: usize| (*objects.elements.add(i)).ptr_value as *mut pg_sys::Node;
+                match drop.removeType {
+                    pg_sys::ObjectType::OBJECT_TABLE => {
+                        let mut tables = Vec::new();
+                        for i in 0..objects.length as usize {
+                            let name = object(i) as *mut pg_sys::List;
+                            if !name.is_null() && (*name).type_ == pg_sys::NodeTag::T_List {
+                                tables.extend(existing(pg_sys::makeRangeVarFromNameList(name)));
+                            }
+                        }
+                        (Dropped::Tables(tables), Removal::Drop)
+                    }
+                    // Without CASCADE a schema that holds a table is not dropped.
+                    pg_sys::ObjectType::OBJECT_SCHEMA
+                        if drop.behavior == pg_sys::DropBehavior::DROP_CASCADE =>
+                    {
+                        let mut schemas = Vec::new();
+                        for i in 0..objects.length as usize {
+                            let name = object(i);
+                            if !name.is_null() && (*name).type_ == pg_sys::NodeTag::T_String {
+                                let name = (*(name as *const pg_sys::String)).sval;
+                                let schema = pg_sys::get_namespace_oid(name, true);
+                                if schema != pg_sys::InvalidOid {
+                                    schemas.push(schema);
+                                }
+                            }
+                        }
+                        (Dropped::Schemas(schemas), Removal::Drop)
+                    }
+                    _ => nothing,
+                }
+            }
+            pg_sys::NodeTag::T_DropOwnedStmt => {
+                let drop = &*(parsetree as *const pg_sys::DropOwnedStmt);
+                let mut roles = Vec::new();
+                if !drop.roles.is_null() {
+                    let names = &*drop.roles;
+                    for i in 0..names.length as usize {
+                        let role = (*names.elements.add(i)).ptr_value as *const pg_sys::RoleSpec;
+                        if !role.is_null() && (*role).type_ == pg_sys::NodeTag::T_RoleSpec {
+                            let role = pg_sys::get_rolespec_oid(role, true);
+                            if role != pg_sys::InvalidOid {
+                                roles.push(role);
+                            }
+                        }
                     }
                 }
-                (out, Removal::Drop)
+                let cascade = drop.behavior == pg_sys::DropBehavior::DROP_CASCADE;
+                (Dropped::OwnedBy { roles, cascade }, Removal::Drop)
             }
             pg_sys::NodeTag::T_AlterTableStmt => {
                 let alter = &*(parsetree as *const pg_sys::AlterTableStmt);
+                let mut out = Vec::new();
                 if alter.cmds.is_null() {
-                    return (out, Removal::Detach);
+                    return (Dropped::Tables(out), Removal::Detach);
                 }
                 let cmds = &*alter.cmds;
                 for i in 0..cmds.length as usize {
@@ -100,9 +150,9 @@ unsafe fn tables_removed(fcinfo: pg_sys::FunctionCallInfo) -> (Vec<pg_sys::Oid>,
                         out.extend(existing(partition.name));
                     }
                 }
-                (out, Removal::Detach)
+                (Dropped::Tables(out), Removal::Detach)
             }
-            _ => (out, Removal::Drop),
+            _ => nothing,
         }
     }
 }
