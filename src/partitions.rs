@@ -38,6 +38,10 @@ thread_local! {
     /// Set while `take_over_from_default` has the default partition detached: that partition
     /// keeps its capture (`follow_partitions` leaves it alone).
     static MOVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The partition `drop_expired` is dropping, checked and its keys forgotten under the lock
+    /// the drop takes: `before_removal` does not do it again.
+    static DROPPING_CHECKED: std::cell::Cell<pg_sys::Oid> =
+        const { std::cell::Cell::new(pg_sys::InvalidOid) };
 }
 
 /// Microseconds since 2000-01-01 UTC of a `timestamptz` expression of the statement (EXTRACT's
@@ -440,7 +444,16 @@ fn drop_expired_as_owner(source: &Source, retention: Interval) -> EvResult<i64> 
         let events = spi::one::<i64>(&format!("SELECT pg_catalog.count(*) FROM ONLY {name}"), &[])?
             .unwrap_or(0);
         forget_keys_of(source, partition.relid, name)?;
+        struct Checked;
+        impl Drop for Checked {
+            fn drop(&mut self) {
+                DROPPING_CHECKED.set(pg_sys::InvalidOid);
+            }
+        }
+        DROPPING_CHECKED.set(partition.relid);
+        let checked = Checked;
         spi::run_all(&[format!("DROP TABLE {name}")])?;
+        drop(checked);
         dropped += events;
     }
     Ok(dropped)
@@ -617,6 +630,7 @@ pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> 
             };
             for (leaf, name) in leaves_of(table)? {
                 match removal {
+                    Removal::Drop if leaf == DROPPING_CHECKED.get() => {}
                     Removal::Drop => {
                         locks::lock_for_dropping(leaf);
                         require_applied(&source, &name, "drop")?;
