@@ -548,8 +548,8 @@ pub fn claim_keys(relid: pg_sys::Oid, keys: Vec<Option<String>>) -> EvResult<Vec
 pub enum Removal {
     /// DROP TABLE.
     Drop,
-    /// ALTER TABLE ... DETACH PARTITION (also CONCURRENTLY).
-    Detach,
+    /// ALTER TABLE ... DETACH PARTITION [CONCURRENTLY].
+    Detach { concurrently: bool },
 }
 
 /// What a DROP command names that can take partitions of event tables along.
@@ -610,14 +610,21 @@ pub fn tables_dropped(dropped: Dropped) -> EvResult<Vec<pg_sys::Oid>> {
 }
 
 /// Before a DROP of `tables` (DROP TABLE, DROP SCHEMA, DROP OWNED: `tables_dropped`), or a DETACH
-/// PARTITION of them (the event trigger
-/// `eventview_before_partition_removal`): a partition of an event table goes only once every
-/// view has applied its events, else the command fails with 55000 (dropping or detaching is not
-/// a retraction: what a view has applied stays, and what it has not would be lost). Each leaf
-/// partition is locked first (ACCESS EXCLUSIVE for a drop, as the drop will; SHARE for a detach,
-/// which a DETACH ... CONCURRENTLY holds until its first transaction has taken the partition out
-/// of the table's reads), so that nobody writes it after the check. A dropped partition's keys
-/// leave the key table here; a detached one's when the detach is done (`follow_partitions`).
+/// PARTITION of them (the event trigger `eventview_before_partition_removal`): a partition of an
+/// event table goes only once every view has applied its events, else the command fails with
+/// 55000 (dropping or detaching is not a retraction: what a view has applied stays, and what it
+/// has not would be lost).
+///
+/// Locks, taken before the check so that nobody writes the partition after it:
+/// - the partitioned table the partition is in, in the mode the command takes it next (ACCESS
+///   EXCLUSIVE; SHARE UPDATE EXCLUSIVE for a DETACH ... CONCURRENTLY). Writers lock a table
+///   before its partitions: a partition locked first would deadlock with a producer writing it;
+/// - each leaf partition: ACCESS EXCLUSIVE for a drop, as the drop will; SHARE for a detach,
+///   which a DETACH ... CONCURRENTLY holds until its first transaction has taken the partition
+///   out of the table's reads.
+///
+/// A dropped partition's keys leave the key table here; a detached one's when the detach is
+/// done (`follow_partitions`).
 pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> {
     // (The default partition detached for a move keeps its events: `take_over_from_default`.)
     if MOVING.get() {
@@ -625,18 +632,28 @@ pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> 
     }
     roles::api_call(|| {
         for &table in tables {
+            if removal == Removal::Drop && table == DROPPING_CHECKED.get() {
+                continue;
+            }
             let Some(source) = source_of_partition(table)? else {
                 continue;
             };
+            if let Some(parent) = parent_of(table)? {
+                match removal {
+                    Removal::Detach { concurrently: true } => {
+                        locks::lock_against_schema_changes(parent)
+                    }
+                    _ => locks::lock_for_dropping(parent),
+                }
+            }
             for (leaf, name) in leaves_of(table)? {
                 match removal {
-                    Removal::Drop if leaf == DROPPING_CHECKED.get() => {}
                     Removal::Drop => {
                         locks::lock_for_dropping(leaf);
                         require_applied(&source, &name, "drop")?;
                         forget_keys_of(&source, leaf, &name)?;
                     }
-                    Removal::Detach => {
+                    Removal::Detach { .. } => {
                         locks::lock_against_writes(leaf);
                         require_applied(&source, &name, "detach")?;
                     }
@@ -645,6 +662,14 @@ pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> 
         }
         Ok(())
     })
+}
+
+/// The partitioned table `table` is a partition of.
+fn parent_of(table: pg_sys::Oid) -> EvResult<Option<pg_sys::Oid>> {
+    spi::one::<pg_sys::Oid>(
+        "SELECT inhparent FROM pg_catalog.pg_inherits WHERE inhrelid = $1",
+        &[table.into()],
+    )
 }
 
 /// The event table whose partition tree `table` is in, below its root.

@@ -38,6 +38,13 @@ pub fn lock_for_dropping(relid: pg_sys::Oid) {
     unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE) }
 }
 
+/// SHARE UPDATE EXCLUSIVE on a relation, waiting for it: what a DETACH PARTITION ... CONCURRENTLY
+/// takes on the partitioned table next anyway.
+pub fn lock_against_schema_changes(relid: pg_sys::Oid) {
+    // SAFETY: a relation lock by oid, released at transaction end like LOCK TABLE's.
+    unsafe { pg_sys::LockRelationOid(relid, pg_sys::ShareUpdateExclusiveLock as pg_sys::LOCKMODE) }
+}
+
 /// SHARE on a relation, waiting for it: no write to it until this transaction ends.
 pub fn lock_against_writes(relid: pg_sys::Oid) {
     // SAFETY: a relation lock by oid, released at transaction end like LOCK TABLE's.

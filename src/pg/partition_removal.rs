@@ -131,8 +131,9 @@ unsafe fn named_for_removal(fcinfo: pg_sys::FunctionCallInfo) -> (Dropped, Remov
             pg_sys::NodeTag::T_AlterTableStmt => {
                 let alter = &*(parsetree as *const pg_sys::AlterTableStmt);
                 let mut out = Vec::new();
+                let mut concurrently = false;
                 if alter.cmds.is_null() {
-                    return (Dropped::Tables(out), Removal::Detach);
+                    return (Dropped::Tables(out), Removal::Detach { concurrently });
                 }
                 let cmds = &*alter.cmds;
                 for i in 0..cmds.length as usize {
@@ -146,11 +147,12 @@ unsafe fn named_for_removal(fcinfo: pg_sys::FunctionCallInfo) -> (Dropped, Remov
                         continue;
                     }
                     let partition = &*((*cmd).def as *const pg_sys::PartitionCmd);
+                    concurrently |= partition.concurrent;
                     if !partition.name.is_null() {
                         out.extend(existing(partition.name));
                     }
                 }
-                (Dropped::Tables(out), Removal::Detach)
+                (Dropped::Tables(out), Removal::Detach { concurrently })
             }
             _ => nothing,
         }
