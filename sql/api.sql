@@ -54,16 +54,18 @@ CREATE FUNCTION eventview.create_view(
     time_bucket   interval DEFAULT NULL,
     filter        json     DEFAULT NULL,
     realtime      boolean  DEFAULT false,
-    on_type_error text     DEFAULT 'quarantine'
+    on_type_error text     DEFAULT 'quarantine',
+    time_zone     text     DEFAULT NULL,
+    unnest        text     DEFAULT NULL
 ) RETURNS regclass
 LANGUAGE sql VOLATILE
 AS $$
     SELECT eventview._create_view(name, source, coalesce(group_by, '{}')::text,
                                   coalesce(measures, '{"events": "count(*)"}')::text, event_types,
                                   time_bucket, filter::text, coalesce(realtime, false),
-                                  coalesce(on_type_error, 'quarantine'))::regclass
+                                  coalesce(on_type_error, 'quarantine'), time_zone, unnest)::regclass
 $$;
-COMMENT ON FUNCTION eventview.create_view(text, text, json, json, text[], interval, json, boolean, text) IS
+COMMENT ON FUNCTION eventview.create_view(text, text, json, json, text[], interval, json, boolean, text, text, text) IS
 'Creates an incremental aggregate view over an event table and populates it';
 
 CREATE FUNCTION eventview.refresh(name text) RETURNS bigint

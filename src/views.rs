@@ -25,6 +25,8 @@ pub struct CreateViewArgs<'a> {
     pub filter: Option<&'a str>,
     pub realtime: bool,
     pub on_type_error: &'a str,
+    pub time_zone: Option<&'a str>,
+    pub unnest: Option<&'a str>,
 }
 
 fn check_time_bucket(bucket: Interval) -> EvResult<()> {
@@ -47,6 +49,24 @@ fn check_time_bucket(bucket: Interval) -> EvResult<()> {
     Ok(())
 }
 
+/// The name `pg_timezone_names` gives the time zone `zone` (matched without regard to case, as
+/// PostgreSQL matches zone names); 22023 for a name it does not list (an abbreviation such as
+/// EST is listed only where it is also a zone; a POSIX offset such as '+02' is not a zone).
+fn time_zone_named(zone: &str) -> EvResult<String> {
+    let found = spi::one::<String>(
+        "SELECT name FROM pg_catalog.pg_timezone_names WHERE lower(name) = lower($1)
+         ORDER BY name = $1 DESC, name LIMIT 1",
+        &[zone.into()],
+    )?;
+    found.ok_or_else(|| {
+        EvError::invalid(format!(
+            "invalid time_zone: {} is not a time zone of pg_timezone_names",
+            quote::literal(zone)
+        ))
+        .with_hint("Name a zone, such as 'Europe/Berlin' or 'America/New_York': SELECT name FROM pg_timezone_names lists them.")
+    })
+}
+
 pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     if spi::uses_transaction_snapshot() {
         // The view reads the existing events with the transaction's snapshot, taken before
@@ -58,6 +78,13 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         )
         .with_hint("It reads the events already in the table from a snapshot taken after it holds off pruning. Run it in a READ COMMITTED transaction."));
     }
+    if args.unnest.is_some() {
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "unnest is not supported yet",
+        )
+        .with_hint("Views over array elements are not built yet: leave unnest NULL."));
+    }
     let source = catalog::source_by_name(args.source)?;
     privileges::require_select(source.relid)?;
     privileges::require_no_row_security(roles::caller(), source.relid)?;
@@ -65,12 +92,17 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     // Before the snapshot the view starts from: prune must not delete what it will still need.
     catalog::hold_off_prune(&source)?;
     let fields = catalog::fields_of_source(source.source_id)?;
+    let time_zone = match args.time_zone {
+        Some(zone) if args.time_bucket.is_some() => Some(time_zone_named(zone)?),
+        other => other.map(str::to_string),
+    };
     let definition = parse_definition(&DefinitionInput {
         fields: &fields,
         group_by: args.group_by,
         measures: args.measures,
         event_types: args.event_types.clone(),
         bucketed: args.time_bucket.is_some(),
+        time_zone: time_zone.as_deref(),
         filter: args.filter,
         on_type_error: args.on_type_error,
     })?;
@@ -119,6 +151,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         measures: args.measures,
         event_types: types,
         time_bucket: args.time_bucket,
+        time_zone: definition.time_zone.as_deref(),
         filter: args.filter,
         on_type_error: definition.on_type_error.name(),
         realtime: args.realtime,

@@ -9,7 +9,9 @@ extension's generated SQL:
   - an event whose group key is an object/array, or whose sum/avg/min/max input is present and not
     a JSON number (nor JSON null), is a type error and is left out of that view entirely
     (on_type_error 'skip' and 'quarantine'); filters are applied before type checks;
-  - bucket = date_bin(interval, occurred_at, '2000-01-01 00:00:00+00');
+  - bucket = date_bin(interval, occurred_at, '2000-01-01 00:00:00+00'); with time_zone,
+    date_bin(interval, occurred_at AT TIME ZONE zone, timestamp '2000-01-01') AT TIME ZONE zone
+    (API.md section 8), over event times that include the hours around DST changes;
   - a view without group_by has one row while any event counts, none otherwise;
   - rich JSONPaths yield the first match in document order, as jsonb_path_query_first does.
 
@@ -31,7 +33,8 @@ Besides the contents, every refresh's return value is checked against the number
 rows committed since that view's previous refresh (tracked from statement row counts), and
 eventview.views.pending_changes against the same number; for 'quarantine' views the events in
 eventview.quarantine must be exactly the current events with a type error, once each, and
-`quarantined` their number; for 'skip' views `skipped` must be at least their number.
+`quarantined` their number; for 'skip' views `skipped` must be at least their number. A windowed
+rebuild of a bucketed view (at random windows) leaves it equal to the aggregate too.
 
 A failure names the seed, the operation and the last steps. The deterministic tests at the end
 check, in a few statements each, cases a random workload meets rarely or not at all.
@@ -116,6 +119,12 @@ def DISTINCT_JSON(x):
 
 def BUCKET(width):
     return f"date_bin('{width}'::interval, occurred_at, '2000-01-01 00:00:00+00'::timestamptz)"
+
+
+def LOCAL_BUCKET(width, zone):
+    """A bucket in the wall-clock time of `zone` (API.md section 8)."""
+    return (f"(date_bin('{width}'::interval, occurred_at AT TIME ZONE '{zone}', timestamp '2000-01-01') "
+            f"AT TIME ZONE '{zone}')")
 
 
 P_SKU = "payload -> 'sku'"
@@ -250,6 +259,40 @@ VIEWS = [
         select=f"""payload #>> '{{country}}' AS country,
        count(*) AS n,
        max({NUM("payload -> 'item' -> 'quantity'")}) AS hi""",
+        group="1",
+        policy="quarantine",
+    ),
+    # Buckets in local time: days in Berlin (23 and 25 hours long around its DST changes),
+    # hours in Sydney (southern hemisphere; a repeated local hour is one bucket).
+    ViewSpec(
+        "v_local_day",
+        """SELECT eventview.create_view('v_local_day', 'ev',
+             group_by => '{"sku": "$.sku"}',
+             measures => '{"n": "count(*)", "qty": "sum($.qty)", "max_price": "max($.price)", "last": "max(occurred_at)"}',
+             time_bucket => '1 day', time_zone => 'Europe/Berlin',
+             on_type_error => 'skip')""",
+        scope="true",
+        bad=f"{KEYBAD(P_SKU)} OR {NUMBAD(P_QTY)} OR {NUMBAD(P_PRICE)}",
+        select=f"""{LOCAL_BUCKET('1 day', 'Europe/Berlin')} AS bucket,
+       payload #>> '{{sku}}' AS sku,
+       count(*) AS n,
+       sum({NUM("payload -> 'qty'")}) AS qty,
+       max({NUM("payload -> 'price'")}) AS max_price,
+       max(occurred_at) AS last""",
+        group="1, 2",
+        policy="skip",
+    ),
+    ViewSpec(
+        "v_local_hour",
+        """SELECT eventview.create_view('v_local_hour', 'ev',
+             measures => '{"n": "count(*)", "first_at": "min(occurred_at)"}',
+             event_types => ARRAY['page_view', 'purchase'],
+             time_bucket => '1 hour', time_zone => 'Australia/Sydney')""",
+        scope="event_type IN ('page_view', 'purchase')",
+        bad="false",
+        select=f"""{LOCAL_BUCKET('1 hour', 'Australia/Sydney')} AS bucket,
+       count(*) AS n,
+       min(occurred_at) AS first_at""",
         group="1",
         policy="quarantine",
     ),
@@ -503,7 +546,7 @@ def realtime_twin(spec):
 # min/max under retraction (v_sku, v_env, v_lsku), count_distinct (v_total, v_lsku), a rich path
 # (v_tags), logical fields (v_lsku), filters and buckets.
 REALTIME_VIEWS = [realtime_twin(v) for v in VIEWS + LOGICAL_VIEWS
-                  if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku")]
+                  if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku", "v_local_hour")]
 
 # --------------------------------------------------------------------------------------------
 # Payload generation
@@ -700,9 +743,20 @@ def gen_payload(rng, version):
     return jdump({k: p[k] for k in keys})
 
 
+# The UTC instants of DST changes of the local-time views' zones in 2026: Berlin's (spring and
+# autumn) and Sydney's (autumn and spring there).
+DST_CHANGES = [datetime(2026, 3, 29, 1, tzinfo=timezone.utc), datetime(2026, 10, 25, 1, tzinfo=timezone.utc),
+               datetime(2026, 4, 4, 16, tzinfo=timezone.utc), datetime(2026, 10, 3, 16, tzinfo=timezone.utc)]
+
+
 def gen_time(rng):
     if rng.random() < 0.1:  # exactly on a bucket edge
         return BASE_TIME + timedelta(minutes=15 * rng.randint(0, 4 * 72))
+    if rng.random() < 0.06:  # within a day of a DST change, on the hour or anywhere
+        change = rng.choice(DST_CHANGES)
+        if rng.random() < 0.3:
+            return change + timedelta(hours=rng.randint(-24, 24))
+        return change + timedelta(microseconds=rng.randint(-86400 * 10**6, 86400 * 10**6))
     return BASE_TIME + timedelta(microseconds=rng.randint(0, 3 * 86400 * 10**6))
 
 
@@ -1404,6 +1458,19 @@ class Workload:
         self.checks += 1
         self.note(f"check #{self.checks} ok")
 
+    def op_rebuild_window(self):
+        """A windowed rebuild of a bucketed view (local-time ones included): the buckets that
+        start in the window are recomputed from the events, the other committed changes applied
+        as a refresh would; the view then equals the from-scratch aggregate."""
+        view = self.rng.choice([v for v in self.views if "time_bucket" in v.create_sql])
+        lo = gen_time(self.rng)
+        hi = lo + timedelta(hours=self.rng.choice([1, 5, 26, 75]))
+        self.current += f" ({view.name}, [{lo.isoformat()}, {hi.isoformat()}))"
+        self.a.execute("SELECT eventview.rebuild(%s, %s, %s)", [view.name, lo, hi])
+        self.pending[view.name] = 0
+        self.note(f"rebuild {view.name} [{lo.isoformat()}, {hi.isoformat()})")
+        self.check_view(view)
+
     def op_check_realtime(self):
         """Realtime views, unrefreshed, equal the from-scratch aggregate at any moment: with
         committed changes pending, and inside a writing transaction, its own changes included
@@ -1522,7 +1589,7 @@ class Workload:
             (self.op_refresh_one, 8), (self.op_refresh_all, 2), (self.op_refresh_concurrent, 3),
             (self.op_refresh_during_writes, 2), (self.op_refresh_inside_writer_txn, 3), (self.op_truncate, 0.4), (self.op_check, 3),
             (self.op_prune, 3), (self.op_age_and_prune, 1.5), (self.op_run_maintenance, 1),
-            (self.op_check_realtime, 3),
+            (self.op_check_realtime, 3), (self.op_rebuild_window, 1),
         ]
         funcs, weights = zip(*ops)
         late_at = n_ops // 3

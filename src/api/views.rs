@@ -17,6 +17,8 @@ fn create_view(
     filter: Option<&str>,
     realtime: bool,
     on_type_error: &str,
+    time_zone: Option<&str>,
+    unnest: Option<&str>,
 ) -> Result<pg_sys::Oid, ErrorReport> {
     at_boundary(|| {
         crate::views::create_view(crate::views::CreateViewArgs {
@@ -29,6 +31,8 @@ fn create_view(
             filter,
             realtime,
             on_type_error,
+            time_zone,
+            unnest,
         })
     })
 }

@@ -384,6 +384,9 @@ pub struct ViewDefinition {
     pub measures: Vec<Measure>,
     pub event_types: Option<Vec<String>>,
     pub bucketed: bool,
+    /// The time zone whose wall clock buckets follow (a name of `pg_timezone_names`, checked by
+    /// the caller); None: buckets in UTC.
+    pub time_zone: Option<String>,
     pub filter: Vec<FilterTerm>,
     pub on_type_error: TypePolicy,
 }
@@ -406,6 +409,7 @@ pub struct DefinitionInput<'a> {
     pub measures: &'a str,
     pub event_types: Option<Vec<Option<String>>>,
     pub bucketed: bool,
+    pub time_zone: Option<&'a str>,
     pub filter: Option<&'a str>,
     pub on_type_error: &'a str,
 }
@@ -599,6 +603,12 @@ pub fn parse_definition(input: &DefinitionInput) -> Result<ViewDefinition, Defin
     let group_by = parse_group_by(input, &mut columns)?;
     let measures = parse_measures(input, &mut columns)?;
     let event_types = parse_event_types(input.event_types.as_deref())?;
+    if input.time_zone.is_some() && !input.bucketed {
+        return refuse_with_hint(
+            "time_zone needs time_bucket",
+            "time_zone says in which wall-clock time the buckets start (a 1 day bucket at local midnight); pass time_bucket too, or leave time_zone out.",
+        );
+    }
     let filter = match input.filter {
         Some(text) => parse_filter(text, input.fields)?,
         None => Vec::new(),
@@ -608,6 +618,7 @@ pub fn parse_definition(input: &DefinitionInput) -> Result<ViewDefinition, Defin
         measures,
         event_types,
         bucketed: input.bucketed,
+        time_zone: input.time_zone.map(str::to_string),
         filter,
         on_type_error,
     })
@@ -743,6 +754,7 @@ mod tests {
             measures,
             event_types: None,
             bucketed: false,
+            time_zone: None,
             filter: None,
             on_type_error: "quarantine",
         }
@@ -865,6 +877,17 @@ mod tests {
             e.message
         );
         assert!(e.hint.unwrap_or_default().contains("compared as jsonb"));
+    }
+
+    #[test]
+    fn a_time_zone_needs_buckets() {
+        let mut i = input(r#"{}"#, r#"{"n": "count(*)"}"#);
+        i.time_zone = Some("Europe/Berlin");
+        let e = parse_definition(&i).unwrap_err();
+        assert_eq!(e.message, "time_zone needs time_bucket");
+        i.bucketed = true;
+        let d = parse_definition(&i).unwrap();
+        assert_eq!(d.time_zone.as_deref(), Some("Europe/Berlin"));
     }
 
     #[test]

@@ -280,12 +280,14 @@ mod tests {
             let group_by = random_group_by(&mut rng);
             let measures = random_measures(&mut rng);
             let filter = random_filter(&mut rng);
+            let bucketed = rng.below(2) == 0;
             let input = DefinitionInput {
                 fields: &NoFields,
                 group_by: &group_by,
                 measures: &measures,
                 event_types: (rng.below(3) == 0).then(|| vec![Some("it's".into())]),
-                bucketed: rng.below(2) == 0,
+                bucketed,
+                time_zone: (bucketed && rng.below(2) == 0).then_some("Europe/Berlin'; --"),
                 filter: (rng.below(2) == 0).then_some(filter.as_str()),
                 on_type_error: rng.pick(POLICIES),
             };

@@ -83,9 +83,34 @@ pub struct ViewSql<'a> {
     pub log_extremes: bool,
 }
 
-/// The bucket of timestamp expression `ts` for bucket width `width` (SQL of an interval).
-fn bucket_expr(width: &str, ts: &str) -> String {
-    format!("pg_catalog.date_bin({width}, {ts}, '2000-01-01 00:00:00+00'::timestamptz)")
+/// The bucket of timestamp expression `ts` for bucket width `width` (SQL of an interval):
+/// buckets aligned to 2000-01-01 00:00 in UTC, or, with a time zone, in that zone's wall-clock
+/// time (`date_bin(width, ts AT TIME ZONE zone, timestamp '2000-01-01') AT TIME ZONE zone`, as
+/// `pg_catalog.timezone` calls: a 1 day bucket starts at local midnight and lasts 23 or 25
+/// hours on a day of a DST change).
+fn bucket_expr(width: &str, ts: &str, time_zone: Option<&str>) -> String {
+    match time_zone {
+        None => {
+            format!("pg_catalog.date_bin({width}, {ts}, '2000-01-01 00:00:00+00'::timestamptz)")
+        }
+        Some(zone) => {
+            let zone = quote::literal(zone);
+            format!(
+                "pg_catalog.timezone({zone}, pg_catalog.date_bin({width}, pg_catalog.timezone({zone}, {ts}), '2000-01-01 00:00:00'::timestamp))"
+            )
+        }
+    }
+}
+
+/// What widens the range of event times implied by a range of bucket starts, below and above:
+/// nothing in UTC; in a time zone, two days either way, more than the largest change of a
+/// zone's offset (a DST change, or a zone moved across the date line), which stretches a local
+/// bucket, and a repeated local hour can map a bucket's start after an event in it.
+fn bucket_slack(time_zone: Option<&str>) -> (&'static str, &'static str) {
+    match time_zone {
+        None => ("", ""),
+        Some(_) => (" - interval '2 days'", " + interval '2 days'"),
+    }
 }
 
 /// `conds` as a WHERE clause on a line of its own, or nothing when there are none.
@@ -767,9 +792,11 @@ delta_rows AS (
         // A full recomputation reports its progress (`eventview._progress_tick`, always true).
         let bounds = if window {
             // The range on occurred_at is implied by the bucket range and lets an index help.
+            let zone = self.def.time_zone.as_deref();
+            let (before, after) = bucket_slack(zone);
             format!(
-                "\n    WHERE e.occurred_at >= $2 AND e.occurred_at < $3 + $1::interval\n      AND {b} >= $2 AND {b} < $3",
-                b = bucket_expr(WIDTH_PARAM, "e.occurred_at")
+                "\n    WHERE e.occurred_at >= $2{before} AND e.occurred_at < $3 + $1::interval{after}\n      AND {b} >= $2 AND {b} < $3",
+                b = bucket_expr(WIDTH_PARAM, "e.occurred_at", zone)
             )
         } else {
             "\n    WHERE eventview._progress_tick()".to_string()
@@ -939,7 +966,7 @@ delta_rows AS (
             ));
         }
         if mode == Mode::Window {
-            let b = bucket_expr(width, "r.occurred_at");
+            let b = bucket_expr(width, "r.occurred_at", self.def.time_zone.as_deref());
             conds.push(format!("NOT (r.from_delta AND {b} >= $2 AND {b} < $3)"));
         }
         where_clause(&conds)
@@ -963,7 +990,10 @@ delta_rows AS (
         let mut cols = vec!["sign".to_string(), "event_id".to_string()];
         let mut checks = Vec::new();
         if def.bucketed {
-            cols.push(format!("{} AS bucket", bucket_expr(width, "occurred_at")));
+            cols.push(format!(
+                "{} AS bucket",
+                bucket_expr(width, "occurred_at", self.def.time_zone.as_deref())
+            ));
         }
         for (i, g) in def.group_by.iter().enumerate() {
             let raw = self.raw_column(refs, &g.field);
@@ -1614,9 +1644,14 @@ UPDATE eventview._views SET skipped = 0 WHERE view_id = {vid}",
         format!(
             "DELETE FROM eventview.quarantine
 WHERE view_name = {known}
-  AND pg_catalog.date_bin($1::interval, (event->>'occurred_at')::timestamptz, '2000-01-01 00:00:00+00'::timestamptz) >= $2
-  AND pg_catalog.date_bin($1::interval, (event->>'occurred_at')::timestamptz, '2000-01-01 00:00:00+00'::timestamptz) < $3",
-            known = self.known_name()
+  AND {b} >= $2
+  AND {b} < $3",
+            known = self.known_name(),
+            b = bucket_expr(
+                "$1::interval",
+                "(event->>'occurred_at')::timestamptz",
+                self.def.time_zone.as_deref()
+            )
         )
     }
 
@@ -1651,6 +1686,7 @@ mod tests {
             measures,
             event_types: Some(vec![Some("add'to".into())]),
             bucketed,
+            time_zone: None,
             filter,
             on_type_error: "quarantine",
         })
@@ -1684,6 +1720,32 @@ mod tests {
         assert!(ddl.contains("CREATE TABLE eventview._v3_m2"));
         assert!(ddl.contains("v numeric NOT NULL"));
         assert_eq!(ddl.matches(") WITH (fillfactor = 70)").count(), 2);
+    }
+
+    #[test]
+    fn buckets_in_a_time_zone_follow_its_wall_clock_and_quote_its_name() {
+        let mut d = def(r#"{"sku": "$.sku"}"#, r#"{"n": "count(*)"}"#, None, true);
+        d.time_zone = Some("Europe/Berlin' OR '1".into());
+        let zone = "'Europe/Berlin'' OR ''1'";
+        let local = format!(
+            "pg_catalog.timezone({zone}, pg_catalog.date_bin($1::interval, pg_catalog.timezone({zone}, occurred_at), '2000-01-01 00:00:00'::timestamp)) AS bucket"
+        );
+        let apply = sql(&d).apply(Mode::Window);
+        assert!(apply.contains(&local), "{apply}");
+        // The window's range of event times is widened by two days either way.
+        assert!(apply.contains(
+            "WHERE e.occurred_at >= $2 - interval '2 days' AND e.occurred_at < $3 + $1::interval + interval '2 days'"
+        ));
+        assert!(sql(&d).forget_type_errors_in_window().contains(&format!(
+            "pg_catalog.timezone({zone}, pg_catalog.date_bin($1::interval, pg_catalog.timezone({zone}, (event->>'occurred_at')::timestamptz)"
+        )));
+        // In UTC: aligned to 2000-01-01 UTC, the window's range as it is.
+        d.time_zone = None;
+        let apply = sql(&d).apply(Mode::Window);
+        assert!(apply.contains(
+            "pg_catalog.date_bin($1::interval, occurred_at, '2000-01-01 00:00:00+00'::timestamptz) AS bucket"
+        ));
+        assert!(apply.contains("WHERE e.occurred_at >= $2 AND e.occurred_at < $3 + $1::interval\n"));
     }
 
     #[test]

@@ -54,6 +54,7 @@ fn representative() -> ViewDefinition {
         }"#,
         event_types: Some(vec![Some("cart_add".into()), Some("cart_remove".into())]),
         bucketed: true,
+        time_zone: None,
         filter: Some(r#"{"$.channel": ["web", "app"]}"#),
         on_type_error: "quarantine",
     })
