@@ -39,7 +39,8 @@ thread_local! {
     /// keeps its capture (`follow_partitions` leaves it alone).
     static MOVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The partition `drop_expired` is dropping, checked and its keys forgotten under the lock
-    /// the drop takes: `before_removal` does not do it again.
+    /// the drop takes: `before_removal` does not do it again (for a leaf; the leaves of a
+    /// partitioned one it checks).
     static DROPPING_CHECKED: std::cell::Cell<pg_sys::Oid> =
         const { std::cell::Cell::new(pg_sys::InvalidOid) };
 }
@@ -433,7 +434,11 @@ fn drop_expired_as_owner(source: &Source, retention: Interval) -> EvResult<i64> 
             );
             continue;
         }
-        if holds_unapplied_events(source, &partition.name_sql)? {
+        let mut unapplied = false;
+        for (_, leaf) in leaves_of(partition.relid)? {
+            unapplied = unapplied || holds_unapplied_events(source, &leaf)?;
+        }
+        if unapplied {
             pgrx::notice!(
                 "pg_eventview: partition {} not dropped yet: views have not applied all of its events",
                 partition.name_sql
@@ -441,8 +446,8 @@ fn drop_expired_as_owner(source: &Source, retention: Interval) -> EvResult<i64> 
             continue;
         }
         let name = &partition.name_sql;
-        let events = spi::one::<i64>(&format!("SELECT pg_catalog.count(*) FROM ONLY {name}"), &[])?
-            .unwrap_or(0);
+        let events =
+            spi::one::<i64>(&format!("SELECT pg_catalog.count(*) FROM {name}"), &[])?.unwrap_or(0);
         forget_keys_of(source, partition.relid, name)?;
         struct Checked;
         impl Drop for Checked {
@@ -568,20 +573,23 @@ pub enum Dropped {
 
 /// The tables `dropped` removes, for `before_removal`. A DROP SCHEMA or DROP OWNED removes a
 /// partition kept apart from its table (in a schema of its own, or owned by another role, as
-/// pg_partman can set up) while the table stays: those are its leaf partitions whose partitioned
-/// table does not go with them. (When the table goes too, the event table is dropped, which
+/// pg_partman can set up) while the table stays: those are the partitions whose partitioned
+/// table does not go with them. (When the event table goes too, it is dropped, which
 /// `_follow_drop` handles, as a DROP TABLE of it.)
 pub fn tables_dropped(dropped: Dropped) -> EvResult<Vec<pg_sys::Oid>> {
     let (sql, args): (&str, Vec<pgrx::datum::DatumWithOid>) = match dropped {
         Dropped::Tables(tables) => return Ok(tables),
         Dropped::Schemas(schemas) if schemas.is_empty() => return Ok(Vec::new()),
         Dropped::OwnedBy { roles, .. } if roles.is_empty() => return Ok(Vec::new()),
+        // The topmost partitions the command drops (a partitioned one takes its own partitions
+        // along, wherever they are: `before_removal` walks its tree), below a parent it keeps.
         Dropped::Schemas(schemas) => (
             "SELECT c.oid
              FROM pg_catalog.pg_class c
-             JOIN pg_catalog.pg_class r ON r.oid = pg_catalog.pg_partition_root(c.oid)
-             WHERE c.relispartition AND c.relkind <> 'p'
-               AND c.relnamespace = ANY($1) AND r.relnamespace <> ALL($1)
+             JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+             JOIN pg_catalog.pg_class parent ON parent.oid = i.inhparent
+             WHERE c.relispartition AND c.relkind IN ('r', 'p', 'f')
+               AND c.relnamespace = ANY($1) AND parent.relnamespace <> ALL($1)
              ORDER BY c.oid",
             vec![schemas.into()],
         ),
@@ -590,10 +598,11 @@ pub fn tables_dropped(dropped: Dropped) -> EvResult<Vec<pg_sys::Oid>> {
                  SELECT n.oid FROM pg_catalog.pg_namespace n WHERE $2 AND n.nspowner = ANY($1))
              SELECT c.oid
              FROM pg_catalog.pg_class c
-             JOIN pg_catalog.pg_class r ON r.oid = pg_catalog.pg_partition_root(c.oid)
-             WHERE c.relispartition AND c.relkind <> 'p'
+             JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+             JOIN pg_catalog.pg_class parent ON parent.oid = i.inhparent
+             WHERE c.relispartition AND c.relkind IN ('r', 'p', 'f')
                AND (c.relowner = ANY($1) OR c.relnamespace IN (SELECT oid FROM their_schemas))
-               AND NOT (r.relowner = ANY($1) OR r.relnamespace IN (SELECT oid FROM their_schemas))
+               AND NOT (parent.relowner = ANY($1) OR parent.relnamespace IN (SELECT oid FROM their_schemas))
              ORDER BY c.oid",
             vec![roles.into(), cascade.into()],
         ),
@@ -615,13 +624,14 @@ pub fn tables_dropped(dropped: Dropped) -> EvResult<Vec<pg_sys::Oid>> {
 /// 55000 (dropping or detaching is not a retraction: what a view has applied stays, and what it
 /// has not would be lost).
 ///
-/// Locks, taken before the check so that nobody writes the partition after it:
+/// Locks, taken before the check so that nobody writes the partition after it, top-down as
+/// writers take them (a partition locked before its parent would deadlock with a producer
+/// writing it):
 /// - the partitioned table the partition is in, in the mode the command takes it next (ACCESS
-///   EXCLUSIVE; SHARE UPDATE EXCLUSIVE for a DETACH ... CONCURRENTLY). Writers lock a table
-///   before its partitions: a partition locked first would deadlock with a producer writing it;
-/// - each leaf partition: ACCESS EXCLUSIVE for a drop, as the drop will; SHARE for a detach,
-///   which a DETACH ... CONCURRENTLY holds until its first transaction has taken the partition
-///   out of the table's reads.
+///   EXCLUSIVE; SHARE UPDATE EXCLUSIVE for a DETACH ... CONCURRENTLY);
+/// - the partition and every partition below it: ACCESS EXCLUSIVE for a drop, as the drop will;
+///   SHARE for a detach, which a DETACH ... CONCURRENTLY holds until its first transaction has
+///   taken the partition out of the table's reads.
 ///
 /// A dropped partition's keys leave the key table here; a detached one's when the detach is
 /// done (`follow_partitions`).
@@ -632,12 +642,15 @@ pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> 
     }
     roles::api_call(|| {
         for &table in tables {
-            if removal == Removal::Drop && table == DROPPING_CHECKED.get() {
-                continue;
-            }
             let Some(source) = source_of_partition(table)? else {
                 continue;
             };
+            // Named along with its event table: the event table's drop (`_follow_drop`).
+            if removal == Removal::Drop && tables.contains(&source.relid) {
+                continue;
+            }
+            // Top-down, as writers lock them: the partitioned table above, then `table` and the
+            // partitioned tables below it.
             if let Some(parent) = parent_of(table)? {
                 match removal {
                     Removal::Detach { concurrently: true } => {
@@ -646,8 +659,16 @@ pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> 
                     _ => locks::lock_for_dropping(parent),
                 }
             }
+            for level in partitioned_below(table)? {
+                match removal {
+                    Removal::Drop => locks::lock_for_dropping(level),
+                    Removal::Detach { .. } => locks::lock_against_writes(level),
+                }
+            }
             for (leaf, name) in leaves_of(table)? {
                 match removal {
+                    // prune checked it and forgot its keys, under the same lock.
+                    Removal::Drop if leaf == DROPPING_CHECKED.get() => {}
                     Removal::Drop => {
                         locks::lock_for_dropping(leaf);
                         require_applied(&source, &name, "drop")?;
@@ -662,6 +683,27 @@ pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> 
         }
         Ok(())
     })
+}
+
+/// The partitioned tables of the tree below `table` (itself included), top-down.
+fn partitioned_below(table: pg_sys::Oid) -> EvResult<Vec<pg_sys::Oid>> {
+    Ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(
+            &format!(
+                "{TREE}
+             SELECT t.relid FROM tree t JOIN pg_catalog.pg_class c ON c.oid = t.relid
+             WHERE c.relkind = 'p' ORDER BY t.level, t.relid"
+            ),
+            None,
+            &[table.into()],
+        )? {
+            if let Some(relid) = row.get::<pg_sys::Oid>(1)? {
+                out.push(relid);
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?)
 }
 
 /// The partitioned table `table` is a partition of.

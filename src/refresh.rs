@@ -310,6 +310,15 @@ pub fn rebuild(
     let retention_horizon = catalog::retention_horizon(&view.source)?;
     if view.definition.bucketed {
         // Recompute only from raw events still retained: pruned history stays as aggregated.
+        // In a time zone a bucket may hold events from before its start (a repeated local hour
+        // starts at its later instant), so the buckets within two days of the horizon stay too.
+        let retention_horizon = match retention_horizon {
+            Some(h) if view.definition.time_zone.is_some() => spi::one::<TimestampWithTimeZone>(
+                "SELECT $1 OPERATOR(pg_catalog.+) interval '2 days'",
+                &[h.into()],
+            )?,
+            other => other,
+        };
         if let Some(horizon) = retention_horizon {
             if from.is_none_or(|f| f < horizon) {
                 pgrx::notice!(

@@ -44,7 +44,7 @@ fn check_time_bucket(bucket: Interval) -> EvResult<()> {
     let within = spi::one::<bool>("SELECT $1 <= interval '36525 days'", &[bucket.into()])?;
     if within != Some(true) {
         return Err(EvError::invalid("invalid time_bucket: it must be at most 36525 days (100 years) wide")
-            .with_hint("Buckets start at multiples of their width from 2000-01-01 UTC, so the bucket of an event before 2000 may start up to one width earlier: for wider buckets, before the earliest timestamp PostgreSQL can hold."));
+            .with_hint("Buckets start at multiples of their width from 2000-01-01 (UTC, or local time with time_zone), so the bucket of an event before 2000 may start up to one width earlier: for wider buckets, before the earliest timestamp PostgreSQL can hold."));
     }
     Ok(())
 }
@@ -54,8 +54,9 @@ fn check_time_bucket(bucket: Interval) -> EvResult<()> {
 /// EST is listed only where it is also a zone; a POSIX offset such as '+02' is not a zone).
 fn time_zone_named(zone: &str) -> EvResult<String> {
     let found = spi::one::<String>(
-        "SELECT name FROM pg_catalog.pg_timezone_names WHERE lower(name) = lower($1)
-         ORDER BY name = $1 DESC, name LIMIT 1",
+        "SELECT name FROM pg_catalog.pg_timezone_names
+         WHERE pg_catalog.lower(name) OPERATOR(pg_catalog.=) pg_catalog.lower($1)
+         ORDER BY name OPERATOR(pg_catalog.=) $1 DESC, name LIMIT 1",
         &[zone.into()],
     )?;
     found.ok_or_else(|| {

@@ -457,6 +457,41 @@ def test_a_drop_schema_or_drop_owned_that_takes_a_partition_along_is_checked_as_
             a.execute("DROP ROLE partition_keeper")
 
 
+def test_a_sub_partitioned_partition_is_checked_leaf_by_leaf_by_prune_drop_table_and_drop_schema(db):
+    """A partition partitioned itself: prune leaves it for a later run (NOTICE, no error) while
+    a view needs an event of one of its partitions, and so do DROP TABLE and a DROP SCHEMA of the
+    schema holding it (55000); a DROP TABLE naming the event table with a partition is the event
+    table's drop."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('ev', retention => '2 hours', partition_interval => '1 hour')")
+        a.execute("CREATE SCHEMA old_parts")
+        a.execute("""CREATE TABLE old_parts.ev_2020 PARTITION OF ev FOR VALUES FROM ('2020-01-01') TO ('2021-01-01')
+                     PARTITION BY RANGE (occurred_at)""")
+        a.execute("CREATE TABLE public.ev_2020_h1 PARTITION OF old_parts.ev_2020 FOR VALUES FROM ('2020-01-01') TO ('2020-07-01')")
+        a.execute("CREATE TABLE public.ev_2020_h2 PARTITION OF old_parts.ev_2020 FOR VALUES FROM ('2020-07-01') TO ('2021-01-01')")
+        a.execute(VIEW)
+        _insert(a, "'2020-03-01'", sku="old", qty=1, key="o1")
+        _insert(a, "'2020-09-01'", sku="old", qty=2, key="o2")
+        notices = []
+        a.add_notice_handler(lambda d: notices.append(d.message_primary))
+        assert _one(a, "SELECT eventview.prune('ev')") == 0
+        assert any("not dropped yet: views have not applied all of its events" in n for n in notices), notices
+        for statement in ["DROP TABLE old_parts.ev_2020", "DROP SCHEMA old_parts CASCADE"]:
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as e:
+                a.execute(statement)
+            assert "public.ev_2020_h1" in str(e.value)
+        a.execute("SELECT eventview.refresh('per_sku')")
+        assert _one(a, "SELECT eventview.prune('ev')") == 2
+        assert _one(a, "SELECT to_regclass('public.ev_2020_h2')") is None
+        assert _one(a, "SELECT count(*) FROM eventview._keys_1") == 0
+        assert dict((r[0], r[1]) for r in a.execute(FROM_VIEW).fetchall()) == {"old": 2}
+        # The event table and one of its partitions in one DROP TABLE, with a change pending.
+        _insert(a, "now()", sku="new")
+        part = _one(a, "SELECT tableoid::regclass::text FROM ev")
+        a.execute(f"DROP TABLE ev, {part}")
+        assert _one(a, "SELECT count(*) FROM eventview._sources WHERE relid::oid <> 0") == 0
+
+
 def test_drop_event_table_takes_everything_of_a_partitioned_table(db):
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev', partition_interval => '1 day')")
