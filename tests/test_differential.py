@@ -296,6 +296,28 @@ VIEWS = [
         group="1",
         policy="quarantine",
     ),
+    # Percentiles (API.md section 9): percentile_disc over the group's numbers, under retraction.
+    ViewSpec(
+        "v_pct",
+        """SELECT eventview.create_view('v_pct', 'ev',
+             group_by => '{"sku": "$.sku"}',
+             measures => '{"n": "count(*)", "p50": "percentile($.price, 0.5)", "p90": "percentile($.qty, 0.9)",
+                           "p0": "percentile($.price, 0)", "p100": "percentile($.price, 1)",
+                           "pv": "percentile(event_version, 0.25)"}',
+             time_bucket => '1 day')""",
+        scope="true",
+        bad=f"{KEYBAD(P_SKU)} OR {NUMBAD(P_PRICE)} OR {NUMBAD(P_QTY)}",
+        select=f"""{BUCKET('1 day')} AS bucket,
+       payload #>> '{{sku}}' AS sku,
+       count(*) AS n,
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY {NUM(P_PRICE)}) AS p50,
+       percentile_disc(0.9) WITHIN GROUP (ORDER BY {NUM(P_QTY)}) AS p90,
+       percentile_disc(0) WITHIN GROUP (ORDER BY {NUM(P_PRICE)}) AS p0,
+       percentile_disc(1) WITHIN GROUP (ORDER BY {NUM(P_PRICE)}) AS p100,
+       percentile_disc(0.25) WITHIN GROUP (ORDER BY event_version) AS pv""",
+        group="1, 2",
+        policy="quarantine",
+    ),
 ]
 
 # Created part-way through the workload, while another transaction holds uncommitted changes.
@@ -546,7 +568,7 @@ def realtime_twin(spec):
 # min/max under retraction (v_sku, v_env, v_lsku), count_distinct (v_total, v_lsku), a rich path
 # (v_tags), logical fields (v_lsku), filters and buckets.
 REALTIME_VIEWS = [realtime_twin(v) for v in VIEWS + LOGICAL_VIEWS
-                  if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku", "v_local_hour")]
+                  if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku", "v_local_hour", "v_pct")]
 
 # --------------------------------------------------------------------------------------------
 # Payload generation

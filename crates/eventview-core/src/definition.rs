@@ -289,6 +289,8 @@ pub enum AggKind {
     Min,
     Max,
     CountDistinct,
+    /// `percentile(ref, p)`: percentile_disc(p) over the group's values (`Measure::fraction`).
+    Percentile,
 }
 
 impl AggKind {
@@ -300,6 +302,7 @@ impl AggKind {
             AggKind::Min => "min",
             AggKind::Max => "max",
             AggKind::CountDistinct => "count_distinct",
+            AggKind::Percentile => "percentile",
         }
     }
 }
@@ -323,6 +326,8 @@ pub struct Measure {
     pub name: String,
     pub kind: AggKind,
     pub field: Option<FieldRef>,
+    /// The fraction `p` of `percentile(ref, p)`, in [0, 1]; None for the other aggregates.
+    pub fraction: Option<f64>,
     /// As the user wrote it, for messages.
     pub text: String,
 }
@@ -527,7 +532,7 @@ pub fn parse_aggregate(
     let bad = |why: &str| {
         refuse_with_hint(
             format!("invalid measure \"{column}\": {why}"),
-            "Supported aggregates: count(*), count(ref), sum(ref), avg(ref), min(ref), max(ref), count_distinct(ref).",
+            "Supported aggregates: count(*), count(ref), sum(ref), avg(ref), min(ref), max(ref), count_distinct(ref), percentile(ref, p).",
         )
     };
     let Some(open) = trimmed.find('(') else {
@@ -537,7 +542,24 @@ pub fn parse_aggregate(
         return bad(&format!("\"{trimmed}\" is not an aggregate call"));
     }
     let func = trimmed[..open].trim().to_ascii_lowercase();
-    let arg = trimmed[open + 1..trimmed.len() - 1].trim();
+    let mut arg = trimmed[open + 1..trimmed.len() - 1].trim();
+    let mut fraction = None;
+    if func == "percentile" {
+        // The fraction is the last argument: a JSONPath may hold commas itself.
+        let Some(comma) = arg.rfind(',') else {
+            return bad("percentile() takes a field reference and a fraction, such as percentile($.ms, 0.99)");
+        };
+        let p = arg[comma + 1..].trim();
+        match p.parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) && !p.is_empty() => fraction = Some(v),
+            _ => {
+                return bad(&format!(
+                    "the fraction of percentile() must be a number from 0 to 1, not \"{p}\""
+                ))
+            }
+        }
+        arg = arg[..comma].trim();
+    }
     let kind = match (func.as_str(), arg) {
         ("count", "*") => AggKind::CountStar,
         ("count", _) => AggKind::Count,
@@ -546,6 +568,7 @@ pub fn parse_aggregate(
         ("min", _) => AggKind::Min,
         ("max", _) => AggKind::Max,
         ("count_distinct", _) => AggKind::CountDistinct,
+        ("percentile", _) => AggKind::Percentile,
         _ => {
             return bad(&format!(
                 "unknown aggregate \"{}\"",
@@ -564,7 +587,7 @@ pub fn parse_aggregate(
             hint: e.hint,
         })?;
         if let Some(t) = field.declared_type() {
-            if matches!(kind, AggKind::Sum | AggKind::Avg) && !t.is_number() {
+            if matches!(kind, AggKind::Sum | AggKind::Avg | AggKind::Percentile) && !t.is_number() {
                 return refuse_with_hint(
                     format!(
                         "invalid measure \"{column}\": {}() needs a number, and {} is {}",
@@ -591,6 +614,7 @@ pub fn parse_aggregate(
         name: column.to_string(),
         kind,
         field,
+        fraction,
         text: trimmed.to_string(),
     })
 }
@@ -877,6 +901,33 @@ mod tests {
             e.message
         );
         assert!(e.hint.unwrap_or_default().contains("compared as jsonb"));
+    }
+
+    #[test]
+    fn percentile_takes_a_numeric_reference_and_a_fraction_from_0_to_1() {
+        let d = parse_definition(&input(
+            r#"{}"#,
+            r#"{"p50": "percentile($.ms, 0.5)", "p0": "PERCENTILE($.a[1,2], 0)", "top": "percentile(event_version, 1)"}"#,
+        ))
+        .unwrap();
+        assert_eq!(d.measures[0].kind, AggKind::Percentile);
+        assert_eq!(d.measures[0].fraction, Some(0.5));
+        assert_eq!(d.measures[1].fraction, Some(0.0));
+        assert_eq!(d.measures[1].field.as_ref().unwrap().display(), "$.a[1,2]");
+        assert_eq!(d.measures[2].value_type(), SqlType::Integer);
+        for (measure, message) in [
+            ("percentile($.ms)", "percentile() takes a field reference and a fraction"),
+            ("percentile($.ms, 1.5)", "must be a number from 0 to 1, not \"1.5\""),
+            ("percentile($.ms, -0.1)", "must be a number from 0 to 1"),
+            ("percentile($.ms, NaN)", "must be a number from 0 to 1"),
+            ("percentile($.ms, half)", "must be a number from 0 to 1, not \"half\""),
+            ("percentile(, 0.5)", "percentile() needs a field reference"),
+            ("percentile(occurred_at, 0.5)", "percentile() needs a number, and occurred_at is timestamptz"),
+        ] {
+            let text = format!(r#"{{"p": "{measure}"}}"#);
+            let e = parse_definition(&input("{}", &text)).unwrap_err();
+            assert!(e.message.contains(message), "{measure}: {}", e.message);
+        }
     }
 
     #[test]

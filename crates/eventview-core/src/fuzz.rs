@@ -247,6 +247,10 @@ mod tests {
             } else {
                 random_reference(r)
             };
+            if r.below(6) == 0 {
+                let p = r.pick(&["0.5", "0", "1", "2", "x'); DROP", "1e-3"]);
+                return json_string(&format!("percentile({arg}, {p})"));
+            }
             json_string(&format!("{f}({arg})"))
         })
     }

@@ -181,21 +181,20 @@ impl<'a> ViewSql<'a> {
     /// The storage columns of the measures, in order: `m<n>_n` (count, sum, avg), `m<n>_sum`
     /// (sum, avg), `m<n>_val` (min, max, count_distinct); count(*) is `__count`.
     fn measure_columns(&self) -> Vec<String> {
-        let mut cols = Vec::new();
-        for (n, m) in self.numbered_measures() {
-            match m.kind {
-                AggKind::CountStar => {}
-                AggKind::Count => cols.push(format!("m{n}_n")),
-                AggKind::Sum | AggKind::Avg => {
-                    cols.push(format!("m{n}_n"));
-                    cols.push(format!("m{n}_sum"));
-                }
-                AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
-                    cols.push(format!("m{n}_val"))
-                }
-            }
+        self.numbered_measures()
+            .flat_map(|(n, m)| Self::stored_columns(n, m))
+            .collect()
+    }
+
+    /// The storage columns of measure `n`. A percentile has none: it is read from the
+    /// multiset as the view is read.
+    fn stored_columns(n: usize, m: &Measure) -> Vec<String> {
+        match m.kind {
+            AggKind::CountStar | AggKind::Percentile => vec![],
+            AggKind::Count => vec![format!("m{n}_n")],
+            AggKind::Sum | AggKind::Avg => vec![format!("m{n}_n"), format!("m{n}_sum")],
+            AggKind::Min | AggKind::Max | AggKind::CountDistinct => vec![format!("m{n}_val")],
         }
-        cols
     }
 
     /// Measures kept as a multiset with a value log: min, max.
@@ -210,10 +209,14 @@ impl<'a> ViewSql<'a> {
         mode == Mode::Delta && self.log_extremes && self.minmax_measures().next().is_some()
     }
 
-    /// Measures kept as a per-group value multiset: min, max, count_distinct.
+    /// Measures kept as a per-group value multiset: min, max, count_distinct, percentile.
     fn multiset_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
-        self.numbered_measures()
-            .filter(|(_, m)| matches!(m.kind, AggKind::Min | AggKind::Max | AggKind::CountDistinct))
+        self.numbered_measures().filter(|(_, m)| {
+            matches!(
+                m.kind,
+                AggKind::Min | AggKind::Max | AggKind::CountDistinct | AggKind::Percentile
+            )
+        })
     }
 
     /// Column definitions of the group key, shared by storage and multisets.
@@ -247,6 +250,7 @@ impl<'a> ViewSql<'a> {
                     cols.push(format!("m{n}_val {}", m.value_type().name()))
                 }
                 AggKind::CountDistinct => cols.push(format!("m{n}_val bigint NOT NULL")),
+                AggKind::Percentile => {}
             }
         }
         cols.push("__dirty boolean NOT NULL DEFAULT false".into());
@@ -281,7 +285,7 @@ impl<'a> ViewSql<'a> {
                 "CREATE UNIQUE INDEX _v{vid}_m{n}_key ON {values} ({}, v)",
                 self.key_list()
             ));
-            if m.kind != AggKind::CountDistinct {
+            if matches!(m.kind, AggKind::Min | AggKind::Max) {
                 out.push(Self::create_log(&values, &names::view_values_log(vid, n)));
             }
         }
@@ -444,6 +448,10 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                     format!("CASE WHEN m{n}_n > 0 THEN trim_scale(m{n}_sum) / m{n}_n END")
                 }
                 AggKind::Min | AggKind::Max | AggKind::CountDistinct => format!("m{n}_val"),
+                AggKind::Percentile => match reads {
+                    Reads::Realtime { .. } => format!("m{n}_val"),
+                    Reads::Stored => self.stored_percentile(n, m, &self.data()),
+                },
             };
             cols.push(format!("{expr} AS {}", quote::ident(&m.name)));
         }
@@ -545,9 +553,16 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     /// ```
     fn merged(&self) -> String {
         let keys = self.key_columns();
+        // In the order of the pending branch's columns: keys, count, each measure's columns.
         let mut stored_cols = keys.clone();
         stored_cols.push("__count".into());
-        stored_cols.extend(self.measure_columns());
+        for (n, m) in self.numbered_measures() {
+            if m.kind == AggKind::Percentile {
+                stored_cols.push(format!("{} AS m{n}_val", self.stored_percentile(n, m, "s")));
+            } else {
+                stored_cols.extend(Self::stored_columns(n, m));
+            }
+        }
         // A pending group's keys as stored, as a refresh keeps them (its upsert never rewrites
         // keys): equal keys may be spelled differently (numeric 1 and 1.0).
         let mut merged: Vec<String> = keys
@@ -584,7 +599,58 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
             AggKind::Sum | AggKind::Avg => vec![counter("n"), counter("sum")],
             AggKind::Min | AggKind::Max => vec![self.merged_extreme(n, m.kind)],
             AggKind::CountDistinct => vec![self.merged_distinct_count(n)],
+            AggKind::Percentile => vec![self.merged_percentile(n, m)],
         }
+    }
+
+    /// A percentile over `values`, a query of (v, n) rows, one per distinct value with its
+    /// count n > 0: `percentile_disc(p)`, the first value whose running count reaches
+    /// `ceil(p * total)` (at least the first value), computed as PostgreSQL's percentile_disc
+    /// computes that position, in double precision.
+    ///
+    /// ```sql
+    /// (SELECT o.v FROM (SELECT w.v, sum(w.n) OVER (ORDER BY w.v) AS cum, sum(w.n) OVER () AS total
+    ///                   FROM (<values>) w) o
+    ///  WHERE o.cum::float8 >= greatest(ceil(<p>::float8 * o.total::float8), 1) ORDER BY o.v LIMIT 1)
+    /// ```
+    fn percentile_over(values: &str, m: &Measure) -> String {
+        let p = m.fraction.unwrap_or(0.5);
+        format!(
+            "(SELECT o.v FROM (SELECT w.v, sum(w.n) OVER (ORDER BY w.v) AS cum, sum(w.n) OVER () AS total
+                  FROM ({values}) w) o
+             WHERE o.cum::float8 >= greatest(ceil({p}::float8 * o.total::float8), 1) ORDER BY o.v LIMIT 1)"
+        )
+    }
+
+    /// Percentile measure `n` of the stored group whose key columns are those of `group` (the
+    /// storage table or an alias of it), from its multiset.
+    fn stored_percentile(&self, n: usize, m: &Measure, group: &str) -> String {
+        Self::percentile_over(
+            &format!(
+                "SELECT ms.v, ms.n FROM {} ms WHERE {} AND ms.n > 0",
+                names::view_values(self.view_id, n),
+                self.keys_equal("ms", group)
+            ),
+            m,
+        )
+    }
+
+    /// A percentile in `merged`'s pending branch: over the group's multiset with the pending
+    /// (value, sign) pairs.
+    fn merged_percentile(&self, n: usize, m: &Measure) -> String {
+        let values = Self::percentile_over(
+            &format!(
+                "SELECT u.v, sum(u.n) AS n FROM (
+                       SELECT ms.v, ms.n FROM {} ms WHERE {}
+                       UNION ALL
+                       SELECT p.v, p.s FROM unnest(d0.m{n}_vs, d0.m{n}_signs) AS p(v, s)) u
+                   GROUP BY u.v HAVING sum(u.n) > 0",
+                names::view_values(self.view_id, n),
+                self.keys_equal("ms", "d0")
+            ),
+            m,
+        );
+        format!("{values} AS m{n}_val")
     }
 
     /// A min/max in `merged`: for a group that lost values, the extreme over its multiset, its
@@ -834,7 +900,7 @@ delta_rows AS (
             if m.kind == AggKind::CountDistinct {
                 ctes.push(self.multiset_upsert(n, m.kind, &key_exprs));
                 ctes.push(self.distinct_changes(n));
-            } else if self.logs_extremes(mode) {
+            } else if matches!(m.kind, AggKind::Min | AggKind::Max) && self.logs_extremes(mode) {
                 ctes.push(self.value_log_append(n, &key_exprs));
                 logged.push(n);
             } else {
@@ -1010,6 +1076,7 @@ delta_rows AS (
                 AggKind::Sum | AggKind::Avg => Use::Number,
                 AggKind::Min | AggKind::Max => Use::Extreme,
                 AggKind::CountDistinct => Use::Distinct,
+                AggKind::Percentile => Use::Extreme,
             };
             let raw = self.raw_column(refs, field);
             let context = format!(
@@ -1238,7 +1305,8 @@ delta_rows AS (
                     let agg = if m.kind == AggKind::Min { "min" } else { "max" };
                     d_cols.push(format!("{agg}(m{n}) FILTER (WHERE sign > 0) AS m{n}_val"));
                 }
-                AggKind::CountDistinct => {}
+                // Their values go to the multiset (`a<n>`) alone.
+                AggKind::CountDistinct | AggKind::Percentile => {}
             }
         }
         d_cols.push("bool_or(sign < 0) AS __dirty".into());
@@ -1423,6 +1491,7 @@ delta_rows AS (
                 // The change `d` takes from the multiset upsert: +1 per value whose count rose
                 // from zero, -1 per value whose count fell to zero.
                 AggKind::CountDistinct => sets.push(add(format!("m{n}_val"))),
+                AggKind::Percentile => {}
             }
         }
         sets
@@ -1720,6 +1789,40 @@ mod tests {
         assert!(ddl.contains("CREATE TABLE eventview._v3_m2"));
         assert!(ddl.contains("v numeric NOT NULL"));
         assert_eq!(ddl.matches(") WITH (fillfactor = 70)").count(), 2);
+    }
+
+    #[test]
+    fn a_percentile_is_read_from_its_multiset_and_kept_there_without_a_log() {
+        let d = def(
+            r#"{"sku": "$.sku"}"#,
+            r#"{"top": "max($.p)", "p90": "percentile($.p, 0.9)"}"#,
+            None,
+            true,
+        );
+        let ddl = sql(&d).create_storage().join(";\n");
+        assert!(ddl.contains("CREATE TABLE eventview._v3_m2"));
+        assert!(!ddl.contains("_v3_m2_log"), "{ddl}");
+        assert!(!ddl.contains("m2_val"));
+        let stored = sql(&d).create_user_view("\"v\"", Reads::Stored);
+        assert!(stored.contains("FROM eventview._v3_m2 ms WHERE ms.__k = eventview._v3_data.__k AND ms.bucket = eventview._v3_data.bucket"), "{stored}");
+        assert!(stored.contains("WHERE o.cum::float8 >= greatest(ceil(0.9::float8 * o.total::float8), 1) ORDER BY o.v LIMIT 1) AS \"p90\""));
+        // A refresh logs the max, and upserts the percentile's multiset.
+        let apply = sql(&d).apply(Mode::Delta);
+        assert!(apply.contains("INSERT INTO eventview._v3_m1_log"));
+        assert!(apply.contains("INSERT INTO eventview._v3_m2 AS t"));
+        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime { bucket_width: Some("1 hour") });
+        assert!(realtime.contains("unnest(d0.m2_vs, d0.m2_signs)"));
+        assert!(realtime.contains("m2_val AS \"p90\""));
+        // A realtime read's two branches list the measures in one order, a percentile first.
+        let d = def(
+            r#"{"sku": "$.sku"}"#,
+            r#"{"p": "percentile($.p, 0.5)", "top": "max($.p)"}"#,
+            None,
+            false,
+        );
+        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime { bucket_width: None });
+        assert!(realtime.contains("SELECT __k, g1, g1_null, __count, (SELECT o.v FROM"), "{realtime}");
+        assert!(realtime.contains("LIMIT 1) AS m1_val, m2_val\n    FROM eventview._v3_data s"), "{realtime}");
     }
 
     #[test]
