@@ -138,8 +138,11 @@ DESC_SKU = "jsonb_path_query_first(payload, 'lax $.**.sku')"
 
 
 class ViewSpec:
-    def __init__(self, name, create_sql, scope, bad, select, group, policy, source=None):
+    def __init__(self, name, create_sql, scope, bad, select, group, policy, source=None, approx=None):
         self.name = name
+        # approx_percentile columns: (group columns, {column: exact column of the reference}),
+        # each within 1% of its exact percentile_disc.
+        self.approx = approx
         self.source = source  # FROM clause when not the bare event table
         self.create_sql = create_sql
         self.scope = scope  # which events the view reads (event_types and filter)
@@ -317,6 +320,23 @@ VIEWS = [
        percentile_disc(0.25) WITHIN GROUP (ORDER BY event_version) AS pv""",
         group="1, 2",
         policy="quarantine",
+    ),
+    # approx_percentile: within 1% of percentile_disc (the reference's exact columns e50, e90).
+    ViewSpec(
+        "v_apct",
+        """SELECT eventview.create_view('v_apct', 'ev',
+             group_by => '{"sku": "$.sku"}',
+             measures => '{"n": "count(*)", "a50": "approx_percentile($.price, 0.5)", "a90": "approx_percentile($.qty, 0.9)"}',
+             on_type_error => 'skip')""",
+        scope="true",
+        bad=f"{KEYBAD(P_SKU)} OR {NUMBAD(P_PRICE)} OR {NUMBAD(P_QTY)}",
+        select=f"""payload #>> '{{sku}}' AS sku,
+       count(*) AS n,
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY {NUM(P_PRICE)}) AS e50,
+       percentile_disc(0.9) WITHIN GROUP (ORDER BY {NUM(P_QTY)}) AS e90""",
+        group="1",
+        policy="skip",
+        approx=(["sku"], {"a50": "e50", "a90": "e90"}),
     ),
 ]
 
@@ -562,13 +582,14 @@ def realtime_twin(spec):
     sql = spec.create_sql.replace(f"create_view('{spec.name}'", f"create_view('{name}'", 1).rstrip()
     assert sql.endswith(")") and name in sql
     sql = sql[:-1] + ",\n             realtime => true)"
-    return ViewSpec(name, sql, spec.scope, spec.bad, spec.select, spec.group, spec.policy, spec.source)
+    return ViewSpec(name, sql, spec.scope, spec.bad, spec.select, spec.group, spec.policy, spec.source,
+                    spec.approx)
 
 
 # min/max under retraction (v_sku, v_env, v_lsku), count_distinct (v_total, v_lsku), a rich path
 # (v_tags), logical fields (v_lsku), filters and buckets.
 REALTIME_VIEWS = [realtime_twin(v) for v in VIEWS + LOGICAL_VIEWS
-                  if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku", "v_local_hour", "v_pct")]
+                  if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku", "v_local_hour", "v_pct", "v_apct")]
 
 # --------------------------------------------------------------------------------------------
 # Payload generation
@@ -1412,6 +1433,8 @@ class Workload:
         self.check_type_errors(view)
 
     def check_contents(self, view):
+        if view.approx:
+            return self.check_approx_contents(view)
         a = self.a
         ref = view.reference()
         # Both differences in one statement, the reference computed once.
@@ -1429,6 +1452,31 @@ class Workload:
                 f"  rows in the reference but not in the view ({len(missing)}): {missing[:15]}\n"
                 f"  reference query:\n{ref}"
             )
+
+    def check_approx_contents(self, view):
+        """The same groups and exact columns as the reference; each approx_percentile within 1%
+        of the reference's percentile_disc."""
+        keys, approx = view.approx
+        ref = view.reference()
+        exact = [c for c in self.a.execute(f"SELECT * FROM {view.name} LIMIT 0").description
+                 if c.name not in approx]
+        cols = ", ".join(f'"{c.name}"' for c in exact)
+        diff = self.a.execute(
+            f"WITH q AS MATERIALIZED (SELECT * FROM {view.name}), r AS MATERIALIZED ({ref})\n"
+            f"SELECT true, x.* FROM (SELECT {cols} FROM q EXCEPT ALL SELECT {cols} FROM r) x\n"
+            f"UNION ALL SELECT false, y.* FROM (SELECT {cols} FROM r EXCEPT ALL SELECT {cols} FROM q) y"
+        ).fetchall()
+        if diff:
+            raise Mismatch(f"view {view.name} differs from the from-scratch aggregate: {diff[:15]}\n  reference query:\n{ref}")
+        on = " AND ".join(f'q."{k}" IS NOT DISTINCT FROM r."{k}"' for k in keys) or "true"
+        off = " OR ".join(
+            f'NOT ((q."{c}" IS NULL AND r."{e}" IS NULL) OR abs(q."{c}" - r."{e}") <= 0.01 * abs(r."{e}") + 1e-12)'
+            for c, e in approx.items())
+        bad = self.a.execute(
+            f"WITH q AS MATERIALIZED (SELECT * FROM {view.name}), r AS MATERIALIZED ({ref})\n"
+            f"SELECT q.*, r.* FROM q JOIN r ON {on} WHERE {off}").fetchall()
+        if bad:
+            raise Mismatch(f"view {view.name}: approx_percentile more than 1% from percentile_disc: {bad[:5]}")
 
     def check_type_errors(self, view):
         a = self.a

@@ -53,4 +53,33 @@ DROP FUNCTION plan_of(text);
 -- A full rebuild recomputes the multisets.
 SELECT eventview.rebuild('lat_route');
 SELECT * FROM lat_route ORDER BY route;
+-- approx_percentile: within 1% of percentile_disc, from a sketch of log-spaced buckets whose
+-- counts add and subtract exactly (retraction included), negative numbers and 0 too.
+SELECT eventview.create_view('lat_approx', 'lat', group_by => '{"route": "$.route"}',
+  measures => '{"n": "count(*)", "p0": "approx_percentile($.ms, 0)", "p50": "approx_percentile($.ms, 0.5)",
+                "p99": "approx_percentile($.ms, 0.99)", "p100": "approx_percentile($.ms, 1)"}', realtime => true);
+INSERT INTO lat (event_type, payload)
+SELECT 'req', jsonb_build_object('route', '/d', 'ms', round((g * 1.37 - 300)::numeric, 2)) FROM generate_series(1, 1000) g
+UNION ALL SELECT 'req', '{"route": "/d", "ms": 0}';
+CREATE FUNCTION approx_errors() RETURNS TABLE (route text, within_one_percent boolean) LANGUAGE sql AS $$
+  SELECT a.route,
+         bool_and(abs(x.approx - x.exact) <= 0.01 * abs(x.exact) + 1e-12)
+  FROM lat_approx a
+  JOIN (SELECT payload ->> 'route' AS route,
+               percentile_disc(0) WITHIN GROUP (ORDER BY (payload -> 'ms')::numeric) AS e0,
+               percentile_disc(0.5) WITHIN GROUP (ORDER BY (payload -> 'ms')::numeric) AS e50,
+               percentile_disc(0.99) WITHIN GROUP (ORDER BY (payload -> 'ms')::numeric) AS e99,
+               percentile_disc(1) WITHIN GROUP (ORDER BY (payload -> 'ms')::numeric) AS e100
+        FROM lat WHERE jsonb_typeof(payload -> 'ms') = 'number' GROUP BY 1) e USING (route)
+  CROSS JOIN LATERAL (VALUES (a.p0, e.e0), (a.p50, e.e50), (a.p99, e.e99), (a.p100, e.e100)) x(approx, exact)
+  GROUP BY a.route ORDER BY a.route
+$$;
+SELECT * FROM approx_errors();
+SELECT eventview.refresh('lat_approx') > 0 AS applied;
+DELETE FROM lat WHERE payload ->> 'route' = '/d' AND (payload ->> 'ms')::numeric > 500;
+SELECT * FROM approx_errors();
+SELECT eventview.refresh('lat_approx') > 0 AS applied;
+SELECT * FROM approx_errors();
+SELECT route, n, round(p100::numeric, 1) AS p100 FROM lat_approx WHERE route = '/d';
+DROP FUNCTION approx_errors();
 SELECT eventview.drop_event_table('lat', cascade => true);

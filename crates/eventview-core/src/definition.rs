@@ -291,6 +291,9 @@ pub enum AggKind {
     CountDistinct,
     /// `percentile(ref, p)`: percentile_disc(p) over the group's values (`Measure::fraction`).
     Percentile,
+    /// `approx_percentile(ref, p)`: the same within 1% relative error, from a log-bucketed
+    /// sketch of the group's values (`sketch`).
+    ApproxPercentile,
 }
 
 impl AggKind {
@@ -303,7 +306,13 @@ impl AggKind {
             AggKind::Max => "max",
             AggKind::CountDistinct => "count_distinct",
             AggKind::Percentile => "percentile",
+            AggKind::ApproxPercentile => "approx_percentile",
         }
+    }
+
+    /// percentile and approx_percentile: a fraction besides the reference.
+    pub fn takes_fraction(self) -> bool {
+        matches!(self, AggKind::Percentile | AggKind::ApproxPercentile)
     }
 }
 
@@ -338,6 +347,8 @@ impl Measure {
         match self.kind {
             AggKind::Sum | AggKind::Avg => SqlType::Numeric,
             AggKind::CountDistinct => SqlType::Jsonb,
+            // The sketch's bucket number (`sketch::bucket_sql`).
+            AggKind::ApproxPercentile => SqlType::Bigint,
             _ => self
                 .field
                 .as_ref()
@@ -532,7 +543,7 @@ pub fn parse_aggregate(
     let bad = |why: &str| {
         refuse_with_hint(
             format!("invalid measure \"{column}\": {why}"),
-            "Supported aggregates: count(*), count(ref), sum(ref), avg(ref), min(ref), max(ref), count_distinct(ref), percentile(ref, p).",
+            "Supported aggregates: count(*), count(ref), sum(ref), avg(ref), min(ref), max(ref), count_distinct(ref), percentile(ref, p), approx_percentile(ref, p).",
         )
     };
     let Some(open) = trimmed.find('(') else {
@@ -544,17 +555,19 @@ pub fn parse_aggregate(
     let func = trimmed[..open].trim().to_ascii_lowercase();
     let mut arg = trimmed[open + 1..trimmed.len() - 1].trim();
     let mut fraction = None;
-    if func == "percentile" {
+    if func == "percentile" || func == "approx_percentile" {
         // The fraction is the last argument: a JSONPath may hold commas itself.
         let Some(comma) = arg.rfind(',') else {
-            return bad("percentile() takes a field reference and a fraction, such as percentile($.ms, 0.99)");
+            return bad(&format!(
+                "{func}() takes a field reference and a fraction, such as {func}($.ms, 0.99)"
+            ));
         };
         let p = arg[comma + 1..].trim();
         match p.parse::<f64>() {
             Ok(v) if (0.0..=1.0).contains(&v) && !p.is_empty() => fraction = Some(v),
             _ => {
                 return bad(&format!(
-                    "the fraction of percentile() must be a number from 0 to 1, not \"{p}\""
+                    "the fraction of {func}() must be a number from 0 to 1, not \"{p}\""
                 ))
             }
         }
@@ -569,6 +582,7 @@ pub fn parse_aggregate(
         ("max", _) => AggKind::Max,
         ("count_distinct", _) => AggKind::CountDistinct,
         ("percentile", _) => AggKind::Percentile,
+        ("approx_percentile", _) => AggKind::ApproxPercentile,
         _ => {
             return bad(&format!(
                 "unknown aggregate \"{}\"",
@@ -587,7 +601,9 @@ pub fn parse_aggregate(
             hint: e.hint,
         })?;
         if let Some(t) = field.declared_type() {
-            if matches!(kind, AggKind::Sum | AggKind::Avg | AggKind::Percentile) && !t.is_number() {
+            if (matches!(kind, AggKind::Sum | AggKind::Avg) || kind.takes_fraction())
+                && !t.is_number()
+            {
                 return refuse_with_hint(
                     format!(
                         "invalid measure \"{column}\": {}() needs a number, and {} is {}",
@@ -915,14 +931,42 @@ mod tests {
         assert_eq!(d.measures[1].fraction, Some(0.0));
         assert_eq!(d.measures[1].field.as_ref().unwrap().display(), "$.a[1,2]");
         assert_eq!(d.measures[2].value_type(), SqlType::Integer);
+        let d = parse_definition(&input(
+            r#"{}"#,
+            r#"{"p99": "approx_percentile($.ms, 0.99)"}"#,
+        ))
+        .unwrap();
+        assert_eq!(d.measures[0].kind, AggKind::ApproxPercentile);
+        assert_eq!(d.measures[0].fraction, Some(0.99));
+        assert_eq!(d.measures[0].value_type(), SqlType::Bigint);
         for (measure, message) in [
-            ("percentile($.ms)", "percentile() takes a field reference and a fraction"),
-            ("percentile($.ms, 1.5)", "must be a number from 0 to 1, not \"1.5\""),
+            (
+                "percentile($.ms)",
+                "percentile() takes a field reference and a fraction",
+            ),
+            (
+                "percentile($.ms, 1.5)",
+                "must be a number from 0 to 1, not \"1.5\"",
+            ),
             ("percentile($.ms, -0.1)", "must be a number from 0 to 1"),
             ("percentile($.ms, NaN)", "must be a number from 0 to 1"),
-            ("percentile($.ms, half)", "must be a number from 0 to 1, not \"half\""),
+            (
+                "percentile($.ms, half)",
+                "must be a number from 0 to 1, not \"half\"",
+            ),
             ("percentile(, 0.5)", "percentile() needs a field reference"),
-            ("percentile(occurred_at, 0.5)", "percentile() needs a number, and occurred_at is timestamptz"),
+            (
+                "percentile(occurred_at, 0.5)",
+                "percentile() needs a number, and occurred_at is timestamptz",
+            ),
+            (
+                "approx_percentile($.ms, 2)",
+                "the fraction of approx_percentile() must be a number from 0 to 1",
+            ),
+            (
+                "approx_percentile(producer, 0.5)",
+                "approx_percentile() needs a number, and producer is text",
+            ),
         ] {
             let text = format!(r#"{{"p": "{measure}"}}"#);
             let e = parse_definition(&input("{}", &text)).unwrap_err();

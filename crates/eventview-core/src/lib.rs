@@ -18,6 +18,7 @@ pub mod partitions;
 pub mod quote;
 pub mod rfc3339;
 pub mod shapes;
+pub mod sketch;
 pub mod sqlgen;
 pub mod ticks;
 pub mod values;

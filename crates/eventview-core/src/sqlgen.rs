@@ -44,7 +44,7 @@
 
 use super::definition::{AggKind, FieldRef, FieldVariant, Measure, TypePolicy, ViewDefinition};
 use super::values::{value_sql, Use};
-use super::{batch, jsonpath, names, quote};
+use super::{batch, jsonpath, names, quote, sketch};
 
 /// Storage and multisets are updated in place by every refresh (a counter or a count per
 /// value changes, no key column does): room left on each page lets those updates stay on the
@@ -190,7 +190,7 @@ impl<'a> ViewSql<'a> {
     /// multiset as the view is read.
     fn stored_columns(n: usize, m: &Measure) -> Vec<String> {
         match m.kind {
-            AggKind::CountStar | AggKind::Percentile => vec![],
+            AggKind::CountStar | AggKind::Percentile | AggKind::ApproxPercentile => vec![],
             AggKind::Count => vec![format!("m{n}_n")],
             AggKind::Sum | AggKind::Avg => vec![format!("m{n}_n"), format!("m{n}_sum")],
             AggKind::Min | AggKind::Max | AggKind::CountDistinct => vec![format!("m{n}_val")],
@@ -214,7 +214,11 @@ impl<'a> ViewSql<'a> {
         self.numbered_measures().filter(|(_, m)| {
             matches!(
                 m.kind,
-                AggKind::Min | AggKind::Max | AggKind::CountDistinct | AggKind::Percentile
+                AggKind::Min
+                    | AggKind::Max
+                    | AggKind::CountDistinct
+                    | AggKind::Percentile
+                    | AggKind::ApproxPercentile
             )
         })
     }
@@ -250,7 +254,7 @@ impl<'a> ViewSql<'a> {
                     cols.push(format!("m{n}_val {}", m.value_type().name()))
                 }
                 AggKind::CountDistinct => cols.push(format!("m{n}_val bigint NOT NULL")),
-                AggKind::Percentile => {}
+                AggKind::Percentile | AggKind::ApproxPercentile => {}
             }
         }
         cols.push("__dirty boolean NOT NULL DEFAULT false".into());
@@ -448,7 +452,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                     format!("CASE WHEN m{n}_n > 0 THEN trim_scale(m{n}_sum) / m{n}_n END")
                 }
                 AggKind::Min | AggKind::Max | AggKind::CountDistinct => format!("m{n}_val"),
-                AggKind::Percentile => match reads {
+                AggKind::Percentile | AggKind::ApproxPercentile => match reads {
                     Reads::Realtime { .. } => format!("m{n}_val"),
                     Reads::Stored => self.stored_percentile(n, m, &self.data()),
                 },
@@ -557,7 +561,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         let mut stored_cols = keys.clone();
         stored_cols.push("__count".into());
         for (n, m) in self.numbered_measures() {
-            if m.kind == AggKind::Percentile {
+            if m.kind.takes_fraction() {
                 stored_cols.push(format!("{} AS m{n}_val", self.stored_percentile(n, m, "s")));
             } else {
                 stored_cols.extend(Self::stored_columns(n, m));
@@ -599,7 +603,9 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
             AggKind::Sum | AggKind::Avg => vec![counter("n"), counter("sum")],
             AggKind::Min | AggKind::Max => vec![self.merged_extreme(n, m.kind)],
             AggKind::CountDistinct => vec![self.merged_distinct_count(n)],
-            AggKind::Percentile => vec![self.merged_percentile(n, m)],
+            AggKind::Percentile | AggKind::ApproxPercentile => {
+                vec![self.merged_percentile(n, m)]
+            }
         }
     }
 
@@ -613,10 +619,17 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     ///                   FROM (<values>) w) o
     ///  WHERE o.cum::float8 >= greatest(ceil(<p>::float8 * o.total::float8), 1) ORDER BY o.v LIMIT 1)
     /// ```
+    /// For `approx_percentile`, the values are sketch buckets: the answer is the value of the
+    /// bucket found (`sketch::value_sql`).
     fn percentile_over(values: &str, m: &Measure) -> String {
         let p = m.fraction.unwrap_or(0.5);
+        let pick = if m.kind == AggKind::ApproxPercentile {
+            sketch::value_sql("o.v")
+        } else {
+            "o.v".to_string()
+        };
         format!(
-            "(SELECT o.v FROM (SELECT w.v, sum(w.n) OVER (ORDER BY w.v) AS cum, sum(w.n) OVER () AS total
+            "(SELECT {pick} FROM (SELECT w.v, sum(w.n) OVER (ORDER BY w.v) AS cum, sum(w.n) OVER () AS total
                   FROM ({values}) w) o
              WHERE o.cum::float8 >= greatest(ceil({p}::float8 * o.total::float8), 1) ORDER BY o.v LIMIT 1)"
         )
@@ -1077,6 +1090,7 @@ delta_rows AS (
                 AggKind::Min | AggKind::Max => Use::Extreme,
                 AggKind::CountDistinct => Use::Distinct,
                 AggKind::Percentile => Use::Extreme,
+                AggKind::ApproxPercentile => Use::Number,
             };
             let raw = self.raw_column(refs, field);
             let context = format!(
@@ -1087,7 +1101,11 @@ delta_rows AS (
             );
             let v = value_sql(field, &raw, used, &context);
             checks.extend(v.check);
-            cols.push(format!("{} AS m{n}", v.expr));
+            if m.kind == AggKind::ApproxPercentile {
+                cols.push(format!("{} AS m{n}", sketch::bucket_sql(&v.expr)));
+            } else {
+                cols.push(format!("{} AS m{n}", v.expr));
+            }
         }
         (cols, checks)
     }
@@ -1306,7 +1324,7 @@ delta_rows AS (
                     d_cols.push(format!("{agg}(m{n}) FILTER (WHERE sign > 0) AS m{n}_val"));
                 }
                 // Their values go to the multiset (`a<n>`) alone.
-                AggKind::CountDistinct | AggKind::Percentile => {}
+                AggKind::CountDistinct | AggKind::Percentile | AggKind::ApproxPercentile => {}
             }
         }
         d_cols.push("bool_or(sign < 0) AS __dirty".into());
@@ -1491,7 +1509,7 @@ delta_rows AS (
                 // The change `d` takes from the multiset upsert: +1 per value whose count rose
                 // from zero, -1 per value whose count fell to zero.
                 AggKind::CountDistinct => sets.push(add(format!("m{n}_val"))),
-                AggKind::Percentile => {}
+                AggKind::Percentile | AggKind::ApproxPercentile => {}
             }
         }
         sets
@@ -1810,7 +1828,12 @@ mod tests {
         let apply = sql(&d).apply(Mode::Delta);
         assert!(apply.contains("INSERT INTO eventview._v3_m1_log"));
         assert!(apply.contains("INSERT INTO eventview._v3_m2 AS t"));
-        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime { bucket_width: Some("1 hour") });
+        let realtime = sql(&d).create_user_view(
+            "\"v\"",
+            Reads::Realtime {
+                bucket_width: Some("1 hour"),
+            },
+        );
         assert!(realtime.contains("unnest(d0.m2_vs, d0.m2_signs)"));
         assert!(realtime.contains("m2_val AS \"p90\""));
         // A realtime read's two branches list the measures in one order, a percentile first.
@@ -1821,8 +1844,33 @@ mod tests {
             false,
         );
         let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime { bucket_width: None });
-        assert!(realtime.contains("SELECT __k, g1, g1_null, __count, (SELECT o.v FROM"), "{realtime}");
-        assert!(realtime.contains("LIMIT 1) AS m1_val, m2_val\n    FROM eventview._v3_data s"), "{realtime}");
+        assert!(
+            realtime.contains("SELECT __k, g1, g1_null, __count, (SELECT o.v FROM"),
+            "{realtime}"
+        );
+        assert!(
+            realtime.contains("LIMIT 1) AS m1_val, m2_val\n    FROM eventview._v3_data s"),
+            "{realtime}"
+        );
+    }
+
+    #[test]
+    fn an_approximate_percentile_keeps_sketch_buckets_and_reads_a_buckets_value() {
+        let d = def(
+            r#"{}"#,
+            r#"{"p99": "approx_percentile($.ms, 0.99)"}"#,
+            None,
+            false,
+        );
+        let ddl = sql(&d).create_storage().join(";\n");
+        assert!(ddl.contains("v bigint NOT NULL"), "{ddl}");
+        let apply = sql(&d).apply(Mode::Delta);
+        assert!(apply.contains("ln(least(abs("), "{apply}");
+        let stored = sql(&d).create_user_view("\"v\"", Reads::Stored);
+        assert!(
+            stored.contains("(SELECT CASE WHEN (o.v) = 0 THEN 0::float8"),
+            "{stored}"
+        );
     }
 
     #[test]
