@@ -286,3 +286,47 @@ def test_dump_restore_of_a_partitioned_table(cluster, new_db, tmp_path, jobs):
     finally:
         with cluster.connect() as c:
             c.execute(f'DROP DATABASE IF EXISTS "{restored}" WITH (FORCE)')
+
+
+def test_dump_restore_of_local_time_and_percentile_views(cluster, new_db, tmp_path):
+    """Views with time_zone, percentile and approx_percentile (realtime and stored), changes
+    pending at dump time: restored, they show what they showed and carry on (section 8 and 9)."""
+    src_name = new_db("_zoned").rsplit("dbname=", 1)[1]
+    view = """SELECT eventview.create_view('{name}', 'lat', group_by => '{{"route": "$.route"}}',
+                  measures => '{{"n": "count(*)", "p50": "percentile($.ms, 0.5)", "a99": "approx_percentile($.ms, 0.99)"}}',
+                  time_bucket => '1 day', time_zone => 'America/Santiago', realtime => {realtime})"""
+    with cluster.connect(src_name) as c:
+        c.execute("SELECT eventview.create_event_table('lat')")
+        c.execute(view.format(name="daily", realtime="false"))
+        c.execute(view.format(name="daily_live", realtime="true"))
+        c.execute("""INSERT INTO lat (event_type, occurred_at, payload)
+                     SELECT 'req', '2026-04-04 12:00+00'::timestamptz + g * interval '37 minutes',
+                            jsonb_build_object('route', '/r' || g % 3, 'ms', g % 97) FROM generate_series(1, 200) g""")
+        c.execute("SELECT eventview.refresh_all()")
+        c.execute("DELETE FROM lat WHERE event_id % 10 = 0")
+        c.execute("""INSERT INTO lat (event_type, occurred_at, payload)
+                     VALUES ('req', '2026-04-05 03:30+00', '{"route": "/r1", "ms": 5000}')""")
+        before = {v: rows(c, f"SELECT * FROM {v} ORDER BY 1, 2") for v in ("daily", "daily_live")}
+        definition = rows(c, "SELECT definition::text FROM eventview.views ORDER BY name::text")
+    dump = tmp_path / "zoned.dump"
+    r = run_client(cluster, f"{BIN}/pg_dump", "-Fc", "-f", str(dump), "-d", src_name)
+    assert r.returncode == 0, r.stderr
+    with cluster.connect() as c:
+        c.execute('CREATE DATABASE "it_restored_zoned"')
+    try:
+        r = run_client(cluster, f"{BIN}/pg_restore", "--exit-on-error", "-d", "it_restored_zoned", str(dump))
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        with cluster.connect("it_restored_zoned") as c:
+            assert {v: rows(c, f"SELECT * FROM {v} ORDER BY 1, 2") for v in before} == before
+            assert rows(c, "SELECT definition::text FROM eventview.views ORDER BY name::text") == definition
+            assert '"time_zone" : "America/Santiago"' in definition[0][0]
+            assert rows(c, "SELECT eventview.refresh('daily')")[0][0] == 21
+            assert rows(c, "SELECT * FROM daily ORDER BY 1, 2") == before["daily_live"]
+            scratch = """SELECT date_bin('1 day', occurred_at AT TIME ZONE 'America/Santiago', timestamp '2000-01-01')
+                                AT TIME ZONE 'America/Santiago', payload ->> 'route', count(*),
+                                percentile_disc(0.5) WITHIN GROUP (ORDER BY (payload -> 'ms')::numeric)
+                         FROM lat GROUP BY 1, 2 ORDER BY 1, 2"""
+            assert rows(c, "SELECT bucket, route, n, p50 FROM daily ORDER BY 1, 2") == rows(c, scratch)
+    finally:
+        with cluster.connect() as c:
+            c.execute('DROP DATABASE IF EXISTS "it_restored_zoned" WITH (FORCE)')
