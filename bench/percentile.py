@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""pg_eventview percentile benchmark (API.md section 9, issue #25): what percentile and
+approx_percentile keep per group, and what their refresh costs against a max view.
+
+- Storage per group: one group (one route) of latency-like values (milliseconds, log-normal,
+  two decimals: nearly every value distinct) at 1k and at 1M events; the size of each view's
+  value multiset (table and indexes) for percentile(ref, 0.99), approx_percentile(ref, 0.99)
+  and, for reference, max(ref).
+- Refresh of 10k new events (100 routes) into three views over the same table, each refreshed
+  alone in alternating rounds: max($.ms), percentile($.ms, 0.99), approx_percentile($.ms,
+  0.99). Ratios to max (target: approx_percentile within 1.5x). A read of one route's p99 from
+  each view, and every view's answers checked against percentile_disc from scratch (approx
+  within 1%).
+Results go to bench/out/percentile_results.md with the machine line."""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import psycopg
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (machine line)
+
+# Latency-like milliseconds: log-normal around 40 ms, two decimals.
+VALUE = "round(exp(3.7 + 0.9 * sqrt(-2 * ln(random())) * cos(2 * pi() * random()))::numeric, 2)"
+
+
+def connect(args, dbname=None):
+    return psycopg.connect(host=args.host, port=args.port, user="postgres",
+                           dbname=dbname or args.dbname, autocommit=True)
+
+
+def one(conn, sql, params=None):
+    return conn.execute(sql, params).fetchone()[0]
+
+
+def timed(conn, sql):
+    t = time.perf_counter()
+    conn.execute(sql)
+    return time.perf_counter() - t
+
+
+def multiset_bytes(conn, view, measure):
+    """Bytes of the value multiset (heap and indexes) of measure number `measure` of `view`."""
+    vid = one(conn, "SELECT eventview._view_id(%s)", (view,))
+    return one(conn, f"SELECT pg_total_relation_size('eventview._v{vid}_m{measure}')")
+
+
+def storage(conn, events_list):
+    conn.execute("SELECT eventview.create_event_table('one_route')")
+    for name, measure in [("one_max", "max($.ms)"), ("one_exact", "percentile($.ms, 0.99)"),
+                          ("one_approx", "approx_percentile($.ms, 0.99)")]:
+        conn.execute(f"""SELECT eventview.create_view('{name}', 'one_route', group_by => '{{"route": "$.route"}}',
+                         measures => '{{"m": "{measure}"}}')""")
+    rows, loaded = [], 0
+    for events in events_list:
+        while loaded < events:
+            n = min(200_000, events - loaded)
+            conn.execute(f"""INSERT INTO one_route (event_type, payload)
+                             SELECT 'req', jsonb_build_object('route', '/checkout', 'ms', {VALUE})
+                             FROM generate_series(1, {n})""")
+            loaded += n
+        conn.execute("SELECT eventview.refresh_all()")
+        # With nothing left to apply, a refresh merges max's value log into its multiset.
+        conn.execute("SELECT eventview.refresh_all()")
+        conn.execute("VACUUM ANALYZE")
+        distinct = one(conn, "SELECT count(DISTINCT payload -> 'ms') FROM one_route")
+        sizes = {name: multiset_bytes(conn, name, 1) for name in ("one_max", "one_exact", "one_approx")}
+        vid = one(conn, "SELECT eventview._view_id('one_approx')")
+        buckets = one(conn, f"SELECT count(*) FROM eventview._v{vid}_m1")
+        rows.append((events, distinct, sizes, buckets))
+        print(f"percentile: {events:,} events in one group: {sizes}", file=sys.stderr)
+    return rows
+
+
+def refresh_rounds(conn, rounds, batch, base):
+    conn.execute("SELECT eventview.create_event_table('lat')")
+    conn.execute(f"""INSERT INTO lat (event_type, payload)
+                     SELECT 'req', jsonb_build_object('route', '/r' || (g % 100), 'ms', {VALUE})
+                     FROM generate_series(1, {base}) g""")
+    views = [("by_max", "max($.ms)"), ("by_exact", "percentile($.ms, 0.99)"),
+             ("by_approx", "approx_percentile($.ms, 0.99)")]
+    for name, measure in views:
+        conn.execute(f"""SELECT eventview.create_view('{name}', 'lat', group_by => '{{"route": "$.route"}}',
+                         measures => '{{"n": "count(*)", "m": "{measure}"}}')""")
+    conn.execute("VACUUM ANALYZE")
+    times = {name: [] for name, _ in views}
+    reads = {name: [] for name, _ in views}
+    for r in range(rounds + 1):
+        conn.execute(f"""INSERT INTO lat (event_type, payload)
+                         SELECT 'req', jsonb_build_object('route', '/r' || (g % 100), 'ms', {VALUE})
+                         FROM generate_series(1, {batch}) g""")
+        order = views if r % 2 == 0 else list(reversed(views))
+        for name, _ in order:
+            t = timed(conn, f"SELECT eventview.refresh('{name}')")
+            rd = timed(conn, f"SELECT m FROM {name} WHERE route = '/r7'")
+            if r > 0:
+                times[name].append(t)
+                reads[name].append(rd)
+    exact = {row[0]: row[1] for row in conn.execute(
+        """SELECT payload ->> 'route', percentile_disc(0.99) WITHIN GROUP (ORDER BY (payload -> 'ms')::numeric)
+           FROM lat GROUP BY 1""").fetchall()}
+    wrong = []
+    for name, kind in [("by_exact", "exact"), ("by_approx", "approx")]:
+        for route, m in conn.execute(f"SELECT route, m FROM {name}").fetchall():
+            e = float(exact[route])
+            ok = float(m) == e if kind == "exact" else abs(float(m) - e) <= 0.01 * abs(e) + 1e-12
+            if not ok:
+                wrong.append((name, route, m, exact[route]))
+    return times, reads, wrong
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=55460)
+    ap.add_argument("--dbname", default="percentile")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--base", type=int, default=1_000_000, help="events before the refresh rounds")
+    ap.add_argument("--quick", action="store_true", help="1k and 100k events in one group, 100k before 3 rounds")
+    ap.add_argument("--out", default=os.path.join(bench.OUT_DIR, "percentile_results.md"))
+    args = ap.parse_args()
+    sizes = [1_000, 100_000] if args.quick else [1_000, 1_000_000]
+    if args.quick:
+        args.rounds = 3
+        args.base = 100_000
+    so_at_start, load_at_start = bench.so_info(), os.getloadavg()[0]
+    with connect(args, "postgres") as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{args.dbname}"')
+        c.execute(f'CREATE DATABASE "{args.dbname}"')
+    conn = connect(args)
+    conn.execute("CREATE EXTENSION pg_eventview")
+    conn.execute("SELECT setseed(0.42)")
+    storage_rows = storage(conn, sizes)
+    times, reads, wrong = refresh_rounds(conn, args.rounds, args.batch, args.base)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    rmed = {k: statistics.median(v) for k, v in reads.items()}
+    notes = []
+    machine, settings = bench.machine_line(conn, so_at_start, load_at_start, notes)
+    lines = [
+        "# pg_eventview percentile benchmark",
+        "",
+        f"Machine: {machine}",
+        f"Settings: {settings}",
+        "",
+        "Storage per group: one group of log-normal milliseconds (two decimals); the value multiset "
+        "of each view (heap and indexes).",
+        "",
+        "| events in the group | distinct values | max($.ms) | percentile($.ms, 0.99) | approx_percentile($.ms, 0.99) | sketch buckets |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for events, distinct, s, buckets in storage_rows:
+        lines.append(f"| {events:,} | {distinct:,} | {s['one_max']:,} B | {s['one_exact']:,} B | "
+                     f"{s['one_approx']:,} B | {buckets:,} |")
+    lines += [
+        "",
+        f"Refresh of {args.batch:,} new events (100 groups; {args.base:,} events before), each view alone, "
+        f"median of {args.rounds} alternating rounds; and a read of one group's value:",
+        "",
+        "| view | refresh | ratio to max | read of one group |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, label in [("by_max", "max($.ms)"), ("by_exact", "percentile($.ms, 0.99)"),
+                        ("by_approx", "approx_percentile($.ms, 0.99)")]:
+        lines.append(f"| {label} | {med[name] * 1000:.1f} ms | {med[name] / med['by_max']:.2f}x | "
+                     f"{rmed[name] * 1000:.2f} ms |")
+    lines += ["", f"Checked against percentile_disc from scratch (exact equal, approx within 1%): "
+              f"{'all groups agree' if not wrong else f'{len(wrong)} groups DIFFER: {wrong[:5]}'}."]
+    lines += [f"- {x}" for x in notes]
+    text = "\n".join(lines) + "\n"
+    bench.write_out(args.out, text)
+    print(text)
+    if wrong:
+        sys.exit("percentile answers differ from percentile_disc")
+
+
+if __name__ == "__main__":
+    main()
