@@ -273,7 +273,7 @@ SELECT v.relid                                  AS name,
        -- With the type policy as it is now (alter_view changes it).
        pg_catalog.json_build_object('group_by', v.definition -> 'group_by', 'measures', v.definition -> 'measures',
                                     'event_types', v.definition -> 'event_types', 'time_bucket', v.definition -> 'time_bucket',
-                                    'time_zone', v.definition -> 'time_zone',
+                                    'time_zone', v.definition -> 'time_zone', 'unnest', v.definition -> 'unnest',
                                     'filter', v.definition -> 'filter', 'on_type_error', v.on_type_error) AS definition,
        v.realtime,
        v.schedule,

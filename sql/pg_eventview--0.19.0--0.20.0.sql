@@ -8,7 +8,7 @@ CREATE EVENT TRIGGER eventview_before_partition_removal ON ddl_command_start
     EXECUTE FUNCTION eventview._before_partition_removal();
 
 -- create_view takes time_zone (buckets in local wall-clock time) and unnest (API.md section 8);
--- _create_view passes them on. The definition of eventview.views shows time_zone.
+-- _create_view passes them on. The definition of eventview.views shows both.
 DROP FUNCTION eventview.create_view(text, text, json, json, text[], interval, json, boolean, text);
 DROP FUNCTION eventview._create_view(text, text, text, text, text[], interval, text, boolean, text);
 CREATE FUNCTION eventview._create_view(
@@ -56,7 +56,7 @@ SELECT v.relid                                  AS name,
        -- With the type policy as it is now (alter_view changes it).
        pg_catalog.json_build_object('group_by', v.definition -> 'group_by', 'measures', v.definition -> 'measures',
                                     'event_types', v.definition -> 'event_types', 'time_bucket', v.definition -> 'time_bucket',
-                                    'time_zone', v.definition -> 'time_zone',
+                                    'time_zone', v.definition -> 'time_zone', 'unnest', v.definition -> 'unnest',
                                     'filter', v.definition -> 'filter', 'on_type_error', v.on_type_error) AS definition,
        v.realtime,
        v.schedule,

@@ -424,7 +424,8 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
                     json_typeof(v.definition -> 'event_types'),
                     (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
                     v.on_type_error, v.time_bucket, v.owner::oid, v.realtime,
-                    pg_snapshot_xmax(v.applied_snapshot)::text::bigint, v.definition ->> 'time_zone'
+                    pg_snapshot_xmax(v.applied_snapshot)::text::bigint, v.definition ->> 'time_zone',
+                    v.definition ->> 'unnest'
              FROM eventview._views v JOIN eventview._sources s USING (source_id)
              WHERE v.view_id = $1",
             Some(1),
@@ -447,6 +448,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             t.get::<bool>(13)?,
             t.get::<i64>(14)?,
             t.get::<String>(15)?,
+            t.get::<String>(16)?,
         ))
     })?;
     let (
@@ -465,6 +467,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         realtime,
         applied_xmax,
         time_zone,
+        unnest,
     ) = row;
     let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
     let fields = fields_of_source(source_id.ok_or_else(missing)?)?;
@@ -479,6 +482,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         },
         bucketed: bucket.is_some(),
         time_zone: time_zone.as_deref(),
+        unnest: unnest.as_deref(),
         filter: if filter_kind.as_deref() == Some("object") {
             filter.as_deref()
         } else {
@@ -919,6 +923,7 @@ pub struct NewView<'a> {
     pub event_types: Option<Vec<String>>,
     pub time_bucket: Option<Interval>,
     pub time_zone: Option<&'a str>,
+    pub unnest: Option<&'a str>,
     pub filter: Option<&'a str>,
     pub on_type_error: &'a str,
     pub realtime: bool,
@@ -934,7 +939,8 @@ pub fn insert_view(v: NewView) -> EvResult<()> {
                                        owner, applied_snapshot)
          VALUES ($1, $2::regclass, $3,
                  json_build_object('group_by', $4::json, 'measures', $5::json, 'event_types', $6::text[],
-                                   'time_bucket', $7::interval, 'time_zone', $12::text, 'filter', $8::json),
+                                   'time_bucket', $7::interval, 'time_zone', $12::text, 'unnest', $13::text,
+                                   'filter', $8::json),
                  $7, $9, $10, $11::oid::regrole, pg_current_snapshot())",
         &[
             v.view_id.into(),
@@ -949,6 +955,7 @@ pub fn insert_view(v: NewView) -> EvResult<()> {
             v.realtime.into(),
             v.owner.into(),
             v.time_zone.into(),
+            v.unnest.into(),
         ],
     )?;
     spi::run(

@@ -162,6 +162,8 @@ fn paths_read_by_views(source_id: i32) -> EvResult<Vec<ReadPath>> {
         };
         for r in view.definition.references() {
             let forms: Vec<(Option<String>, Option<String>, Option<i32>)> = match r {
+                // (A reference to an unnested element is not a path of the payload's own.)
+                FieldRef::Path { element: true, .. } => continue,
                 FieldRef::Path { plan, .. } => vec![(plan.observed_form(), None, None)],
                 FieldRef::Logical(f) => f
                     .variants

@@ -79,13 +79,6 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         )
         .with_hint("It reads the events already in the table from a snapshot taken after it holds off pruning. Run it in a READ COMMITTED transaction."));
     }
-    if args.unnest.is_some() {
-        return Err(EvError::new(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "unnest is not supported yet",
-        )
-        .with_hint("Views over array elements are not built yet: leave unnest NULL."));
-    }
     let source = catalog::source_by_name(args.source)?;
     privileges::require_select(source.relid)?;
     privileges::require_no_row_security(roles::caller(), source.relid)?;
@@ -104,6 +97,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         event_types: args.event_types.clone(),
         bucketed: args.time_bucket.is_some(),
         time_zone: time_zone.as_deref(),
+        unnest: args.unnest,
         filter: args.filter,
         on_type_error: args.on_type_error,
     })?;
@@ -153,6 +147,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         event_types: types,
         time_bucket: args.time_bucket,
         time_zone: definition.time_zone.as_deref(),
+        unnest: definition.unnest.as_ref().map(|u| u.display()),
         filter: args.filter,
         on_type_error: definition.on_type_error.name(),
         realtime: args.realtime,

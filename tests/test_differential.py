@@ -338,6 +338,26 @@ VIEWS = [
         policy="skip",
         approx=(["sku"], {"a50": "e50", "a90": "e90"}),
     ),
+    # unnest (API.md section 8): one input row per element of $.tags; a type error in any
+    # element (an object or array as the key) or in the payload (price) leaves the whole event out.
+    ViewSpec(
+        "v_unnest",
+        """SELECT eventview.create_view('v_unnest', 'ev',
+             unnest => '$.tags', group_by => '{"tag": "@"}',
+             measures => '{"n": "count(*)", "users": "count_distinct($.user)", "top": "max($.price)"}')""",
+        scope="true",
+        bad="""EXISTS (SELECT 1 FROM jsonb_array_elements(
+                        CASE WHEN jsonb_typeof(payload -> 'tags') = 'array' THEN payload -> 'tags' END) x
+                    WHERE jsonb_typeof(x) IN ('object', 'array')) OR """ + NUMBAD(P_PRICE),
+        select=f"""el.value #>> '{{}}' AS tag,
+       count(*) AS n,
+       {DISTINCT_JSON("payload -> 'user'")} AS users,
+       max({NUM(P_PRICE)}) AS top""",
+        group="1",
+        policy="quarantine",
+        source="""ev CROSS JOIN LATERAL jsonb_array_elements(
+                      CASE WHEN jsonb_typeof(payload -> 'tags') = 'array' THEN payload -> 'tags' END) el""",
+    ),
 ]
 
 # Created part-way through the workload, while another transaction holds uncommitted changes.
@@ -589,7 +609,7 @@ def realtime_twin(spec):
 # min/max under retraction (v_sku, v_env, v_lsku), count_distinct (v_total, v_lsku), a rich path
 # (v_tags), logical fields (v_lsku), filters and buckets.
 REALTIME_VIEWS = [realtime_twin(v) for v in VIEWS + LOGICAL_VIEWS
-                  if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku", "v_local_hour", "v_pct", "v_apct")]
+                  if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku", "v_local_hour", "v_pct", "v_apct", "v_unnest")]
 
 # --------------------------------------------------------------------------------------------
 # Payload generation

@@ -218,7 +218,13 @@ pub fn is_valid_field_name(name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq)]
 pub enum FieldRef {
     Envelope(Envelope),
-    Path { text: String, plan: PathPlan },
+    /// A JSONPath into the payload (`$...`), or, with `element`, into the array element a view
+    /// with `unnest` reads (`@...`; `plan` is the path from the element as root).
+    Path {
+        text: String,
+        plan: PathPlan,
+        element: bool,
+    },
     Logical(LogicalField),
 }
 
@@ -230,6 +236,22 @@ impl FieldRef {
                 Ok(plan) => Ok(FieldRef::Path {
                     text: trimmed.to_string(),
                     plan,
+                    element: false,
+                }),
+                Err(e) => refuse(format!("invalid JSONPath \"{trimmed}\": {}", e.0)),
+            };
+        }
+        if let Some(rest) = trimmed.strip_prefix('@') {
+            let from_root = format!("${rest}");
+            return match jsonpath::plan(&from_root) {
+                Ok(plan) if plan.is_rich() => refuse_with_hint(
+                    format!("invalid reference \"{trimmed}\": a reference to the element takes names and indexes only"),
+                    "Write @.name, @.name.inner or @[0]; wildcards, filters and recursive descent read the whole payload ($).",
+                ),
+                Ok(plan) => Ok(FieldRef::Path {
+                    text: trimmed.to_string(),
+                    plan,
+                    element: true,
                 }),
                 Err(e) => refuse(format!("invalid JSONPath \"{trimmed}\": {}", e.0)),
             };
@@ -271,6 +293,11 @@ impl FieldRef {
 
     /// The SQL type of the value this reference yields where a type is fixed: envelope columns
     /// and declared fields. Undeclared JSONPaths have none (text as keys, numeric as numbers).
+    /// Whether this reference reads the unnested array element (`@...`).
+    pub fn reads_element(&self) -> bool {
+        matches!(self, FieldRef::Path { element: true, .. })
+    }
+
     pub fn declared_type(&self) -> Option<SqlType> {
         match self {
             FieldRef::Envelope(e) => Some(e.sql_type()),
@@ -403,6 +430,8 @@ pub struct ViewDefinition {
     /// The time zone whose wall clock buckets follow (a name of `pg_timezone_names`, checked by
     /// the caller); None: buckets in UTC.
     pub time_zone: Option<String>,
+    /// `unnest`: the JSONPath to the array whose elements are the view's input rows.
+    pub unnest: Option<FieldRef>,
     pub filter: Vec<FilterTerm>,
     pub on_type_error: TypePolicy,
 }
@@ -426,6 +455,7 @@ pub struct DefinitionInput<'a> {
     pub event_types: Option<Vec<Option<String>>>,
     pub bucketed: bool,
     pub time_zone: Option<&'a str>,
+    pub unnest: Option<&'a str>,
     pub filter: Option<&'a str>,
     pub on_type_error: &'a str,
 }
@@ -653,15 +683,53 @@ pub fn parse_definition(input: &DefinitionInput) -> Result<ViewDefinition, Defin
         Some(text) => parse_filter(text, input.fields)?,
         None => Vec::new(),
     };
-    Ok(ViewDefinition {
+    let unnest = match input.unnest {
+        Some(text) => Some(parse_unnest(text)?),
+        None => None,
+    };
+    let view = ViewDefinition {
         group_by,
         measures,
         event_types,
         bucketed: input.bucketed,
         time_zone: input.time_zone.map(str::to_string),
+        unnest,
         filter,
         on_type_error,
-    })
+    };
+    if view.unnest.is_none() {
+        if let Some(r) = view.references().find(|r| r.reads_element()) {
+            return refuse_with_hint(
+                format!("reference \"{}\" reads an array element, and the view has no unnest", r.display()),
+                "Pass unnest => '$.items' (the JSONPath of the array) to make each element an input row, or read the payload with $.",
+            );
+        }
+    }
+    Ok(view)
+}
+
+/// `unnest`: a JSONPath to an array in the payload (names and indexes: one value per event).
+fn parse_unnest(text: &str) -> Result<FieldRef, DefinitionError> {
+    let trimmed = text.trim();
+    let hint = "unnest names the array of each event whose elements the view reads, such as '$.items' or '$.order.lines'.";
+    if !trimmed.starts_with('$') {
+        return refuse_with_hint(
+            format!("invalid unnest \"{trimmed}\": it must be a JSONPath starting with $"),
+            hint,
+        );
+    }
+    match jsonpath::plan(trimmed) {
+        Ok(plan) if plan.is_rich() => refuse_with_hint(
+            format!("invalid unnest \"{trimmed}\": it takes names and indexes only"),
+            hint,
+        ),
+        Ok(plan) => Ok(FieldRef::Path {
+            text: trimmed.to_string(),
+            plan,
+            element: false,
+        }),
+        Err(e) => refuse(format!("invalid unnest \"{trimmed}\": {}", e.0)),
+    }
 }
 
 /// The output column names of a view taken so far: each must be valid and unique (`bucket`
@@ -795,6 +863,7 @@ mod tests {
             event_types: None,
             bucketed: false,
             time_zone: None,
+            unnest: None,
             filter: None,
             on_type_error: "quarantine",
         }
@@ -972,6 +1041,43 @@ mod tests {
             let e = parse_definition(&input("{}", &text)).unwrap_err();
             assert!(e.message.contains(message), "{measure}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn element_references_need_unnest_and_take_names_and_indexes_only() {
+        let mut i = input(
+            r#"{"sku": "@.sku"}"#,
+            r#"{"units": "sum(@.qty)", "orders": "count_distinct($.order_id)"}"#,
+        );
+        let e = parse_definition(&i).unwrap_err();
+        assert!(
+            e.message
+                .contains("reads an array element, and the view has no unnest"),
+            "{}",
+            e.message
+        );
+        i.unnest = Some("$.items");
+        let d = parse_definition(&i).unwrap();
+        assert!(d.group_by[0].field.reads_element());
+        assert!(!d.measures[1].field.as_ref().unwrap().reads_element());
+        assert_eq!(d.unnest.as_ref().unwrap().display(), "$.items");
+        for (unnest, message) in [
+            ("items", "must be a JSONPath starting with $"),
+            ("$.items[*]", "takes names and indexes only"),
+        ] {
+            i.unnest = Some(unnest);
+            let e = parse_definition(&i).unwrap_err();
+            assert!(e.message.contains(message), "{unnest}: {}", e.message);
+        }
+        i.unnest = Some("$.items");
+        i.group_by = r#"{"sku": "@.tags[*]"}"#;
+        let e = parse_definition(&i).unwrap_err();
+        assert!(
+            e.message
+                .contains("a reference to the element takes names and indexes only"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -292,6 +292,7 @@ mod tests {
                 event_types: (rng.below(3) == 0).then(|| vec![Some("it's".into())]),
                 bucketed,
                 time_zone: (bucketed && rng.below(2) == 0).then_some("Europe/Berlin'; --"),
+                unnest: (rng.below(3) == 0).then_some("$.it's"),
                 filter: (rng.below(2) == 0).then_some(filter.as_str()),
                 on_type_error: rng.pick(POLICIES),
             };

@@ -749,6 +749,11 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     /// declaration for the event's type and version (CASE in resolution order).
     fn raw_sql(field: &FieldRef) -> String {
         match field {
+            FieldRef::Path {
+                plan,
+                element: true,
+                ..
+            } => plan.to_sql("u.__elem"),
             FieldRef::Path { plan, .. } => plan.to_sql("r.payload"),
             FieldRef::Logical(f) => {
                 let whens: Vec<String> = f
@@ -790,7 +795,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     /// reason recorded then. Such an event is a type error: never a silent NULL.
     fn too_deep_check(field: &FieldRef, raw: &str) -> Option<(String, String)> {
         let (rich, what) = match field {
-            FieldRef::Path { plan, text } if plan.is_rich() => {
+            FieldRef::Path { plan, text, .. } if plan.is_rich() => {
                 ("true".to_string(), format!("JSONPath {text}"))
             }
             FieldRef::Logical(f) if f.variants.iter().any(|v| v.plan.is_rich()) => {
@@ -970,10 +975,20 @@ delta_rows AS (
             "ft"
         };
         ctes.extend(Self::checked(&c_cols, from, &c_where, oversize));
-        ctes.push(
-            "bad_rows AS (SELECT event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0)".into(),
-        );
-        ctes.push("good AS NOT MATERIALIZED (SELECT * FROM c WHERE bad IS NULL)".into());
+        if self.def.unnest.is_some() {
+            // An event is one input row per element: a type error in any of them (or an array
+            // that is no array) leaves the whole event out, as one quarantine entry.
+            ctes.push(
+                "bad_rows AS (SELECT DISTINCT ON (event_id) event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0 ORDER BY event_id, __no)".into(),
+            );
+            ctes.push("good AS NOT MATERIALIZED (SELECT * FROM c WHERE bad IS NULL AND NOT EXISTS (SELECT 1 FROM c b WHERE b.bad IS NOT NULL AND b.event_id = c.event_id AND b.sign = c.sign))".into());
+        } else {
+            ctes.push(
+                "bad_rows AS (SELECT event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0)"
+                    .into(),
+            );
+            ctes.push("good AS NOT MATERIALIZED (SELECT * FROM c WHERE bad IS NULL)".into());
+        }
         ctes
     }
 
@@ -1021,10 +1036,35 @@ delta_rows AS (
         if with_payload {
             f_cols.push("r.payload".into());
         }
+        let elements = match &self.def.unnest {
+            Some(array) => {
+                f_cols.push("u.__no, u.__unnest_kind".into());
+                Self::elements(array)
+            }
+            None => String::new(),
+        };
         format!(
-            "f AS (\n    SELECT {}\n    FROM {rows} r{}\n    OFFSET 0\n)",
+            "f AS (\n    SELECT {}\n    FROM {rows} r{elements}{}\n    OFFSET 0\n)",
             f_cols.join(",\n           "),
             self.row_filter(mode, width)
+        )
+    }
+
+    /// With `unnest`: the elements of each row's array, one row each (`__elem`, numbered from
+    /// 1 in `__no`); none for a row without the array (missing, JSON null or empty); for a
+    /// value that is no array, one row with its JSON type in `__unnest_kind` (a type error).
+    ///
+    /// ```sql
+    /// CROSS JOIN LATERAL (
+    ///     SELECT e.value AS __elem, e.ordinality AS __no, NULL::text AS __unnest_kind
+    ///     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(<array>) = 'array' THEN <array> END) WITH ORDINALITY e
+    ///     UNION ALL
+    ///     SELECT NULL, 0, jsonb_typeof(<array>) WHERE jsonb_typeof(<array>) NOT IN ('array', 'null')) u
+    /// ```
+    fn elements(array: &FieldRef) -> String {
+        let a = Self::raw_sql(array);
+        format!(
+            "\n    CROSS JOIN LATERAL (\n        SELECT e.value AS __elem, e.ordinality AS __no, NULL::text AS __unnest_kind\n        FROM jsonb_array_elements(CASE WHEN jsonb_typeof({a}) = 'array' THEN {a} END) WITH ORDINALITY e\n        UNION ALL\n        SELECT NULL, 0, jsonb_typeof({a}) WHERE jsonb_typeof({a}) NOT IN ('array', 'null')) u"
         )
     }
 
@@ -1068,6 +1108,16 @@ delta_rows AS (
         let def = self.def;
         let mut cols = vec!["sign".to_string(), "event_id".to_string()];
         let mut checks = Vec::new();
+        if let Some(array) = &def.unnest {
+            cols.push("__no".into());
+            checks.push((
+                "__unnest_kind IS NOT NULL".to_string(),
+                format!(
+                    "{} || __unnest_kind || ', not an array'",
+                    quote::literal(&format!("unnest {} is a JSON ", array.display()))
+                ),
+            ));
+        }
         if def.bucketed {
             cols.push(format!(
                 "{} AS bucket",
@@ -1774,6 +1824,7 @@ mod tests {
             event_types: Some(vec![Some("add'to".into())]),
             bucketed,
             time_zone: None,
+            unnest: None,
             filter,
             on_type_error: "quarantine",
         })
@@ -1871,6 +1922,29 @@ mod tests {
             stored.contains("(SELECT CASE WHEN (o.v) = 0 THEN 0::float8"),
             "{stored}"
         );
+    }
+
+    #[test]
+    fn unnest_reads_one_row_per_element_and_leaves_out_an_event_with_a_bad_element() {
+        let d = parse_definition(&DefinitionInput {
+            fields: &crate::definition::NoFields,
+            group_by: r#"{"sku": "@.sku"}"#,
+            measures: r#"{"units": "sum(@.qty)", "n": "count(*)"}"#,
+            event_types: None,
+            bucketed: false,
+            time_zone: None,
+            unnest: Some(r#"$["it's"]"#),
+            filter: Some(r#"{"$.channel": "web"}"#),
+            on_type_error: "quarantine",
+        })
+        .unwrap();
+        let apply = sql(&d).apply(Mode::Delta);
+        assert!(apply.contains("FROM jsonb_array_elements(CASE WHEN jsonb_typeof((r.payload -> 'it''s')) = 'array'"), "{apply}");
+        assert!(apply.contains("(u.__elem -> 'sku') AS j"), "{apply}");
+        assert!(apply
+            .contains(r#"'unnest $["it''s"] is a JSON ' || __unnest_kind || ', not an array'"#));
+        assert!(apply.contains("bad_rows AS (SELECT DISTINCT ON (event_id) event_id, bad FROM c"));
+        assert!(apply.contains("AND NOT EXISTS (SELECT 1 FROM c b WHERE b.bad IS NOT NULL AND b.event_id = c.event_id AND b.sign = c.sign)"));
     }
 
     #[test]

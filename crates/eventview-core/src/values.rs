@@ -241,6 +241,7 @@ mod tests {
         let p = FieldRef::Path {
             text: "$.a".into(),
             plan: jsonpath::plan("$.a").unwrap(),
+            element: false,
         };
         assert_eq!(
             value_sql(&p, "j2", Use::Distinct, "m").expr,

@@ -55,6 +55,7 @@ fn representative() -> ViewDefinition {
         event_types: Some(vec![Some("cart_add".into()), Some("cart_remove".into())]),
         bucketed: true,
         time_zone: None,
+        unnest: None,
         filter: Some(r#"{"$.channel": ["web", "app"]}"#),
         on_type_error: "quarantine",
     })
