@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""pg_eventview percentile benchmark (API.md section 9, issue #25): what percentile and
-approx_percentile keep per group, and what their refresh costs against a max view.
+"""pg_eventview benchmark of analysts' slicing (API.md sections 8 and 9, issue #25).
+
+Percentiles: what percentile and approx_percentile keep per group, and what their refresh costs
+against a max view.
 
 - Storage per group: one group (one route) of latency-like values (milliseconds, log-normal,
   two decimals: nearly every value distinct) at 1k and at 1M events; the size of each view's
@@ -11,7 +13,13 @@ approx_percentile keep per group, and what their refresh costs against a max vie
   0.99). Ratios to max (target: approx_percentile within 1.5x). A read of one route's p99 from
   each view, and every view's answers checked against percentile_disc from scratch (approx
   within 1%).
-Results go to bench/out/percentile_results.md with the machine line."""
+
+unnest: events of 5 order lines each; a view with unnest => '$.items' (per SKU: lines, units,
+revenue) against the same view over events of one line each ($ references), both on tables of
+the same number of lines (1M before). A refresh of 2k orders (10k lines) against a refresh of
+10k one-line events, in alternating rounds: the cost per element against the cost per event
+(target: within 1.5x); both views checked against their aggregates from scratch.
+Results go to bench/out/slicing_results.md with the machine line."""
 
 import argparse
 import os
@@ -113,6 +121,49 @@ def refresh_rounds(conn, rounds, batch, base):
     return times, reads, wrong
 
 
+def unnest_rounds(conn, rounds, lines, base_lines):
+    """Refresh of `lines` order lines as 5-line orders through unnest, against `lines` one-line
+    events without it; returns the medians and whether both views match their aggregates."""
+    item = "jsonb_build_object('sku', 'S' || (random() * 500)::int, 'qty', 1 + (random() * 4)::int, 'amount', round((random() * 100)::numeric, 2))"
+    conn.execute("SELECT eventview.create_event_table('orders')")
+    conn.execute("SELECT eventview.create_event_table('lines')")
+    conn.execute("""SELECT eventview.create_view('per_sku_unnest', 'orders', unnest => '$.items',
+                     group_by => '{"sku": "@.sku"}',
+                     measures => '{"lines": "count(*)", "units": "sum(@.qty)", "revenue": "sum(@.amount)"}')""")
+    conn.execute("""SELECT eventview.create_view('per_sku_flat', 'lines', group_by => '{"sku": "$.sku"}',
+                     measures => '{"lines": "count(*)", "units": "sum($.qty)", "revenue": "sum($.amount)"}')""")
+
+    def add(n_lines):
+        conn.execute(f"""INSERT INTO orders (event_type, payload)
+                         SELECT 'purchase', jsonb_build_object('order_id', g, 'items',
+                                jsonb_build_array({item}, {item}, {item}, {item}, {item}))
+                         FROM generate_series(1, {n_lines // 5}) g""")
+        conn.execute(f"""INSERT INTO lines (event_type, payload)
+                         SELECT 'line', {item} || jsonb_build_object('order_id', g)
+                         FROM generate_series(1, {n_lines}) g""")
+
+    add(base_lines)
+    conn.execute("SELECT eventview.refresh_all()")
+    conn.execute("VACUUM ANALYZE")
+    times = {"per_sku_unnest": [], "per_sku_flat": []}
+    for r in range(rounds + 1):
+        add(lines)
+        order = list(times) if r % 2 == 0 else list(reversed(times))
+        for name in order:
+            t = timed(conn, f"SELECT eventview.refresh('{name}')")
+            if r > 0:
+                times[name].append(t)
+    diff = one(conn, """SELECT count(*) FROM (
+        (SELECT sku, lines, units, revenue FROM per_sku_unnest EXCEPT
+         SELECT e.value ->> 'sku', count(*), sum((e.value -> 'qty')::numeric), sum((e.value -> 'amount')::numeric)
+         FROM orders o CROSS JOIN LATERAL jsonb_array_elements(o.payload -> 'items') e GROUP BY 1)
+        UNION ALL
+        (SELECT sku, lines, units, revenue FROM per_sku_flat EXCEPT
+         SELECT payload ->> 'sku', count(*), sum((payload -> 'qty')::numeric), sum((payload -> 'amount')::numeric)
+         FROM lines GROUP BY 1)) d""")
+    return {k: statistics.median(v) for k, v in times.items()}, diff
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
@@ -122,7 +173,7 @@ def main():
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--base", type=int, default=1_000_000, help="events before the refresh rounds")
     ap.add_argument("--quick", action="store_true", help="1k and 100k events in one group, 100k before 3 rounds")
-    ap.add_argument("--out", default=os.path.join(bench.OUT_DIR, "percentile_results.md"))
+    ap.add_argument("--out", default=os.path.join(bench.OUT_DIR, "slicing_results.md"))
     args = ap.parse_args()
     sizes = [1_000, 100_000] if args.quick else [1_000, 1_000_000]
     if args.quick:
@@ -137,12 +188,13 @@ def main():
     conn.execute("SELECT setseed(0.42)")
     storage_rows = storage(conn, sizes)
     times, reads, wrong = refresh_rounds(conn, args.rounds, args.batch, args.base)
+    unnest_med, unnest_diff = unnest_rounds(conn, args.rounds, args.batch, args.base)
     med = {k: statistics.median(v) for k, v in times.items()}
     rmed = {k: statistics.median(v) for k, v in reads.items()}
     notes = []
     machine, settings = bench.machine_line(conn, so_at_start, load_at_start, notes)
     lines = [
-        "# pg_eventview percentile benchmark",
+        "# pg_eventview benchmark of analysts' slicing",
         "",
         f"Machine: {machine}",
         f"Settings: {settings}",
@@ -170,12 +222,27 @@ def main():
                      f"{rmed[name] * 1000:.2f} ms |")
     lines += ["", f"Checked against percentile_disc from scratch (exact equal, approx within 1%): "
               f"{'all groups agree' if not wrong else f'{len(wrong)} groups DIFFER: {wrong[:5]}'}."]
+    u, f = unnest_med["per_sku_unnest"], unnest_med["per_sku_flat"]
+    lines += [
+        "",
+        f"unnest: a refresh of {args.batch // 5:,} orders of 5 lines ({args.batch:,} elements) through "
+        f"`unnest => '$.items'` against a refresh of {args.batch:,} one-line events ({args.base:,} lines "
+        f"before in each table), per SKU: lines, units, revenue; median of {args.rounds} alternating rounds:",
+        "",
+        "| view | refresh | per line | ratio |",
+        "|---|---:|---:|---:|",
+        f"| one-line events, `$` references | {f * 1000:.1f} ms | {f / args.batch * 1e6:.2f} us | 1.00x |",
+        f"| 5-line orders, `unnest` and `@` references | {u * 1000:.1f} ms | {u / args.batch * 1e6:.2f} us | {u / f:.2f}x |",
+        "",
+        f"Target: per element within 1.5x of per event. Both views checked against their aggregates "
+        f"from scratch: {'equal' if unnest_diff == 0 else f'{unnest_diff} rows DIFFER'}.",
+    ]
     lines += [f"- {x}" for x in notes]
     text = "\n".join(lines) + "\n"
     bench.write_out(args.out, text)
     print(text)
-    if wrong:
-        sys.exit("percentile answers differ from percentile_disc")
+    if wrong or unnest_diff:
+        sys.exit("a view differs from its aggregate from scratch")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# pg_eventview percentile benchmark: starts a throwaway cluster, runs bench/percentile.py (storage
-# per group at 1k and 1M events, refresh against a max view; --quick: smaller), stops and
-# deletes the cluster on exit.
+# pg_eventview benchmark of analysts' slicing (API.md sections 8 and 9): starts a throwaway
+# cluster, runs bench/slicing.py (percentiles: storage per group at 1k and 1M events, refresh
+# against a max view; unnest: refresh per element against per event; --quick: smaller), stops
+# and deletes the cluster on exit.
 # Installs what is missing and a release build of pg_eventview first (BENCH_NO_INSTALL=1 uses
 # whatever is installed in the system PostgreSQL 15 as it is).
 set -euo pipefail
@@ -9,12 +10,12 @@ cd "$(dirname "$0")/.."
 mkdir -p bench/out   # every file a run writes goes here (ignored by git)
 if [ "${BENCH_NO_INSTALL:-0}" != 1 ]; then
   bash scripts/setup.sh
-  echo "percentile: installing a release build of pg_eventview" >&2
+  echo "slicing: installing a release build of pg_eventview" >&2
   cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >bench/out/install.log 2>&1 \
     || { tail -40 bench/out/install.log; exit 1; }
 fi
-DIR=${PERCENTILE_DIR:-/tmp/pg_eventview_percentile}
-PORT=${PERCENTILE_PORT:-55460}
+DIR=${SLICING_DIR:-/tmp/pg_eventview_slicing}
+PORT=${SLICING_PORT:-55460}
 cleanup() {
   bash scripts/cluster.sh stop "$DIR"
   if [ "${BENCH_KEEP:-0}" != 1 ]; then rm -rf "$DIR"; fi
@@ -30,4 +31,4 @@ bash scripts/cluster.sh start "$DIR" "$PORT" \
   "log_min_messages = warning" \
   "fsync = on" \
   "synchronous_commit = on"
-python3 bench/percentile.py --host 127.0.0.1 --port "$PORT" "$@"
+python3 bench/slicing.py --host 127.0.0.1 --port "$PORT" "$@"
