@@ -1490,7 +1490,7 @@ class Workload:
             raise Mismatch(f"view {view.name} differs from the from-scratch aggregate: {diff[:15]}\n  reference query:\n{ref}")
         on = " AND ".join(f'q."{k}" IS NOT DISTINCT FROM r."{k}"' for k in keys) or "true"
         off = " OR ".join(
-            f'NOT ((q."{c}" IS NULL AND r."{e}" IS NULL) OR abs(q."{c}" - r."{e}") <= 0.01 * abs(r."{e}") + 1e-12)'
+            f'NOT coalesce((q."{c}" IS NULL AND r."{e}" IS NULL) OR abs(q."{c}" - r."{e}") <= 0.01 * abs(r."{e}") + 1e-12, false)'
             for c, e in approx.items())
         bad = self.a.execute(
             f"WITH q AS MATERIALIZED (SELECT * FROM {view.name}), r AS MATERIALIZED ({ref})\n"

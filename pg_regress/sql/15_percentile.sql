@@ -63,7 +63,7 @@ SELECT 'req', jsonb_build_object('route', '/d', 'ms', round((g * 1.37 - 300)::nu
 UNION ALL SELECT 'req', '{"route": "/d", "ms": 0}';
 CREATE FUNCTION approx_errors() RETURNS TABLE (route text, within_one_percent boolean) LANGUAGE sql AS $$
   SELECT a.route,
-         bool_and(abs(x.approx - x.exact) <= 0.01 * abs(x.exact) + 1e-12)
+         bool_and(coalesce(abs(x.approx - x.exact) <= 0.01 * abs(x.exact) + 1e-12, x.approx IS NULL AND x.exact IS NULL))
   FROM lat_approx a
   JOIN (SELECT payload ->> 'route' AS route,
                percentile_disc(0) WITHIN GROUP (ORDER BY (payload -> 'ms')::numeric) AS e0,

@@ -20,6 +20,9 @@ SELECT eventview.create_view('sku_live', 'un_orders', event_types => ARRAY['purc
   unnest => '$.items', group_by => '{"sku": "@.sku", "channel": "$.channel"}',
   measures => '{"units": "sum(@.qty)"}', filter => '{"$.channel": "web"}', realtime => true);
 SELECT eventview.create_view('tag_counts', 'un_orders', unnest => '$.tags', group_by => '{"tag": "@"}');
+-- A filter on the element: an event whose items are no array is still a type error.
+SELECT eventview.create_view('a_lines', 'un_orders', unnest => '$.items', filter => '{"@.sku": "A"}',
+  measures => '{"lines": "count(*)"}');
 SELECT definition -> 'unnest' AS unnest FROM eventview.views WHERE name = 'sku_revenue'::regclass;
 INSERT INTO un_orders (event_key, event_type, occurred_at, payload) VALUES
   ('o1', 'purchase', '2026-11-01 10:05', '{"order_id": 1, "channel": "web", "tags": ["gift", "promo"],
@@ -34,8 +37,9 @@ SELECT * FROM sku_live ORDER BY sku;
 SELECT eventview.refresh_all() > 0 AS applied;
 SELECT * FROM sku_revenue ORDER BY sku;
 SELECT * FROM tag_counts ORDER BY tag;
+SELECT * FROM a_lines;
 -- One entry per event left out, whichever of its elements was wrong.
-SELECT view_name, event_id, reason FROM eventview.quarantine WHERE view_name IN ('public.sku_revenue', 'public.sku_live', 'public.tag_counts') ORDER BY view_name, event_id;
+SELECT view_name, event_id, reason FROM eventview.quarantine WHERE view_name IN ('public.sku_revenue', 'public.sku_live', 'public.tag_counts', 'public.a_lines') ORDER BY view_name, event_id;
 -- An update retracts every element of the old version; a delete every element.
 UPDATE un_orders SET payload = jsonb_set(payload, '{items}', '[{"sku": "A", "qty": 5, "amount": 50}]') WHERE event_key = 'o1';
 DELETE FROM un_orders WHERE event_key = 'o2';
@@ -43,7 +47,7 @@ UPDATE un_orders SET payload = jsonb_set(payload, '{items,1,qty}', '2') WHERE ev
 SELECT * FROM sku_live ORDER BY sku;
 SELECT eventview.refresh_all() > 0 AS applied;
 SELECT * FROM sku_revenue ORDER BY sku;
-SELECT view_name, event_id, reason FROM eventview.quarantine WHERE view_name IN ('public.sku_revenue', 'public.sku_live', 'public.tag_counts') ORDER BY view_name, event_id;
+SELECT view_name, event_id, reason FROM eventview.quarantine WHERE view_name IN ('public.sku_revenue', 'public.sku_live', 'public.tag_counts', 'public.a_lines') ORDER BY view_name, event_id;
 -- Equal to the aggregate over jsonb_array_elements from scratch.
 SELECT count(*) AS differences FROM (
   (SELECT sku, lines, units, revenue, orders FROM sku_revenue EXCEPT

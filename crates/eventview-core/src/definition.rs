@@ -291,13 +291,13 @@ impl FieldRef {
         }
     }
 
-    /// The SQL type of the value this reference yields where a type is fixed: envelope columns
-    /// and declared fields. Undeclared JSONPaths have none (text as keys, numeric as numbers).
     /// Whether this reference reads the unnested array element (`@...`).
     pub fn reads_element(&self) -> bool {
         matches!(self, FieldRef::Path { element: true, .. })
     }
 
+    /// The SQL type of the value this reference yields where a type is fixed: envelope columns
+    /// and declared fields. Undeclared JSONPaths have none (text as keys, numeric as numbers).
     pub fn declared_type(&self) -> Option<SqlType> {
         match self {
             FieldRef::Envelope(e) => Some(e.sql_type()),

@@ -2,8 +2,8 @@
 //! logarithmic scale (DDSketch's mapping), and a group keeps, per bucket, how many of its values
 //! fall in it, in the view's value multiset (bucket numbers as its values). Counts add and
 //! subtract exactly, so the sketch is retractable and mergeable; its size per group is bounded
-//! by the buckets a range of magnitudes spans (about 1,200 per factor of 10^10), whatever the
-//! number of events.
+//! by the buckets the magnitudes of its values span (about 1,150 per factor of 10^10), whatever
+//! the number of events.
 //!
 //! Bucket `i` of the positive numbers holds `(GAMMA^(i-1), GAMMA^i]`, with `GAMMA = (1 + A) /
 //! (1 - A)`; a bucket's value is `2 GAMMA^i / (GAMMA + 1)`, within relative error `A` of every
@@ -14,14 +14,14 @@
 
 /// The relative accuracy: 1%.
 pub const ACCURACY: f64 = 0.01;
-/// Magnitudes below this are 0.
-pub const SMALLEST: &str = "1e-9";
+/// Magnitudes below this are 0 (near the smallest normal double).
+pub const SMALLEST: &str = "1e-300";
 /// Magnitudes above this count as this (beyond it double precision cannot take logarithms of
 /// every numeric).
 pub const LARGEST: &str = "1e300";
 /// Added to the bucket index of a magnitude so that every bucket number of a positive number is
-/// positive (the index of `SMALLEST` is about -1036).
-const OFFSET: i64 = 4000;
+/// positive (the index of `SMALLEST` is about -34540).
+const OFFSET: i64 = 40_000;
 
 fn gamma() -> f64 {
     (1.0 + ACCURACY) / (1.0 - ACCURACY)
@@ -48,7 +48,7 @@ pub fn value_sql(k: &str) -> String {
 
 /// The bucket index of a positive magnitude, as `bucket_sql` computes it (for tests).
 pub fn bucket_of(x: f64) -> i64 {
-    if x.abs() < 1e-9 {
+    if x.abs() < 1e-300 {
         return 0;
     }
     let i = (x.abs().min(1e300).ln() / gamma().ln()).ceil() as i64;
@@ -71,13 +71,13 @@ mod tests {
     #[test]
     fn every_number_is_within_one_percent_of_its_buckets_value_and_buckets_keep_order() {
         let mut previous = i64::MIN;
-        let mut x = -1e12;
+        let mut x = -1e12_f64;
         while x < 1e12 {
             let k = bucket_of(x);
             assert!(k >= previous, "{x}");
             previous = k;
             let v = value_of(k);
-            if x.abs() >= 1e-9 {
+            if x.abs() >= 1e-300 {
                 assert!(
                     (v - x).abs() <= ACCURACY * x.abs() * (1.0 + 1e-9),
                     "{x} -> {v}"
@@ -103,6 +103,11 @@ mod tests {
         // From a microsecond to a day, in milliseconds: about 1,260 buckets.
         let span = bucket_of(86_400_000.0) - bucket_of(0.001);
         assert!(span > 1200 && span < 1300, "{span}");
-        assert!(bucket_of(1e-9) > 0 && bucket_of(f64::MAX) < 40_000);
+        assert!(bucket_of(1e-300) > 0 && bucket_of(f64::MAX) < 80_000);
+        // Each bucket within 1% down to the smallest magnitude kept.
+        for x in [1e-300, 3.7e-200, 1e-9, 1.0, 7.3e150, 1e300] {
+            let v = value_of(bucket_of(x));
+            assert!((v - x).abs() <= ACCURACY * x * (1.0 + 1e-9), "{x} -> {v}");
+        }
     }
 }

@@ -1055,16 +1055,17 @@ delta_rows AS (
     /// value that is no array, one row with its JSON type in `__unnest_kind` (a type error).
     ///
     /// ```sql
+    /// CROSS JOIN LATERAL (SELECT <array> AS arr) ua
     /// CROSS JOIN LATERAL (
     ///     SELECT e.value AS __elem, e.ordinality AS __no, NULL::text AS __unnest_kind
-    ///     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(<array>) = 'array' THEN <array> END) WITH ORDINALITY e
+    ///     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(ua.arr) = 'array' THEN ua.arr END) WITH ORDINALITY e
     ///     UNION ALL
-    ///     SELECT NULL, 0, jsonb_typeof(<array>) WHERE jsonb_typeof(<array>) NOT IN ('array', 'null')) u
+    ///     SELECT NULL, 0, jsonb_typeof(ua.arr) WHERE jsonb_typeof(ua.arr) NOT IN ('array', 'null')) u
     /// ```
     fn elements(array: &FieldRef) -> String {
         let a = Self::raw_sql(array);
         format!(
-            "\n    CROSS JOIN LATERAL (\n        SELECT e.value AS __elem, e.ordinality AS __no, NULL::text AS __unnest_kind\n        FROM jsonb_array_elements(CASE WHEN jsonb_typeof({a}) = 'array' THEN {a} END) WITH ORDINALITY e\n        UNION ALL\n        SELECT NULL, 0, jsonb_typeof({a}) WHERE jsonb_typeof({a}) NOT IN ('array', 'null')) u"
+            "\n    CROSS JOIN LATERAL (SELECT {a} AS arr) ua\n    CROSS JOIN LATERAL (\n        SELECT e.value AS __elem, e.ordinality AS __no, NULL::text AS __unnest_kind\n        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(ua.arr) = 'array' THEN ua.arr END) WITH ORDINALITY e\n        UNION ALL\n        SELECT NULL, 0, jsonb_typeof(ua.arr) WHERE jsonb_typeof(ua.arr) NOT IN ('array', 'null')) u"
         )
     }
 
@@ -1199,7 +1200,15 @@ delta_rows AS (
                 .iter()
                 .map(|v| quote::typed_literal(&v.to_string(), "jsonb"))
                 .collect();
-            // An event whose filter field cannot be evaluated passes on to its type check.
+            // An event whose filter field cannot be evaluated passes on to its type check; so
+            // does one whose `unnest` value is no array, for a filter on the element.
+            if term.field.reads_element() {
+                conds.push(format!(
+                    "({lhs} IN ({}) OR __unnest_kind IS NOT NULL)",
+                    values.join(", ")
+                ));
+                continue;
+            }
             match Self::too_deep_check(&term.field, &lhs) {
                 Some((deep, _)) => {
                     conds.push(format!("({lhs} IN ({}) OR {deep})", values.join(", ")))
@@ -1939,7 +1948,11 @@ mod tests {
         })
         .unwrap();
         let apply = sql(&d).apply(Mode::Delta);
-        assert!(apply.contains("FROM jsonb_array_elements(CASE WHEN jsonb_typeof((r.payload -> 'it''s')) = 'array'"), "{apply}");
+        assert!(
+            apply.contains("CROSS JOIN LATERAL (SELECT (r.payload -> 'it''s') AS arr) ua"),
+            "{apply}"
+        );
+        assert!(apply.contains("FROM jsonb_array_elements(CASE WHEN jsonb_typeof(ua.arr) = 'array' THEN ua.arr END)"), "{apply}");
         assert!(apply.contains("(u.__elem -> 'sku') AS j"), "{apply}");
         assert!(apply
             .contains(r#"'unnest $["it''s"] is a JSON ' || __unnest_kind || ', not an array'"#));
