@@ -144,11 +144,20 @@ enum CatalogVersion {
     Absent,
 }
 
+/// The extension's version in this database. Current only with the view catalog locked for
+/// reading until the transaction ends: a DROP EXTENSION that commits between this and the
+/// worker's next statement would otherwise fail that statement, and with it the worker.
 fn catalog_version(library: &str) -> CatalogVersion {
     match Spi::get_one::<String>(
         "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_eventview'",
     ) {
-        Ok(Some(version)) if version == library => CatalogVersion::Current,
+        Ok(Some(version)) if version == library => {
+            if crate::pg::locks::lock_existing_for_reading(c"eventview", c"_views") {
+                CatalogVersion::Current
+            } else {
+                CatalogVersion::Absent
+            }
+        }
         Ok(Some(version)) => CatalogVersion::Behind(version),
         _ => CatalogVersion::Absent,
     }

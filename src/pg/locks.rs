@@ -38,6 +38,26 @@ pub fn lock_for_dropping(relid: pg_sys::Oid) {
     unsafe { pg_sys::LockRelationOid(relid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE) }
 }
 
+/// ACCESS SHARE on the relation `schema.name`, if it exists (false when it does not, or was
+/// dropped while this waited for the lock). Held to the end of the transaction, it keeps the
+/// relation from being dropped between this and the statements that read it.
+pub fn lock_existing_for_reading(schema: &std::ffi::CStr, name: &std::ffi::CStr) -> bool {
+    // SAFETY: makeRangeVar copies nothing it is given beyond the call (the names are read by
+    // the lookup, which takes the lock and retries after invalidations, as the parser does);
+    // RVR_MISSING_OK returns InvalidOid for a relation that does not exist.
+    let relid = unsafe {
+        let relation = pg_sys::makeRangeVar(schema.as_ptr() as *mut _, name.as_ptr() as *mut _, -1);
+        pg_sys::RangeVarGetRelidExtended(
+            relation,
+            pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+            pg_sys::RVROption::RVR_MISSING_OK,
+            None,
+            std::ptr::null_mut(),
+        )
+    };
+    relid != pg_sys::InvalidOid
+}
+
 /// SHARE UPDATE EXCLUSIVE on a relation, waiting for it: what a DETACH PARTITION ... CONCURRENTLY
 /// takes on the partitioned table next anyway.
 pub fn lock_against_schema_changes(relid: pg_sys::Oid) {
