@@ -175,6 +175,13 @@ class Fields:
                 "group under a NULL sku, in the view and in the baselines alike)")
 
 
+def connect_to(args, dbname=None):
+    """An autocommit connection as `postgres` to the benchmark cluster of a driver's arguments
+    (--host, --port, --dbname), or to another database of it."""
+    return psycopg.connect(host=args.host, port=args.port, user="postgres",
+                           dbname=dbname or args.dbname, autocommit=True)
+
+
 def q(conn, sql, params=None):
     """Runs one statement and returns all rows (or None)."""
     with conn.cursor() as cur:

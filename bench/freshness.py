@@ -26,7 +26,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-import psycopg
 
 import bench
 from bench import GENERATOR_SQL, T_END, fmt, log, q, q1
@@ -71,8 +70,7 @@ class Run:
 # Setup
 # --------------------------------------------------------------------------------------------
 def connect(args, dbname=None):
-    return psycopg.connect(host=args.host, port=args.port, user="postgres",
-                           dbname=dbname or args.dbname, autocommit=True)
+    return bench.connect_to(args, dbname)
 
 
 def ensure_database(args):

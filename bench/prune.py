@@ -33,7 +33,6 @@ import sys
 import threading
 import time
 
-import psycopg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (machine line)
@@ -42,8 +41,7 @@ EVENTS = 10_000
 
 
 def connect(args, dbname=None):
-    return psycopg.connect(host=args.host, port=args.port, user="postgres",
-                           dbname=dbname or args.dbname, autocommit=True)
+    return bench.connect_to(args, dbname)
 
 
 def one(conn, sql, params=None):

@@ -40,7 +40,6 @@ import sys
 import threading
 import time
 
-import psycopg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
@@ -49,8 +48,7 @@ DAY_INDEX = "date_bin('1 day', now(), '2000-01-01 00:00:00+00')"
 
 
 def connect(args, dbname=None):
-    return psycopg.connect(host=args.host, port=args.port, user="postgres",
-                           dbname=dbname or args.dbname, autocommit=True)
+    return bench.connect_to(args, dbname)
 
 
 def one(conn, sql, params=None):

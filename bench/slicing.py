@@ -25,9 +25,7 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
-import psycopg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (machine line)
@@ -37,18 +35,11 @@ VALUE = "round(exp(3.7 + 0.9 * sqrt(-2 * ln(random())) * cos(2 * pi() * random()
 
 
 def connect(args, dbname=None):
-    return psycopg.connect(host=args.host, port=args.port, user="postgres",
-                           dbname=dbname or args.dbname, autocommit=True)
+    return bench.connect_to(args, dbname)
 
 
-def one(conn, sql, params=None):
-    return conn.execute(sql, params).fetchone()[0]
-
-
-def timed(conn, sql):
-    t = time.perf_counter()
-    conn.execute(sql)
-    return time.perf_counter() - t
+one = bench.q1
+timed = bench.timed
 
 
 def multiset_bytes(conn, view, measure):
