@@ -19,6 +19,12 @@ revenue) against the same view over events of one line each ($ references), both
 the same number of lines (1M before). A refresh of 2k orders (10k lines) against a refresh of
 10k one-line events, in alternating rounds: the cost per element against the cost per event
 (target: within 1.5x); both views checked against their aggregates from scratch.
+
+Rollups: a view per SKU and hour (count, sum, max) over sales events spread over ten days, and
+its rollup per SKU and day. Each round inserts 10k new events, refreshes the hourly view, then
+the daily rollup (whose refresh finds its source refreshed and applies its group changes): the
+rollup's refresh against its source's (target: at most 1). The rollup is checked against the
+same aggregate from scratch.
 Results go to bench/out/slicing_results.md with the machine line."""
 
 import argparse
@@ -155,6 +161,45 @@ def unnest_rounds(conn, rounds, lines, base_lines):
     return {k: statistics.median(v) for k, v in times.items()}, diff
 
 
+def rollup_rounds(conn, rounds, batch, base):
+    """Refresh of a daily rollup after `batch` new events, against the refresh of its hourly
+    source; returns the medians and the rollup's rows that differ from the aggregate from
+    scratch."""
+    event = """jsonb_build_object('sku', 'S' || (random() * 500)::int, 'qty', 1 + (random() * 4)::int,
+                                 'price', round((random() * 100)::numeric, 2))"""
+    at = "timestamptz '2026-06-01' + random() * interval '10 days'"
+    conn.execute("SELECT eventview.create_event_table('sales')")
+
+    def add(n):
+        conn.execute(f"INSERT INTO sales (event_type, occurred_at, payload) SELECT 'sale', {at}, {event} "
+                     f"FROM generate_series(1, {n})")
+
+    add(base)
+    conn.execute("""SELECT eventview.create_view('sales_hourly', 'sales', group_by => '{"sku": "$.sku"}',
+                     measures => '{"n": "count(*)", "qty": "sum($.qty)", "top": "max($.price)"}',
+                     time_bucket => '1 hour')""")
+    conn.execute("""SELECT eventview.create_view('sales_daily', 'sales_hourly', group_by => '{"sku": "sku"}',
+                     measures => '{"n": "n", "qty": "qty", "top": "top"}', time_bucket => '1 day')""")
+    conn.execute("VACUUM ANALYZE")
+    times = {"sales_hourly": [], "sales_daily": []}
+    for r in range(rounds + 1):
+        add(batch)
+        for name in times:
+            t = timed(conn, f"SELECT eventview.refresh('{name}')")
+            if r > 0:
+                times[name].append(t)
+    diff = one(conn, """SELECT count(*) FROM (
+        (SELECT * FROM sales_daily EXCEPT
+         SELECT date_bin('1 day', occurred_at, '2000-01-01'), payload ->> 'sku', count(*),
+                sum((payload -> 'qty')::numeric), max((payload -> 'price')::numeric) FROM sales GROUP BY 1, 2)
+        UNION ALL
+        (SELECT date_bin('1 day', occurred_at, '2000-01-01'), payload ->> 'sku', count(*),
+                sum((payload -> 'qty')::numeric), max((payload -> 'price')::numeric) FROM sales GROUP BY 1, 2
+         EXCEPT SELECT * FROM sales_daily)) d""")
+    groups = one(conn, "SELECT count(*) FROM sales_hourly"), one(conn, "SELECT count(*) FROM sales_daily")
+    return {k: statistics.median(v) for k, v in times.items()}, diff, groups
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
@@ -164,8 +209,10 @@ def main():
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--base", type=int, default=1_000_000, help="events before the refresh rounds")
     ap.add_argument("--quick", action="store_true", help="1k and 100k events in one group, 100k before 3 rounds")
+    ap.add_argument("--only", choices=["percentile", "unnest", "rollup"], help="run one scenario")
     ap.add_argument("--out", default=os.path.join(bench.OUT_DIR, "slicing_results.md"))
     args = ap.parse_args()
+    runs = {args.only} if args.only else {"percentile", "unnest", "rollup"}
     sizes = [1_000, 100_000] if args.quick else [1_000, 1_000_000]
     if args.quick:
         args.rounds = 3
@@ -177,18 +224,48 @@ def main():
     conn = connect(args)
     conn.execute("CREATE EXTENSION pg_eventview")
     conn.execute("SELECT setseed(0.42)")
-    storage_rows = storage(conn, sizes)
-    times, reads, wrong = refresh_rounds(conn, args.rounds, args.batch, args.base)
-    unnest_med, unnest_diff = unnest_rounds(conn, args.rounds, args.batch, args.base)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    rmed = {k: statistics.median(v) for k, v in reads.items()}
+    wrong, unnest_diff, rollup_diff = [], 0, 0
+    lines = []
+    if "percentile" in runs:
+        storage_rows = storage(conn, sizes)
+        times, reads, wrong = refresh_rounds(conn, args.rounds, args.batch, args.base)
+        lines += percentile_lines(args, storage_rows, times, reads, wrong)
+    if "unnest" in runs:
+        unnest_med, unnest_diff = unnest_rounds(conn, args.rounds, args.batch, args.base)
+        lines += unnest_lines(args, unnest_med, unnest_diff)
+    if "rollup" in runs:
+        rollup_med, rollup_diff, groups = rollup_rounds(conn, args.rounds, args.batch, args.base)
+        src, roll = rollup_med["sales_hourly"], rollup_med["sales_daily"]
+        lines += [
+            "",
+            f"Rollups: after {args.batch:,} new events ({args.base:,} before, ten days, 500 SKUs), the refresh "
+            f"of the view per SKU and hour ({groups[0]:,} groups), then of its rollup per SKU and day "
+            f"({groups[1]:,} groups), which applies the hourly view's group changes; median of {args.rounds} rounds:",
+            "",
+            "| view | refresh | ratio |",
+            "|---|---:|---:|",
+            f"| per SKU and hour, from the events | {src * 1000:.1f} ms | 1.00x |",
+            f"| its rollup per SKU and day | {roll * 1000:.1f} ms | {roll / src:.2f}x |",
+            "",
+            f"Target: the rollup at most its source's cost. The rollup checked against the aggregate from "
+            f"scratch: {'equal' if rollup_diff == 0 else f'{rollup_diff} rows DIFFER'}.",
+        ]
     notes = []
     machine, settings = bench.machine_line(conn, so_at_start, load_at_start, notes)
+    lines = ["# pg_eventview benchmark of analysts' slicing", "", f"Machine: {machine}",
+             f"Settings: {settings}"] + lines
+    lines += [f"- {x}" for x in notes]
+    text = "\n".join(lines) + "\n"
+    bench.write_out(args.out, text)
+    print(text)
+    if wrong or unnest_diff or rollup_diff:
+        sys.exit("a view differs from its aggregate from scratch")
+
+
+def percentile_lines(args, storage_rows, times, reads, wrong):
+    med = {k: statistics.median(v) for k, v in times.items()}
+    rmed = {k: statistics.median(v) for k, v in reads.items()}
     lines = [
-        "# pg_eventview benchmark of analysts' slicing",
-        "",
-        f"Machine: {machine}",
-        f"Settings: {settings}",
         "",
         "Storage per group: one group of log-normal milliseconds (two decimals); the value multiset "
         "of each view (heap and indexes).",
@@ -213,8 +290,12 @@ def main():
                      f"{rmed[name] * 1000:.2f} ms |")
     lines += ["", f"Checked against percentile_disc from scratch (exact equal, approx within 1%): "
               f"{'all groups agree' if not wrong else f'{len(wrong)} groups DIFFER: {wrong[:5]}'}."]
+    return lines
+
+
+def unnest_lines(args, unnest_med, unnest_diff):
     u, f = unnest_med["per_sku_unnest"], unnest_med["per_sku_flat"]
-    lines += [
+    return [
         "",
         f"unnest: a refresh of {args.batch // 5:,} orders of 5 lines ({args.batch:,} elements) through "
         f"`unnest => '$.items'` against a refresh of {args.batch:,} one-line events ({args.base:,} lines "
@@ -228,12 +309,6 @@ def main():
         f"Target: per element within 1.5x of per event. Both views checked against their aggregates "
         f"from scratch: {'equal' if unnest_diff == 0 else f'{unnest_diff} rows DIFFER'}.",
     ]
-    lines += [f"- {x}" for x in notes]
-    text = "\n".join(lines) + "\n"
-    bench.write_out(args.out, text)
-    print(text)
-    if wrong or unnest_diff:
-        sys.exit("a view differs from its aggregate from scratch")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # pg_eventview benchmark of analysts' slicing (API.md sections 8 and 9): starts a throwaway
 # cluster, runs bench/slicing.py (percentiles: storage per group at 1k and 1M events, refresh
-# against a max view; unnest: refresh per element against per event; --quick: smaller), stops
-# and deletes the cluster on exit.
+# against a max view; unnest: refresh per element against per event; rollups: the refresh of a
+# rollup against its source's; --quick: smaller; --only percentile|unnest|rollup: one of them),
+# stops and deletes the cluster on exit.
 # Installs what is missing and a release build of pg_eventview first (BENCH_NO_INSTALL=1 uses
 # whatever is installed in the system PostgreSQL 15 as it is).
 set -euo pipefail

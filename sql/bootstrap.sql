@@ -99,7 +99,12 @@ CREATE TABLE eventview._views (
     -- Rows in the view's min/max value logs, not yet merged into its multisets (see
     -- eventview_core::sqlgen; a refresh merges them when they pass
     -- eventview.extreme_log_limit).
-    extremes_logged  bigint NOT NULL DEFAULT 0
+    extremes_logged  bigint NOT NULL DEFAULT 0,
+    -- A rollup: the view whose group changes it reads (source_id is then that view's event
+    -- table). Its applied_* position is in that view's group changelog, not the changelog.
+    source_view      integer,
+    -- Rollups read this view: its applies write their group changes to eventview._v<id>_changes.
+    feeds_rollups    boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE eventview._views IS 'pg_eventview: incremental views (see eventview.views)';
 
@@ -217,13 +222,34 @@ CREATE FUNCTION eventview._pending(p_view_id integer, OUT changes bigint, OUT ol
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_source integer;
+    v_source_view integer;
     v_applied pg_snapshot;
     v_own xid8;
     v_own_seq bigint;
+    below_changes bigint;
+    below_oldest timestamptz;
 BEGIN
-    SELECT source_id, applied_snapshot, applied_own_xid, applied_own_seq
-    INTO v_source, v_applied, v_own, v_own_seq
+    SELECT source_id, source_view, applied_snapshot, applied_own_xid, applied_own_seq
+    INTO v_source, v_source_view, v_applied, v_own, v_own_seq
     FROM eventview._views WHERE view_id = p_view_id;
+    IF FOUND AND v_source_view IS NOT NULL THEN
+        -- A rollup: what its source has not applied, plus the group changes of its source it
+        -- has not applied.
+        SELECT p.changes, p.oldest INTO below_changes, below_oldest FROM eventview._pending(v_source_view) p;
+        IF to_regclass(format('eventview._v%s_changes', v_source_view)) IS NULL THEN
+            changes := below_changes;
+            oldest := below_oldest;
+            RETURN;
+        END IF;
+        EXECUTE format(
+            'SELECT count(*), min(logged_at) FROM eventview._v%s_changes
+             WHERE (xid >= pg_snapshot_xmin($1) OR xid = $2)
+               AND NOT eventview._applied(xid, seq, $1, $2, $3)', v_source_view)
+        INTO changes, oldest USING v_applied, v_own, v_own_seq;
+        changes := changes + below_changes;
+        oldest := least(oldest, below_oldest);
+        RETURN;
+    END IF;
     IF NOT FOUND OR to_regclass(format('eventview._changes_%s', v_source)) IS NULL THEN
         changes := 0;
         RETURN;
@@ -269,7 +295,7 @@ $$;
 
 CREATE VIEW eventview.views AS
 SELECT v.relid                                  AS name,
-       s.relid                                  AS source,
+       coalesce((SELECT r.relid FROM eventview._views r WHERE r.view_id = v.source_view), s.relid) AS source,
        -- With the type policy as it is now (alter_view changes it).
        pg_catalog.json_build_object('group_by', v.definition -> 'group_by', 'measures', v.definition -> 'measures',
                                     'event_types', v.definition -> 'event_types', 'time_bucket', v.definition -> 'time_bucket',
@@ -565,7 +591,8 @@ BEGIN
         JOIN eventview._views w ON w.relid::oid OPERATOR(pg_catalog.=) d.objid
         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
           AND d.objsubid OPERATOR(pg_catalog.=) 0
-        ORDER BY w.view_id
+        -- Rollups before the views they read (a rollup is made after its source).
+        ORDER BY w.view_id DESC
     LOOP
         PERFORM eventview._forget_view(dropped);
     END LOOP;
@@ -646,7 +673,7 @@ BEGIN
                WHERE source_id = p_source_id
                  AND (pg_snapshot_xmax(observed_snapshot) > next_xid OR observed_own_xid >= next_xid))
        OR EXISTS (SELECT 1 FROM eventview._views
-                  WHERE source_id = p_source_id
+                  WHERE source_id = p_source_id AND source_view IS NULL
                     AND (pg_snapshot_xmax(applied_snapshot) > next_xid OR applied_own_xid >= next_xid)) THEN
         RETURN true;
     END IF;
@@ -695,7 +722,7 @@ BEGIN
           FROM eventview._sources WHERE source_id = p_source_id
           UNION ALL
           SELECT view_id, applied_snapshot, applied_own_xid, applied_own_seq
-          FROM eventview._views WHERE source_id = p_source_id) c;
+          FROM eventview._views WHERE source_id = p_source_id AND source_view IS NULL) c;
     -- A record's class: for each consumer in order, '1' if it had applied the record, else '0'.
     -- The new xid of the class at position n (in text order) is n + 2.
     EXECUTE format(

@@ -71,7 +71,7 @@ DECLARE
     batch_size constant integer := 10000;
 BEGIN
     EXECUTE 'SELECT min(pg_snapshot_xmax(s)) FROM (
-                 SELECT applied_snapshot AS s FROM eventview._views WHERE source_id = $1
+                 SELECT applied_snapshot AS s FROM eventview._views WHERE source_id = $1 AND source_view IS NULL
                  UNION ALL SELECT observed_snapshot FROM eventview._sources WHERE source_id = $1) k'
         INTO below USING p_source_id;
     LOOP
@@ -85,7 +85,7 @@ BEGIN
         EXECUTE format($q$
             WITH consumers AS (
                 SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
-                FROM eventview._views WHERE source_id = $1
+                FROM eventview._views WHERE source_id = $1 AND source_view IS NULL
                 UNION ALL
                 SELECT observed_snapshot, observed_own_xid, observed_own_seq
                 FROM eventview._sources WHERE source_id = $1

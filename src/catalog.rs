@@ -12,7 +12,8 @@ use crate::errors::{EvError, EvResult};
 use crate::pg::spi;
 use crate::relation;
 use eventview_core::definition::{
-    parse_definition, DefinitionInput, FieldVariant, LogicalField, SqlType, ViewDefinition,
+    parse_definition, parse_rollup, DefinitionInput, FieldVariant, LogicalField, RollupInput,
+    SqlType, ViewDefinition,
 };
 use eventview_core::jsonpath;
 use pgrx::datum::Interval;
@@ -346,7 +347,7 @@ pub fn delta_retention_seconds(source_id: i32) -> EvResult<f64> {
 pub fn applied_horizon(source_id: i32) -> EvResult<Option<i64>> {
     spi::one::<i64>(
         "SELECT pg_catalog.min(LEAST(pg_catalog.pg_snapshot_xmin(k.s), k.own))::text::int8
-         FROM (SELECT applied_snapshot AS s, applied_own_xid AS own FROM eventview._views WHERE source_id = $1
+         FROM (SELECT applied_snapshot AS s, applied_own_xid AS own FROM eventview._views WHERE source_id = $1 AND source_view IS NULL
                UNION ALL
                SELECT observed_snapshot, observed_own_xid FROM eventview._sources WHERE source_id = $1) k",
         &[source_id.into()],
@@ -367,6 +368,12 @@ pub struct ViewRecord {
     /// Its applied snapshot is ahead of this cluster's transactions: restored from another
     /// cluster and not renumbered (`eventview._rebase_positions`).
     pub positions_from_elsewhere: bool,
+    /// The bucket width as the text of an interval.
+    pub bucket_width: Option<String>,
+    /// Rollups read it: its applies write its group changes.
+    pub feeds_rollups: bool,
+    /// A rollup: the view it reads (`source` is that view's event table).
+    pub source_view: Option<Box<ViewRecord>>,
 }
 
 /// Loads a view by its user relation; with `lock`, takes the row lock that serializes
@@ -425,7 +432,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
                     (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
                     v.on_type_error, v.time_bucket, v.owner::oid, v.realtime,
                     pg_snapshot_xmax(v.applied_snapshot)::text::bigint, v.definition ->> 'time_zone',
-                    v.definition ->> 'unnest'
+                    v.definition ->> 'unnest', v.time_bucket::text, v.feeds_rollups, v.source_view
              FROM eventview._views v JOIN eventview._sources s USING (source_id)
              WHERE v.view_id = $1",
             Some(1),
@@ -449,6 +456,9 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             t.get::<i64>(14)?,
             t.get::<String>(15)?,
             t.get::<String>(16)?,
+            t.get::<String>(17)?,
+            t.get::<bool>(18)?,
+            t.get::<i32>(19)?,
         ))
     })?;
     let (
@@ -468,28 +478,46 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         applied_xmax,
         time_zone,
         unnest,
+        bucket_width,
+        feeds_rollups,
+        source_view_id,
     ) = row;
     let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
-    let fields = fields_of_source(source_id.ok_or_else(missing)?)?;
-    let definition = parse_definition(&DefinitionInput {
-        fields: &fields,
-        group_by: group_by.as_deref().unwrap_or("{}"),
-        measures: measures.as_deref().unwrap_or("{}"),
-        event_types: if types_kind.as_deref() == Some("array") {
-            Some(types.unwrap_or_default().into_iter().map(Some).collect())
-        } else {
-            None
-        },
-        bucketed: bucket.is_some(),
-        time_zone: time_zone.as_deref(),
-        unnest: unnest.as_deref(),
-        filter: if filter_kind.as_deref() == Some("object") {
-            filter.as_deref()
-        } else {
-            None
-        },
-        on_type_error: policy.as_deref().unwrap_or("quarantine"),
-    })?;
+    let filter = if filter_kind.as_deref() == Some("object") {
+        filter.as_deref()
+    } else {
+        None
+    };
+    let source_view = match source_view_id {
+        Some(id) => Some(Box::new(load_view(id)?)),
+        None => None,
+    };
+    let definition = match &source_view {
+        Some(source) => parse_rollup(&RollupInput {
+            source: &source.definition,
+            group_by: group_by.as_deref().unwrap_or("{}"),
+            measures: measures.as_deref().unwrap_or("{}"),
+            filter,
+            bucketed: bucket.is_some(),
+        })?,
+        None => load_definition(
+            source_id.ok_or_else(missing)?,
+            &DefinitionTexts {
+                group_by: group_by.as_deref().unwrap_or("{}"),
+                measures: measures.as_deref().unwrap_or("{}"),
+                event_types: if types_kind.as_deref() == Some("array") {
+                    Some(types.unwrap_or_default().into_iter().map(Some).collect())
+                } else {
+                    None
+                },
+                bucketed: bucket.is_some(),
+                time_zone: time_zone.as_deref(),
+                unnest: unnest.as_deref(),
+                filter,
+                on_type_error: policy.as_deref().unwrap_or("quarantine"),
+            },
+        )?,
+    };
     let source_relid = source_relid.ok_or_else(missing)?;
     let relid = relid.ok_or_else(missing)?;
     Ok(ViewRecord {
@@ -502,7 +530,39 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         owner: owner.ok_or_else(missing)?,
         realtime: realtime.unwrap_or(false),
         positions_from_elsewhere: position_from_elsewhere(applied_xmax),
+        bucket_width,
+        feeds_rollups: feeds_rollups.unwrap_or(false),
+        source_view,
     })
+}
+
+/// The texts of a view's definition as the catalog keeps them.
+struct DefinitionTexts<'a> {
+    group_by: &'a str,
+    measures: &'a str,
+    event_types: Option<Vec<Option<String>>>,
+    bucketed: bool,
+    time_zone: Option<&'a str>,
+    unnest: Option<&'a str>,
+    filter: Option<&'a str>,
+    on_type_error: &'a str,
+}
+
+/// A view's definition over the events of source `source_id`, parsed with the source's logical
+/// fields as they are declared now.
+fn load_definition(source_id: i32, texts: &DefinitionTexts) -> EvResult<ViewDefinition> {
+    let fields = fields_of_source(source_id)?;
+    Ok(parse_definition(&DefinitionInput {
+        fields: &fields,
+        group_by: texts.group_by,
+        measures: texts.measures,
+        event_types: texts.event_types.clone(),
+        bucketed: texts.bucketed,
+        time_zone: texts.time_zone,
+        unnest: texts.unnest,
+        filter: texts.filter,
+        on_type_error: texts.on_type_error,
+    })?)
 }
 
 /// The event table of view `relid` is gone: dropped by a plain DROP TABLE while the view read it
@@ -573,11 +633,62 @@ pub fn caller_owns_a_view_of(source_id: i32) -> EvResult<bool> {
     .unwrap_or(false))
 }
 
-/// Views reading a source, as (view_id, relid), oldest first.
+/// Views reading a source, as (view_id, relid), oldest first (a rollup after the view it
+/// reads); rollups of its views included.
 pub fn views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     id_relid_pairs(
         "SELECT view_id, relid::oid FROM eventview._views WHERE source_id = $1 ORDER BY view_id",
         &[source_id.into()],
+    )
+}
+
+/// The views reading a source's events themselves (no rollups), oldest first.
+pub fn event_views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
+    id_relid_pairs(
+        "SELECT view_id, relid::oid FROM eventview._views WHERE source_id = $1 AND source_view IS NULL
+         ORDER BY view_id",
+        &[source_id.into()],
+    )
+}
+
+/// The views a view (relation `relid`) reads through when it is a rollup, as (relid, owner):
+/// its source, that view's source, ..., the view over the event table first.
+pub fn sources_below(relid: pg_sys::Oid) -> EvResult<Vec<(pg_sys::Oid, pg_sys::Oid)>> {
+    Ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in crate::pg::plan_cache::select(
+            client,
+            "WITH RECURSIVE chain AS (
+                 SELECT v.source_view AS id, 1 AS depth FROM eventview._views v WHERE v.relid = $1::regclass
+                 UNION ALL
+                 SELECT v.source_view, c.depth + 1 FROM chain c JOIN eventview._views v ON v.view_id = c.id
+                 WHERE c.depth < 100)
+             SELECT v.relid::oid, v.owner::oid FROM chain c JOIN eventview._views v ON v.view_id = c.id
+             ORDER BY c.depth DESC",
+            None,
+            &[relid.into()],
+        )? {
+            if let (Some(r), Some(o)) = (row.get::<pg_sys::Oid>(1)?, row.get::<pg_sys::Oid>(2)?) {
+                out.push((r, o));
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })?)
+}
+
+/// The rollups reading view `view_id` directly, as (view_id, relid), oldest first.
+pub fn rollups_of(view_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
+    id_relid_pairs(
+        "SELECT view_id, relid::oid FROM eventview._views WHERE source_view = $1 ORDER BY view_id",
+        &[view_id.into()],
+    )
+}
+
+/// Marks whether rollups read view `view_id` (its applies write its group changes).
+pub fn set_feeds_rollups(view_id: i32, feeds: bool) -> EvResult<()> {
+    spi::run(
+        "UPDATE eventview._views SET feeds_rollups = $2 WHERE view_id = $1",
+        &[view_id.into(), feeds.into()],
     )
 }
 
@@ -892,7 +1003,7 @@ pub fn lock_observer_position(source_id: i32) -> EvResult<Option<i64>> {
 pub fn definitions_of_source(source_id: i32) -> EvResult<String> {
     Ok(spi::one::<String>(
         "SELECT coalesce((SELECT pg_catalog.json_agg(pg_catalog.json_build_array(v.view_id, v.definition, v.time_bucket IS NULL, v.on_type_error) ORDER BY v.view_id)::text
-                          FROM eventview._views v WHERE v.source_id = $1), '[]')
+                          FROM eventview._views v WHERE v.source_id = $1 AND v.source_view IS NULL), '[]')
        || coalesce((SELECT pg_catalog.json_agg(pg_catalog.json_build_array(f.field, f.event_type, f.event_version, f.path, f.field_type)
                                                ORDER BY f.field, f.event_type, f.event_version)::text
                     FROM eventview._fields f WHERE f.source_id = $1), '[]')",
@@ -928,6 +1039,8 @@ pub struct NewView<'a> {
     pub on_type_error: &'a str,
     pub realtime: bool,
     pub owner: pg_sys::Oid,
+    /// A rollup: the view it reads.
+    pub source_view: Option<i32>,
 }
 
 /// Records a new view, with the current snapshot as the one it has applied (its storage is
@@ -936,12 +1049,12 @@ pub struct NewView<'a> {
 pub fn insert_view(v: NewView) -> EvResult<()> {
     spi::run(
         "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, realtime,
-                                       owner, applied_snapshot)
+                                       owner, applied_snapshot, source_view)
          VALUES ($1, $2::regclass, $3,
                  json_build_object('group_by', $4::json, 'measures', $5::json, 'event_types', $6::text[],
                                    'time_bucket', $7::interval, 'time_zone', $12::text, 'unnest', $13::text,
                                    'filter', $8::json),
-                 $7, $9, $10, $11::oid::regrole, pg_current_snapshot())",
+                 $7, $9, $10, $11::oid::regrole, pg_current_snapshot(), $14)",
         &[
             v.view_id.into(),
             v.relid.into(),
@@ -956,12 +1069,47 @@ pub fn insert_view(v: NewView) -> EvResult<()> {
             v.owner.into(),
             v.time_zone.into(),
             v.unnest.into(),
+            v.source_view.into(),
         ],
     )?;
     spi::run(
         "UPDATE eventview._views SET known_name = eventview._view_name(view_id) WHERE view_id = $1",
         &[v.view_id.into()],
     )
+}
+
+/// The id of the incremental view named `name`; None when the name resolves to no relation or
+/// to one that is no incremental view (the caller then reads it as an event table's name).
+pub fn view_id_named(name: &str) -> EvResult<Option<i32>> {
+    let Ok(relid) = relation::resolve(name) else {
+        return Ok(None);
+    };
+    spi::one::<i32>(
+        "SELECT view_id FROM eventview._views WHERE relid = $1::regclass",
+        &[relid.into()],
+    )
+}
+
+/// The name view `view_id`'s quarantine entries carry (`_views.known_name`).
+pub fn known_name(view_id: i32) -> EvResult<Option<String>> {
+    spi::one::<String>(
+        "SELECT known_name FROM eventview._views WHERE view_id = $1",
+        &[view_id.into()],
+    )
+}
+
+/// The relation of view `view_id`, if it is catalogued.
+pub fn view_relid_if_any(view_id: i32) -> EvResult<Option<pg_sys::Oid>> {
+    spi::one::<pg_sys::Oid>(
+        "SELECT relid::oid FROM eventview._views WHERE view_id = $1",
+        &[view_id.into()],
+    )
+}
+
+/// The relation of view `view_id` (22023 when it is not catalogued).
+pub fn view_relid(view_id: i32) -> EvResult<pg_sys::Oid> {
+    view_relid_if_any(view_id)?
+        .ok_or_else(|| EvError::invalid(format!("view {view_id} is not catalogued")))
 }
 
 /// The id of the view whose relation is `relid`, its catalog row locked (a refresh in
@@ -1069,6 +1217,8 @@ pub struct ForgottenView {
     /// None when the owner role is gone.
     pub owner_name: Option<String>,
     pub source_relid: pg_sys::Oid,
+    /// A rollup: the view it read.
+    pub source_view: Option<i32>,
 }
 
 /// Locks the view's catalog row, deletes its quarantine entries (unless another view has the
@@ -1080,7 +1230,7 @@ pub fn delete_view(view_id: i32) -> EvResult<Option<ForgottenView>> {
     let row = Spi::connect_mut(|client| {
         let t = crate::pg::plan_cache::execute(
             client,
-            "SELECT w.source_id, w.known_name, w.owner::oid, o.rolname::text, s.relid::oid
+            "SELECT w.source_id, w.known_name, w.owner::oid, o.rolname::text, s.relid::oid, w.source_view
              FROM eventview._views w
              JOIN eventview._sources s ON s.source_id OPERATOR(pg_catalog.=) w.source_id
              LEFT JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) w.owner::oid
@@ -1100,9 +1250,17 @@ pub fn delete_view(view_id: i32) -> EvResult<Option<ForgottenView>> {
             row.get::<pg_sys::Oid>(3)?,
             row.get::<String>(4)?,
             row.get::<pg_sys::Oid>(5)?,
+            row.get::<i32>(6)?,
         )))
     })?;
-    let Some((Some(source_id), known_name, Some(owner), owner_name, Some(source_relid))) = row
+    let Some((
+        Some(source_id),
+        known_name,
+        Some(owner),
+        owner_name,
+        Some(source_relid),
+        source_view,
+    )) = row
     else {
         return Ok(None);
     };
@@ -1124,10 +1282,12 @@ pub fn delete_view(view_id: i32) -> EvResult<Option<ForgottenView>> {
         owner,
         owner_name,
         source_relid,
+        source_view,
     }))
 }
 
-/// The storage tables of a view that exist (`_v<id>_data`, `_v<id>_m<n>`, `_v<id>_m<n>_log`),
+/// The storage tables of a view that exist (`_v<id>_data`, `_v<id>_m<n>`, `_v<id>_m<n>_log`,
+/// `_v<id>_changes`),
 /// as quoted qualified names: the logs and multisets before the data (none depends on
 /// another; the same order every time keeps two drops from waiting on each other).
 pub fn storage_tables(view_id: i32) -> EvResult<Vec<String>> {
@@ -1137,7 +1297,7 @@ pub fn storage_tables(view_id: i32) -> EvResult<Vec<String>> {
          FROM pg_catalog.pg_class c
          WHERE c.relnamespace OPERATOR(pg_catalog.=) 'eventview'::pg_catalog.regnamespace
            AND c.relkind OPERATOR(pg_catalog.=) 'r'
-           AND c.relname OPERATOR(pg_catalog.~) pg_catalog.format('^_v%s_(data|m[0-9]+(_log)?)$', $1)",
+           AND c.relname OPERATOR(pg_catalog.~) pg_catalog.format('^_v%s_(data|changes|m[0-9]+(_log)?)$', $1)",
         &[view_id.into()],
     )?
     .unwrap_or_default())

@@ -375,7 +375,7 @@ pub fn prune_events(relid: pg_sys::Oid, retention: Interval, max_rows: i64) -> E
     let updated = format!(
         "consumers AS (
              SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
-             FROM eventview._views WHERE source_id = {sid}
+             FROM eventview._views WHERE source_id = {sid} AND source_view IS NULL
          ),
          updates AS MATERIALIZED (
              SELECT c.xid, c.event_id FROM {log} c

@@ -123,15 +123,23 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
 /// Names of the views of a source that reference the logical field `name`.
 fn views_reading(source_id: i32, name: &str) -> EvResult<Vec<String>> {
     let mut out = Vec::new();
-    for (_, relid) in catalog::views_of_source(source_id)? {
+    let mut reading = Vec::new();
+    // Oldest first: a rollup comes after the view it reads, and reads the field when that view
+    // does (its realtime reads compute that view's pending changes).
+    for (view_id, relid) in catalog::views_of_source(source_id)? {
         let Some(view) = catalog::view_by_relid(relid, false)? else {
             continue;
         };
         let reads = view
             .definition
             .references()
-            .any(|r| matches!(r, FieldRef::Logical(f) if f.name == name));
+            .any(|r| matches!(r, FieldRef::Logical(f) if f.name == name))
+            || view
+                .source_view
+                .as_ref()
+                .is_some_and(|s| reading.contains(&s.view_id));
         if reads {
+            reading.push(view_id);
             out.push(crate::relation::regclass_text(relid)?);
         }
     }

@@ -152,7 +152,7 @@ struct ReadPath {
 fn paths_read_by_views(source_id: i32) -> EvResult<Vec<ReadPath>> {
     let mut out: Vec<ReadPath> = Vec::new();
     let mut field = 0;
-    for (_, relid) in catalog::views_of_source(source_id)? {
+    for (_, relid) in catalog::event_views_of_source(source_id)? {
         let Some(view) = catalog::view_by_relid(relid, false)? else {
             continue;
         };

@@ -471,7 +471,7 @@ fn holds_unapplied_events(source: &Source, partition: &str) -> EvResult<bool> {
     let sql = format!(
         "WITH consumers AS (
              SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
-             FROM eventview._views WHERE source_id = {sid}
+             FROM eventview._views WHERE source_id = {sid} AND source_view IS NULL
          ),
          pending AS (
              SELECT c.op, c.event_ids, c.event_id FROM {log} c

@@ -51,19 +51,49 @@ pub fn apply(
     from: Option<TimestampWithTimeZone>,
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<Applied> {
+    apply_with(view, mode, from, to, IdleLogs::Merge)
+}
+
+/// What a refresh with nothing to apply does with the min/max value logs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum IdleLogs {
+    /// Merges them (the view is idle: a good moment).
+    Merge,
+    /// Leaves them: the refresh of a rollup's source, which a rollup's refresh runs first every
+    /// time (merged there, the logs would be merged at every rollup refresh).
+    Keep,
+}
+
+fn apply_with(
+    view: &ViewRecord,
+    mode: Mode,
+    from: Option<TimestampWithTimeZone>,
+    to: Option<TimestampWithTimeZone>,
+    idle_logs: IdleLogs,
+) -> EvResult<Applied> {
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
     require_position_of_this_cluster(view)?;
     let sql = view_objects::sql_of(view);
     let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
     forget_type_errors(&sql, mode, &args)?;
     view_objects::create_missing_objects(view, &sql)?;
-    if mode == Mode::Delta && nothing_pending(view, &sql)? {
+    if mode == Mode::Delta && nothing_pending(view, &sql, idle_logs)? {
         return Ok(Applied {
             consumed: 0,
             groups_written: 0,
         });
     }
-    lock_and_check_event_table(view)?;
+    if view.source_view.is_none() {
+        lock_and_check_event_table(view)?;
+    }
+    if mode != Mode::Delta && view.feeds_rollups {
+        // Its rollups take back what it held of the groups recomputed (the multisets give the
+        // values, once the logs are in them).
+        view_objects::merge_logs(view)?;
+        roles::as_role(view.owner, || {
+            spi::run_replanned(&sql.retract_into_changes(mode == Mode::Window), &args)
+        })?;
+    }
     let statement = sql.apply(mode);
     if mode == Mode::Full {
         start_progress(view)?;
@@ -79,13 +109,17 @@ pub fn apply(
     // The fix-up reads the multisets, so the logs go into them first; so does a refresh that
     // finds them past the limit. (An idle refresh merges them in `nothing_pending`; an apply
     // that consumed nothing counts as idle too.)
-    let idle = mode == Mode::Delta && result.consumed == 0;
+    let idle = mode == Mode::Delta && result.consumed == 0 && idle_logs == IdleLogs::Merge;
     if result.logged > 0 && (result.dirty > 0 || idle || result.logged > gucs::extreme_log_limit())
     {
         view_objects::merge_logs(view)?;
     }
     if result.dirty > 0 {
         roles::as_role(view.owner, || spi::run_all(&sql.fixup()))?;
+    }
+    if let (Some(source), true) = (&sql.rollup_source, result.consumed > 0) {
+        // The group changes every rollup of the source has applied go (as the extension owner).
+        spi::run_all(&[source.prune_changes()])?;
     }
     Ok(Applied {
         consumed: result.consumed,
@@ -124,13 +158,13 @@ fn forget_type_errors(sql: &ViewSql, mode: Mode, args: &[DatumWithOid; 3]) -> Ev
 
 /// Whether a delta has nothing pending: the apply statement would change nothing but the
 /// view's position. An idle refresh still merges the min/max logs when they hold values.
-fn nothing_pending(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
+fn nothing_pending(view: &ViewRecord, sql: &ViewSql, idle_logs: IdleLogs) -> EvResult<bool> {
     let plans = crate::pg::plan_cache::Plans::PerSize(view.source.plan_sizes());
     let pending = catalog::pending(&sql.pending_check(), plans)?;
     if pending.any {
         return Ok(false);
     }
-    if pending.extra > 0 {
+    if pending.extra > 0 && idle_logs == IdleLogs::Merge {
         view_objects::merge_logs(view)?;
     }
     Ok(true)
@@ -228,9 +262,46 @@ fn relname(view: &ViewRecord) -> EvResult<String> {
 /// Applies the pending changes of the view named `name`; returns how many change records
 /// (changed event rows) it consumed.
 pub fn refresh(name: &str) -> EvResult<i64> {
-    let view = lock_for_refresh(name)?;
-    observer::observe(&view.source)?;
-    refresh_locked(&view)
+    let (view, below) = lock_for_refresh(name, false)?;
+    if view.source_view.is_none() {
+        observer::observe(&view.source)?;
+    }
+    Ok(below + refresh_locked(&view, IdleLogs::Merge)?)
+}
+
+/// Refreshes the view whose relation is `relid` (named `name`) as `refresh` does, with the
+/// views it reads through first.
+pub fn refresh_with_sources(relid: pg_sys::Oid, name: &str) -> EvResult<i64> {
+    let below = refresh_sources(relid, false)?;
+    let view = catalog::lock_view_by_relid(relid, name)?;
+    if view.source_view.is_none() {
+        observer::observe(&view.source)?;
+    }
+    Ok(below + refresh_locked(&view, IdleLogs::Merge)?)
+}
+
+/// For a rollup: refreshes the views it reads through, down to the view over the event table,
+/// each one the caller owns, oldest first (as every refresh locks them: a source before its
+/// rollups). A rollup's own refresh then applies what they wrote. `unless_locked`: a view whose event table
+/// another session holds is skipped (see `refresh_unless_locked`). Returns the changed event rows
+/// the view over the event table consumed.
+fn refresh_sources(relid: pg_sys::Oid, unless_locked: bool) -> EvResult<i64> {
+    let mut consumed = 0;
+    for (source_relid, owner) in catalog::sources_below(relid)? {
+        let name = crate::relation::regclass_text(source_relid)?;
+        if !privileges::caller_acts_as(owner) {
+            continue;
+        }
+        let view = catalog::lock_view_by_relid(source_relid, &name)?;
+        if view.source_view.is_none() {
+            if unless_locked && !crate::pg::locks::lock_for_reading_if_free(view.source.relid)? {
+                continue;
+            }
+            observer::observe(&view.source)?;
+        }
+        consumed += refresh_locked(&view, IdleLogs::Keep)?;
+    }
+    Ok(consumed)
 }
 
 /// `refresh` as `run_maintenance` runs it: `None`, having done nothing, when another session
@@ -240,16 +311,19 @@ pub fn refresh(name: &str) -> EvResult<i64> {
 /// failing would back the view off for up to an hour after the lock is gone; skipped, it is
 /// tried again at the next run, at no cost.
 pub fn refresh_unless_locked(name: &str) -> EvResult<Option<i64>> {
-    let view = lock_for_refresh(name)?;
-    if !crate::pg::locks::lock_for_reading_if_free(view.source.relid)? {
-        return Ok(None);
+    let (view, below) = lock_for_refresh(name, true)?;
+    if view.source_view.is_none() {
+        if !crate::pg::locks::lock_for_reading_if_free(view.source.relid)? {
+            return Ok(None);
+        }
+        observer::observe(&view.source)?;
     }
-    observer::observe(&view.source)?;
-    refresh_locked(&view).map(Some)
+    Ok(Some(below + refresh_locked(&view, IdleLogs::Merge)?))
 }
 
-/// The view named `name`, its row locked for a refresh by the caller (who must own it).
-fn lock_for_refresh(name: &str) -> EvResult<ViewRecord> {
+/// The view named `name`, its row locked for a refresh by the caller (who must own it); a
+/// rollup's sources refreshed first (`refresh_sources`), with the event rows they consumed.
+fn lock_for_refresh(name: &str, unless_locked: bool) -> EvResult<(ViewRecord, i64)> {
     // Lock order everywhere: the view's row, then its event table (the field observer's lock,
     // then the apply's), as drop_event_table and run_maintenance take them. (Observing first
     // held the table while waiting for the row: a deadlock with drop_event_table, which holds
@@ -257,14 +331,20 @@ fn lock_for_refresh(name: &str) -> EvResult<ViewRecord> {
     // The rights from the catalog row alone; the definition is loaded once, under the lock.
     let unlocked = catalog::view_ref_by_name(name)?;
     privileges::require_view_owner(unlocked.relid, unlocked.owner, "refresh")?;
-    catalog::lock_view_by_relid(unlocked.relid, name)
+    let below = refresh_sources(unlocked.relid, unless_locked)?;
+    Ok((catalog::lock_view_by_relid(unlocked.relid, name)?, below))
 }
 
-fn refresh_locked(view: &ViewRecord) -> EvResult<i64> {
+/// Applies the view's pending changes; returns the changed event rows consumed (none for a
+/// rollup, which consumes group changes).
+fn refresh_locked(view: &ViewRecord, idle_logs: IdleLogs) -> EvResult<i64> {
     let started = Instant::now();
-    let applied = apply(view, Mode::Delta, None, None)?;
+    let applied = apply_with(view, Mode::Delta, None, None, idle_logs)?;
     catalog::record_refresh(view.view_id, started.elapsed().as_secs_f64() * 1000.0)?;
-    Ok(applied.consumed)
+    Ok(match view.source_view {
+        Some(_) => 0,
+        None => applied.consumed,
+    })
 }
 
 /// Observes the event tables the caller's views read or the caller owns. (Only the tables
@@ -298,6 +378,13 @@ pub fn rebuild(
     // Rights first, then the lock: a refused caller must not hold the view's row.
     let unlocked = catalog::view_by_name(name, false)?;
     privileges::require_view_owner(unlocked.relid, unlocked.owner, "rebuild")?;
+    if let Some(source) = &unlocked.source_view {
+        // A rollup recomputes from its source's stored groups: its sources are brought up to
+        // date first, and the source's multisets hold every value once its logs are merged.
+        refresh_sources(unlocked.relid, false)?;
+        let source = catalog::lock_view_by_relid(source.relid, name)?;
+        view_objects::merge_logs(&source)?;
+    }
     let view = catalog::lock_view(&unlocked, name)?;
     let started = Instant::now();
     // Everything still retained is recomputed: no window asked for (the horizon may impose one).
@@ -307,7 +394,11 @@ pub fn rebuild(
     // before (a horizon from the transaction's start would be older than theirs: the events
     // they deleted between the two would be missing from buckets recomputed as complete).
     catalog::hold_off_prune(&view.source)?;
-    let retention_horizon = catalog::retention_horizon(&view.source)?;
+    // A rollup's source keeps what pruned events contributed: a rollup recomputes every bucket.
+    let retention_horizon = match view.source_view {
+        Some(_) => None,
+        None => catalog::retention_horizon(&view.source)?,
+    };
     if view.definition.bucketed {
         // Recompute only from raw events still retained: pruned history stays as aggregated.
         // In a time zone a bucket may hold events from before its start (a repeated local hour

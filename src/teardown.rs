@@ -30,7 +30,8 @@ pub fn drop_event_table(name: &str, cascade: bool) -> EvResult<()> {
         .with_detail(format!("Views reading it: {names}."))
         .with_hint("Drop the views first, or call drop_event_table with cascade => true."));
     }
-    for (_, relid) in readers {
+    // Rollups first: a view that rollups read refuses to be dropped.
+    for (_, relid) in readers.into_iter().rev() {
         views::drop_view_by_relid(relid)?;
     }
     views::require_no_dependents(source.relid, "event table")?;
@@ -77,7 +78,8 @@ pub fn before_drop_extension(cascade: bool) -> EvResult<()> {
             .with_detail(format!("Incremental views: {names}."))
             .with_hint("Drop them with eventview.drop_view, or run DROP EXTENSION pg_eventview CASCADE, which drops them and what depends on them; event tables and their rows stay either way."));
         }
-        for (view_id, relid) in views {
+        // Rollups first: a view that rollups read refuses to be dropped.
+        for (view_id, relid) in views.into_iter().rev() {
             views::drop_view_and_dependents(view_id, relid)?;
         }
         for source_id in catalog::all_source_ids()? {

@@ -19,6 +19,9 @@ pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
         source_id: view.source.source_id,
         source_scan: view.source.scan_sql.clone(),
         log_extremes: !view.realtime && gucs::extreme_log_limit() > 0,
+        feeds_rollups: view.feeds_rollups,
+        bucket_width: view.bucket_width.clone(),
+        rollup_source: view.source_view.as_deref().map(|s| Box::new(sql_of(s))),
     }
 }
 

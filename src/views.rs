@@ -29,6 +29,19 @@ pub struct CreateViewArgs<'a> {
     pub unnest: Option<&'a str>,
 }
 
+/// Creates the relation users read, named `name`, in the caller's name (read-only, over the
+/// stored groups; a realtime view's is replaced once it is filled); returns its oid.
+fn create_user_relation(sql: &ViewSql, name: &str) -> EvResult<pg_sys::Oid> {
+    let user_view = relation::qualified_for_create(name)?;
+    roles::as_caller(|| {
+        spi::run_all(&[
+            sql.create_user_view(&user_view, Reads::Stored),
+            ViewSql::read_only_trigger(&user_view),
+        ])
+    })?;
+    relation::created(&user_view)
+}
+
 fn check_time_bucket(bucket: Interval) -> EvResult<()> {
     let ok = spi::one::<bool>(
         "SELECT $1 > interval '0' AND extract(year FROM $1) = 0 AND extract(month FROM $1) = 0",
@@ -79,6 +92,10 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         )
         .with_hint("It reads the events already in the table from a snapshot taken after it holds off pruning. Run it in a READ COMMITTED transaction."));
     }
+    // A source that is an incremental view makes a rollup of it.
+    if let Some(source_view) = catalog::view_id_named(args.source)? {
+        return create_rollup(&args, source_view);
+    }
     let source = catalog::source_by_name(args.source)?;
     privileges::require_select(source.relid)?;
     privileges::require_no_row_security(roles::caller(), source.relid)?;
@@ -112,6 +129,9 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         source_scan: source.scan_sql.clone(),
         // (Its first apply is a full one, which writes the multisets in any case.)
         log_extremes: false,
+        feeds_rollups: false,
+        bucket_width: None,
+        rollup_source: None,
     };
     // Storage lives in schema eventview (created by the extension owner) and belongs to the
     // view's owner, who refreshes it; the user relation is created in the caller's name. The
@@ -129,14 +149,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         "GRANT SELECT ON {} TO {owner_ident}",
         names::changelog(source.source_id)
     )])?;
-    let user_view = relation::qualified_for_create(args.name)?;
-    roles::as_caller(|| {
-        spi::run_all(&[
-            sql.create_user_view(&user_view, Reads::Stored),
-            ViewSql::read_only_trigger(&user_view),
-        ])
-    })?;
-    let relid = relation::created(&user_view)?;
+    let relid = create_user_relation(&sql, args.name)?;
     let types: Option<Vec<String>> = definition.event_types.clone();
     catalog::insert_view(catalog::NewView {
         view_id,
@@ -152,6 +165,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         on_type_error: definition.on_type_error.name(),
         realtime: args.realtime,
         owner,
+        source_view: None,
     })?;
     // Storage is private to the owner; readers are granted on the user relation.
     spi::run_all(&[format!(
@@ -167,6 +181,181 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     Ok(relid)
 }
 
+/// Creates a rollup of the view with id `source_view_id` (API.md section 9): group columns and
+/// measures name the source's, each measure re-aggregated by its kind, buckets made of the
+/// source's buckets (a whole multiple of its width, in its time zone). The source's row is locked
+/// (a refresh of it waits: from here on its applies write the group changes the rollup reads)
+/// and the source refreshed first when the caller owns it; the rollup starts from the source's
+/// stored groups, under one snapshot with its position in the source's group changelog.
+fn create_rollup(args: &CreateViewArgs, source_view_id: i32) -> EvResult<pg_sys::Oid> {
+    let refuse = |what: &str| {
+        Err(EvError::invalid(format!("a rollup takes no {what}"))
+            .with_hint("A rollup reads the groups of its source view: event types, unnest and JSONPaths belong to the source's definition."))
+    };
+    if args.event_types.is_some() {
+        return refuse("event_types");
+    }
+    if args.unnest.is_some() {
+        return refuse("unnest");
+    }
+    let source_relid = catalog::view_relid(source_view_id)?;
+    let source_ref = catalog::view_ref(source_relid, args.source)?;
+    privileges::require_select(source_relid)?;
+    privileges::require_select(source_ref.source_relid)?;
+    privileges::require_no_row_security(roles::caller(), source_ref.source_relid)?;
+    // Lock order: the source's row, then the rollup's (as refreshes take them).
+    if privileges::caller_acts_as(source_ref.owner) {
+        refresh::refresh_with_sources(source_relid, args.source)?;
+    }
+    let source = catalog::lock_view_by_relid(source_relid, args.source)?;
+    if let Some(zone) = args.time_zone {
+        let zone = time_zone_named(zone)?;
+        if args.time_bucket.is_none()
+            || source.definition.time_zone.as_deref() != Some(zone.as_str())
+        {
+            return Err(EvError::invalid(format!(
+                "invalid time_zone for a rollup: {} is not the time zone of its source",
+                quote::literal(&zone)
+            ))
+            .with_hint(
+                "A rollup buckets in the time zone of its source view; leave time_zone out.",
+            ));
+        }
+    }
+    if let Some(width) = args.time_bucket {
+        check_time_bucket(width)?;
+        require_whole_multiple(width, source.time_bucket)?;
+    }
+    let definition =
+        eventview_core::definition::parse_rollup(&eventview_core::definition::RollupInput {
+            source: &source.definition,
+            group_by: args.group_by,
+            measures: args.measures,
+            filter: args.filter,
+            bucketed: args.time_bucket.is_some(),
+        })?;
+    let view_id = catalog::next_view_id()?;
+    let owner = roles::caller();
+    let owner_ident = privileges::role_ident(owner)?;
+    let source_sql = view_objects::sql_of(&source);
+    let sql = ViewSql {
+        def: &definition,
+        view_id,
+        source_id: source.source.source_id,
+        source_scan: source.source.scan_sql.clone(),
+        log_extremes: false,
+        feeds_rollups: false,
+        bucket_width: None,
+        rollup_source: None,
+    };
+    spi::run_all(&sql.create_storage())?;
+    let mut grants: Vec<String> = sql
+        .storage_tables()
+        .iter()
+        .flat_map(|t| sqlgen::storage_grants(t, &owner_ident))
+        .collect();
+    if !source.feeds_rollups {
+        spi::run_all(&source_sql.create_changes())?;
+        let source_owner = privileges::role_ident(source.owner)?;
+        grants.extend(sqlgen::storage_grants(
+            &source_sql.changes_table(),
+            &source_owner,
+        ));
+        catalog::set_feeds_rollups(source.view_id, true)?;
+    }
+    // The rollup's owner reads its source's group changes and stored groups, and (realtime
+    // reads) the pending changes below it.
+    let mut read = source_sql.storage_tables();
+    read.push(source_sql.changes_table());
+    read.push(names::changelog(source.source.source_id));
+    grants.extend(
+        read.iter()
+            .map(|t| format!("GRANT SELECT ON {t} TO {owner_ident}")),
+    );
+    spi::run_all(&grants)?;
+    let relid = create_user_relation(&sql, args.name)?;
+    catalog::insert_view(catalog::NewView {
+        view_id,
+        relid,
+        source_id: source.source.source_id,
+        group_by: args.group_by,
+        measures: args.measures,
+        event_types: None,
+        time_bucket: args.time_bucket,
+        time_zone: definition.time_zone.as_deref(),
+        unnest: None,
+        filter: args.filter,
+        on_type_error: definition.on_type_error.name(),
+        realtime: args.realtime,
+        owner,
+        source_view: Some(source.view_id),
+    })?;
+    spi::run_all(&[format!(
+        "REVOKE ALL ON {} FROM PUBLIC",
+        names::view_data(view_id)
+    )])?;
+    // The source's multisets hold every value once its logs are merged.
+    view_objects::merge_logs(&source)?;
+    let view = catalog::view_by_relid(relid, true)?
+        .ok_or_else(|| EvError::invalid("view vanished during creation"))?;
+    refresh::apply(&view, Mode::Full, None, None)?;
+    if args.realtime {
+        view_objects::install_user_view(&view)?;
+    }
+    Ok(relid)
+}
+
+/// A rollup's time_bucket is a whole multiple of its source's (each of its buckets is made of
+/// whole buckets of the source); 22023 otherwise, or when the source has none.
+fn require_whole_multiple(width: Interval, source_width: Option<Interval>) -> EvResult<()> {
+    let Some(source_width) = source_width else {
+        return Err(EvError::invalid(
+            "a rollup of a view without time_bucket cannot have a time_bucket",
+        )
+        .with_hint("A rollup's buckets are made of its source's buckets: give the source a time_bucket, or leave time_bucket out of the rollup."));
+    };
+    let whole = spi::one::<bool>(
+        "SELECT pg_catalog.date_part('epoch', $1) OPERATOR(pg_catalog.>=) pg_catalog.date_part('epoch', $2)
+            AND pg_catalog.mod(pg_catalog.date_part('epoch', $1)::numeric, pg_catalog.date_part('epoch', $2)::numeric) OPERATOR(pg_catalog.=) 0",
+        &[width.into(), source_width.into()],
+    )?;
+    if whole == Some(true) {
+        return Ok(());
+    }
+    Err(EvError::invalid(format!(
+        "invalid time_bucket for a rollup: {width} is not a whole multiple of its source's {source_width}"
+    ))
+    .with_hint("Each bucket of a rollup is made of whole buckets of its source: use a multiple of the source's width, such as '1 day' over '1 hour'."))
+}
+
+/// Refused (2BP01), naming them, while rollups read the view with id `view_id` (whose
+/// relation is `relid`, or is gone: a plain DROP VIEW in progress).
+fn require_no_rollups(view_id: i32, relid: pg_sys::Oid) -> EvResult<()> {
+    let rollups = catalog::rollups_of(view_id)?;
+    if rollups.is_empty() {
+        return Ok(());
+    }
+    let exists = spi::one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.=) $1)",
+        &[relid.into()],
+    )?;
+    let name = match exists {
+        Some(true) => relation::regclass_text(relid)?,
+        _ => catalog::known_name(view_id)?.unwrap_or_else(|| format!("with id {view_id}")),
+    };
+    let names = rollups
+        .iter()
+        .map(|(_, r)| relation::regclass_text(*r))
+        .collect::<EvResult<Vec<_>>>()?
+        .join(", ");
+    Err(EvError::new(
+        PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
+        format!("cannot drop view {name} because rollups read it"),
+    )
+    .with_detail(format!("Rollups reading it: {names}."))
+    .with_hint("Drop the rollups first (eventview.drop_view), then this view."))
+}
+
 /// Drops the view whose relation is `relid`; refused, naming them, while other objects depend on
 /// that relation (never dropped with it: they may be anyone's).
 pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
@@ -174,6 +363,7 @@ pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     // whose event table is gone is dropped all the same.
     let view_id =
         catalog::lock_view_id(relid)?.ok_or_else(|| EvError::invalid("not an incremental view"))?;
+    require_no_rollups(view_id, relid)?;
     // The relation first (storage cannot go while it reads it); eventview._follow_drop then
     // forgets the view, as after a plain DROP VIEW. Forgotten here again in case event triggers
     // did not fire (session_replication_role = replica), for this DROP or for the plain DROP
@@ -208,9 +398,24 @@ pub fn drop_view_and_dependents(view_id: i32, relid: pg_sys::Oid) -> EvResult<()
 /// `eventview._follow_drop` after a DROP took the view's relation (drop_view's DROP VIEW too,
 /// which runs it again: a no-op unless event triggers did not fire). As the extension owner.
 pub fn forget_view(view_id: i32) -> EvResult<()> {
+    // A plain DROP VIEW of a view that rollups read is refused as drop_view refuses it (a DROP
+    // that takes the rollups along forgets them first: eventview._follow_drop goes newest first).
+    if let Some(relid) = catalog::view_relid_if_any(view_id)? {
+        require_no_rollups(view_id, relid)?;
+    }
     let Some(view) = catalog::delete_view(view_id)? else {
         return Ok(());
     };
+    if let Some(source_view) = view.source_view {
+        if catalog::rollups_of(source_view)?.is_empty() {
+            // Its source writes no group changes any more.
+            catalog::set_feeds_rollups(source_view, false)?;
+            spi::run_all(&[format!(
+                "DROP TABLE IF EXISTS {}",
+                names::view_changes(source_view)
+            )])?;
+        }
+    }
     // CASCADE: storage is internal; what a role built on it (a view of its own) goes too,
     // rather than keep the view from being dropped (by the event table's owner among others).
     let drops: Vec<String> = catalog::storage_tables(view.view_id)?

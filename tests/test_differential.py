@@ -138,8 +138,12 @@ DESC_SKU = "jsonb_path_query_first(payload, 'lax $.**.sku')"
 
 
 class ViewSpec:
-    def __init__(self, name, create_sql, scope, bad, select, group, policy, source=None, approx=None):
+    def __init__(self, name, create_sql, scope, bad, select, group, policy, source=None, approx=None,
+                 base=None):
         self.name = name
+        # A rollup: the view over the event table at the bottom of its chain (a rollup's
+        # refresh refreshes its sources first; it files no quarantine entries of its own).
+        self.base = base
         # approx_percentile columns: (group columns, {column: exact column of the reference}),
         # each within 1% of its exact percentile_disc.
         self.approx = approx
@@ -603,13 +607,116 @@ def realtime_twin(spec):
     assert sql.endswith(")") and name in sql
     sql = sql[:-1] + ",\n             realtime => true)"
     return ViewSpec(name, sql, spec.scope, spec.bad, spec.select, spec.group, spec.policy, spec.source,
-                    spec.approx)
+                    spec.approx, spec.base)
+
+
+# Rollups (API.md section 9), each equal to the same view defined directly over the events: a
+# two-level chain over v_sku (daily, filtered on a source group column, then every 2 days with
+# no group column) with a realtime twin at depth 3, and rollups of a percentile view, an
+# approx_percentile view, a local-time view and an unnest view.
+ROLL_FILTER = "(payload #>> '{sku}' IN ('A-1', 'B-2', '12.50') OR payload #>> '{sku}' IS NULL)"
+ROLLUP_VIEWS = [
+    ViewSpec(
+        "v_roll_day",
+        """SELECT eventview.create_view('v_roll_day', 'v_sku',
+             group_by => '{"sku": "sku"}',
+             measures => '{"n": "n", "qty": "qty", "avg_price": "avg_price", "min_price": "min_price",
+                           "max_price": "max_price", "qty_n": "qty_n"}',
+             filter => '{"sku": ["A-1", "B-2", "12.50", null]}',
+             time_bucket => '1 day')""",
+        scope=f"event_type IN ('add_to_cart', 'purchase') AND {ROLL_FILTER}",
+        bad=f"{KEYBAD(P_SKU)} OR {NUMBAD(P_QTY)} OR {NUMBAD(P_PRICE)}",
+        select=next(v for v in VIEWS if v.name == "v_sku").select.replace(BUCKET('1 hour'), BUCKET('1 day')),
+        group="1, 2",
+        policy="quarantine",
+        base="v_sku",
+    ),
+    ViewSpec(
+        "v_roll_2day",
+        """SELECT eventview.create_view('v_roll_2day', 'v_roll_day',
+             measures => '{"n": "n", "qty": "qty", "low": "min_price", "high": "max_price"}',
+             time_bucket => '2 days')""",
+        scope=f"event_type IN ('add_to_cart', 'purchase') AND {ROLL_FILTER}",
+        bad=f"{KEYBAD(P_SKU)} OR {NUMBAD(P_QTY)} OR {NUMBAD(P_PRICE)}",
+        select=f"""{BUCKET('2 days')} AS bucket,
+       count(*) AS n,
+       sum({NUM("payload -> 'qty'")}) AS qty,
+       min({NUM("payload -> 'price'")}) AS low,
+       max({NUM("payload -> 'price'")}) AS high""",
+        group="1",
+        policy="quarantine",
+        base="v_sku",
+    ),
+    ViewSpec(
+        "v_roll_pct",
+        """SELECT eventview.create_view('v_roll_pct', 'v_pct',
+             measures => '{"n": "n", "p50": "p50", "p90": "p90", "p100": "p100"}',
+             time_bucket => '7 days')""",
+        scope="true",
+        bad=f"{KEYBAD(P_SKU)} OR {NUMBAD(P_PRICE)} OR {NUMBAD(P_QTY)}",
+        select=f"""{BUCKET('7 days')} AS bucket,
+       count(*) AS n,
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY {NUM(P_PRICE)}) AS p50,
+       percentile_disc(0.9) WITHIN GROUP (ORDER BY {NUM(P_QTY)}) AS p90,
+       percentile_disc(1) WITHIN GROUP (ORDER BY {NUM(P_PRICE)}) AS p100""",
+        group="1",
+        policy="quarantine",
+        base="v_pct",
+    ),
+    ViewSpec(
+        "v_roll_apct",
+        """SELECT eventview.create_view('v_roll_apct', 'v_apct', measures => '{"n": "n", "a50": "a50"}')""",
+        scope="true",
+        bad=f"{KEYBAD(P_SKU)} OR {NUMBAD(P_PRICE)} OR {NUMBAD(P_QTY)}",
+        select=f"""count(*) AS n,
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY {NUM(P_PRICE)}) AS e50""",
+        group=None,
+        policy="skip",
+        approx=([], {"a50": "e50"}),
+        base="v_apct",
+    ),
+    ViewSpec(
+        "v_roll_local",
+        """SELECT eventview.create_view('v_roll_local', 'v_local_day',
+             group_by => '{"sku": "sku"}',
+             measures => '{"n": "n", "qty": "qty", "max_price": "max_price"}',
+             time_bucket => '7 days')""",
+        scope="true",
+        bad=f"{KEYBAD(P_SKU)} OR {NUMBAD(P_QTY)} OR {NUMBAD(P_PRICE)}",
+        select=f"""{LOCAL_BUCKET('7 days', 'Europe/Berlin')} AS bucket,
+       payload #>> '{{sku}}' AS sku,
+       count(*) AS n,
+       sum({NUM(P_QTY)}) AS qty,
+       max({NUM(P_PRICE)}) AS max_price""",
+        group="1, 2",
+        policy="skip",
+        base="v_local_day",
+    ),
+    ViewSpec(
+        "v_roll_unnest",
+        """SELECT eventview.create_view('v_roll_unnest', 'v_unnest',
+             measures => '{"n": "n", "users": "users", "top": "top"}')""",
+        scope="true",
+        bad="""EXISTS (SELECT 1 FROM jsonb_array_elements(
+                        CASE WHEN jsonb_typeof(payload -> 'tags') = 'array' THEN payload -> 'tags' END) x
+                    WHERE jsonb_typeof(x) IN ('object', 'array')) OR """ + NUMBAD(P_PRICE),
+        select=f"""count(*) AS n,
+       {DISTINCT_JSON("payload -> 'user'")} AS users,
+       max({NUM(P_PRICE)}) AS top""",
+        group=None,
+        policy="quarantine",
+        source="""ev CROSS JOIN LATERAL jsonb_array_elements(
+                      CASE WHEN jsonb_typeof(payload -> 'tags') = 'array' THEN payload -> 'tags' END) el""",
+        base="v_unnest",
+    ),
+]
 
 
 # min/max under retraction (v_sku, v_env, v_lsku), count_distinct (v_total, v_lsku), a rich path
 # (v_tags), logical fields (v_lsku), filters and buckets.
 REALTIME_VIEWS = [realtime_twin(v) for v in VIEWS + LOGICAL_VIEWS
                   if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku", "v_local_hour", "v_pct", "v_apct", "v_unnest")]
+ROLLUP_VIEWS += [realtime_twin(v) for v in ROLLUP_VIEWS if v.name in ("v_roll_2day", "v_roll_unnest")]
 
 # --------------------------------------------------------------------------------------------
 # Payload generation
@@ -872,6 +979,7 @@ class Workload:
         }
         self.held = {"b": None, "d": None}  # slot -> {"count": n, "locked": set(ids)}
         self.views = []
+        self.rollups = []
         self.pending = {}
         self.checks = 0
         self.refreshes = 0
@@ -1450,7 +1558,8 @@ class Workload:
 
     def check_view(self, view):
         self.check_contents(view)
-        self.check_type_errors(view)
+        if not view.base:
+            self.check_type_errors(view)
 
     def check_contents(self, view):
         if view.approx:
@@ -1545,6 +1654,9 @@ class Workload:
                 self.refresh(self.rng.choice([self.a, self.c]), view)
         for view in self.views:
             self.check_view(view)
+        for view in self.rollups:
+            self.refresh_rollup(self.rng.choice([self.a, self.c]), view)
+            self.check_view(view)
         self.checks += 1
         self.note(f"check #{self.checks} ok")
 
@@ -1561,11 +1673,70 @@ class Workload:
         self.note(f"rebuild {view.name} [{lo.isoformat()}, {hi.isoformat()})")
         self.check_view(view)
 
+    def refresh_rollup(self, conn, view):
+        """A rollup's refresh refreshes the views it reads through first: it returns the event
+        rows its base view's refresh consumed."""
+        got = conn.execute("SELECT eventview.refresh(%s)", [view.name]).fetchone()[0]
+        self.refreshes += 1
+        exp = self.pending[view.base]
+        self.pending[view.base] = 0
+        self.note(f"refresh rollup {view.name} -> {got}")
+        if got != exp:
+            raise Mismatch(f"refresh('{view.name}') returned {got}, expected {exp} (the pending changes of {view.base})")
+
+    def op_refresh_rollup(self):
+        """A rollup refreshed (its sources first), then equal to the view defined directly over
+        the events; sometimes inside a transaction that writes before and after, whose own
+        changes the rollup then includes."""
+        view = self.rng.choice(self.rollups)
+        self.current += f" ({view.name})"
+        if self.rng.random() < 0.7:
+            self.refresh_rollup(self.rng.choice([self.a, self.c]), view)
+            self.check_view(view)
+            return
+        a = self.a
+        before = dict(self.pending)
+        a.execute("BEGIN")
+        try:
+            n1, _ = self.random_write(a, self.locked_ids())
+            got = a.execute("SELECT eventview.refresh(%s)", [view.name]).fetchone()[0]
+            exp = self.pending[view.base] + n1
+            if got != exp:
+                raise Mismatch(f"refresh('{view.name}') inside a writing transaction returned {got}, expected {exp}")
+            self.check_contents(view)
+            n2, _ = self.random_write(a, self.locked_ids())
+        except Exception:
+            a.execute("ROLLBACK")
+            raise
+        if self.rng.random() < 0.8:
+            a.execute("COMMIT")
+            self.committed(n1 + n2)
+            self.pending[view.base] = n2
+            self.note(f"rollup {view.name} refreshed inside a writing transaction, committed ({n1} + {n2})")
+        else:
+            a.execute("ROLLBACK")
+            self.pending = before
+            self.note(f"rollup {view.name} refreshed inside a writing transaction, rolled back")
+
+    def op_rebuild_rollup(self):
+        """A rollup rebuilt from its source's stored groups, whole or in a window of buckets."""
+        view = self.rng.choice(self.rollups)
+        if "time_bucket" in view.create_sql and self.rng.random() < 0.6:
+            lo = gen_time(self.rng)
+            hi = lo + timedelta(days=self.rng.choice([1, 3, 8]))
+            self.a.execute("SELECT eventview.rebuild(%s, %s, %s)", [view.name, lo, hi])
+            self.note(f"rebuild rollup {view.name} [{lo.isoformat()}, {hi.isoformat()})")
+        else:
+            self.a.execute("SELECT eventview.rebuild(%s)", [view.name])
+            self.note(f"rebuild rollup {view.name}")
+        self.pending[view.base] = 0
+        self.check_view(view)
+
     def op_check_realtime(self):
         """Realtime views, unrefreshed, equal the from-scratch aggregate at any moment: with
         committed changes pending, and inside a writing transaction, its own changes included
         (the transaction is then rolled back)."""
-        views = [v for v in self.views if v.name.endswith("_rt")]
+        views = [v for v in self.views + self.rollups if v.name.endswith("_rt")]
         if self.rng.random() < 0.5:
             for view in views:
                 self.check_contents(view)
@@ -1665,6 +1836,12 @@ class Workload:
             a.execute(view.create_sql)
             self.views.append(view)
             self.pending[view.name] = 0
+        # Rollups are refreshed and checked by their own operations (a rollup's refresh counts
+        # the event rows its sources' refreshes consumed).
+        for view in ROLLUP_VIEWS:
+            a.execute(view.create_sql)
+            self.rollups.append(view)
+            self.check_view(view)
         # Due at (nearly) every run_maintenance() call.
         a.execute("SELECT eventview.schedule(%s, '10 milliseconds')", [SCHEDULED_VIEW])
         for view in self.views:
@@ -1680,6 +1857,7 @@ class Workload:
             (self.op_refresh_during_writes, 2), (self.op_refresh_inside_writer_txn, 3), (self.op_truncate, 0.4), (self.op_check, 3),
             (self.op_prune, 3), (self.op_age_and_prune, 1.5), (self.op_run_maintenance, 1),
             (self.op_check_realtime, 3), (self.op_rebuild_window, 1),
+            (self.op_refresh_rollup, 4), (self.op_rebuild_rollup, 0.7),
         ]
         funcs, weights = zip(*ops)
         late_at = n_ops // 3
@@ -1698,6 +1876,9 @@ class Workload:
         # Everything applied: a refresh now has nothing to do.
         for view in self.views:
             self.refresh(self.a, view)
+            self.check_view(view)
+        for view in self.rollups:
+            self.refresh_rollup(self.a, view)
             self.check_view(view)
         # Every view has applied everything: once old enough, every record can be pruned, and
         # the views stay as they are.

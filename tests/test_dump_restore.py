@@ -330,3 +330,52 @@ def test_dump_restore_of_local_time_and_percentile_views(cluster, new_db, tmp_pa
     finally:
         with cluster.connect() as c:
             c.execute('DROP DATABASE IF EXISTS "it_restored_zoned" WITH (FORCE)')
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_dump_restore_of_rollups(cluster, new_db, tmp_path, jobs):
+    """A rollup with group changes of its source pending, and a realtime rollup of it, at dump
+    time: restored, they show what they showed, refresh to the aggregate from scratch, and still
+    keep their source from being dropped (section 9)."""
+    src_name = new_db(f"_rollups{jobs}").rsplit("dbname=", 1)[1]
+    restored = f"it_restored_rollups{jobs}"
+    scratch = """SELECT date_bin('1 day', occurred_at, '2000-01-01') AS bucket, payload ->> 'sku', count(*),
+                        max((payload -> 'ms')::numeric), count(DISTINCT payload -> 'user')
+                 FROM ev GROUP BY 1, 2 ORDER BY 1, 2"""
+    with cluster.connect(src_name) as c:
+        c.execute("SELECT eventview.create_event_table('ev')")
+        c.execute("""SELECT eventview.create_view('hourly', 'ev', group_by => '{"sku": "$.sku", "route": "$.route"}',
+                         measures => '{"n": "count(*)", "top": "max($.ms)", "users": "count_distinct($.user)"}',
+                         time_bucket => '1 hour')""")
+        c.execute("""SELECT eventview.create_view('daily', 'hourly', group_by => '{"sku": "sku"}',
+                         measures => '{"n": "n", "top": "top", "users": "users"}', time_bucket => '1 day')""")
+        c.execute("""SELECT eventview.create_view('weekly_live', 'daily', measures => '{"n": "n", "top": "top"}',
+                         time_bucket => '7 days', realtime => true)""")
+        c.execute("""INSERT INTO ev (event_type, occurred_at, payload)
+                     SELECT 'req', '2026-04-04 12:00+00'::timestamptz + g * interval '37 minutes',
+                            jsonb_build_object('sku', 'S' || g % 4, 'route', '/r' || g % 3, 'ms', g % 97, 'user', g % 13)
+                     FROM generate_series(1, 300) g""")
+        c.execute("SELECT eventview.refresh('daily')")
+        # Group changes written and not applied by the rollup, and raw changes pending below.
+        c.execute("DELETE FROM ev WHERE event_id % 10 = 0")
+        c.execute("SELECT eventview.refresh('hourly')")
+        c.execute("UPDATE ev SET payload = payload || '{\"ms\": 500}' WHERE event_id % 7 = 0")
+        before = {v: rows(c, f"SELECT * FROM {v} ORDER BY 1, 2") for v in ("daily", "weekly_live")}
+    dump = tmp_path / "rollups.dump"
+    r = run_client(cluster, f"{BIN}/pg_dump", "-Fc", "-f", str(dump), "-d", src_name)
+    assert r.returncode == 0, r.stderr
+    with cluster.connect() as c:
+        c.execute(f'CREATE DATABASE "{restored}"')
+    try:
+        r = run_client(cluster, f"{BIN}/pg_restore", "--exit-on-error", "-j", str(jobs), "-d", restored, str(dump))
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        with cluster.connect(restored) as c:
+            assert {v: rows(c, f"SELECT * FROM {v} ORDER BY 1, 2") for v in before} == before
+            c.execute("SELECT eventview.refresh('weekly_live')")
+            assert rows(c, "SELECT bucket, sku, n, top, users FROM daily ORDER BY 1, 2") == rows(c, scratch)
+            assert rows(c, "SELECT sum(n)::bigint, max(top) FROM weekly_live") == rows(c, "SELECT count(*), max((payload -> 'ms')::numeric) FROM ev")
+            with pytest.raises(psycopg.errors.DependentObjectsStillExist, match="rollups read it"):
+                c.execute("SELECT eventview.drop_view('daily')")
+    finally:
+        with cluster.connect() as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{restored}" WITH (FORCE)')

@@ -52,6 +52,7 @@ RELEASE_COMMITS = {
     "0.17.0": "666dc66cac032727b6faadc7f060b21c9e7b2a7d",
     "0.18.0": "f10029013c957a74e10f5c69154766bfbe393244",
     "0.19.0": "49426a318f1b77e8b3c8f7a49e587c9fdf5162f6",
+    "0.20.0": "837094e4ab5de47ee49fb4bbe0d9efa530fd91fa",
 }
 
 

@@ -55,19 +55,14 @@ fn in_batch() -> String {
 /// `touched_rows` (a statement that reads none of them does not run them). `applied_sql`
 /// selects the consumer's state as `(s pg_snapshot, own xid8, own_seq bigint)`.
 pub fn ctes(source_id: i32, applied_sql: &str) -> String {
-    let log = names::changelog(source_id);
-    let in_batch = in_batch();
+    let batch = log_ctes(
+        &names::changelog(source_id),
+        "c.seq, c.xid, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
+           c.old_producer, c.old_occurred_at, c.old_payload",
+        applied_sql,
+    );
     format!(
-        "{SNAP_CTE},
-applied AS MATERIALIZED (
-    {applied_sql}
-),
-chg AS MATERIALIZED (
-    SELECT c.seq, c.xid, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
-           c.old_producer, c.old_occurred_at, c.old_payload
-    FROM {log} c
-    WHERE {in_batch}
-),
+        "{batch},
 ids AS MATERIALIZED (
     SELECT seq, op, unnest(event_ids) AS event_id FROM chg WHERE op = 'I'
     UNION ALL
@@ -86,15 +81,26 @@ by_record AS MATERIALIZED (
     )
 }
 
-/// Whether the consumer has anything to apply: one row, `(pending boolean, applied_xmax
-/// bigint, <also>)`, the xmax of its applied snapshot (for the extension's
-/// `position_from_elsewhere`)
-/// and the expression `also` over the catalog. A consumer with nothing pending skips its
-/// statement (hundreds of lines, whose executor start-up alone costs more than this whole
-/// check): the batch semantics make that exactly a run over an empty batch, whose only effect
-/// would be to move the applied snapshot past transactions that wrote nothing it reads.
-pub fn pending_check(source_id: i32, applied_sql: &str, also: &str) -> String {
-    let log = names::changelog(source_id);
+/// CTEs `snap`, `applied` and `chg` over any log that has the changelog's `seq` and `xid`
+/// (a view's group changes, which its rollups consume): `chg` holds `columns` of the records
+/// of the batch, read as `c`.
+pub fn log_ctes(log: &str, columns: &str, applied_sql: &str) -> String {
+    let in_batch = in_batch();
+    format!(
+        "{SNAP_CTE},
+applied AS MATERIALIZED (
+    {applied_sql}
+),
+chg AS MATERIALIZED (
+    SELECT {columns}
+    FROM {log} c
+    WHERE {in_batch}
+)"
+    )
+}
+
+/// `pending_check` over any log with `seq` and `xid` (see `log_ctes`).
+pub fn log_pending_check(log: &str, applied_sql: &str, also: &str) -> String {
     let in_batch = in_batch();
     format!(
         "WITH {SNAP_CTE},
@@ -105,6 +111,17 @@ SELECT EXISTS (SELECT 1 FROM {log} c WHERE {in_batch}) AS pending,
        (SELECT pg_catalog.pg_snapshot_xmax(s)::text::bigint FROM applied) AS applied_xmax,
        {also}"
     )
+}
+
+/// Whether the consumer has anything to apply: one row, `(pending boolean, applied_xmax
+/// bigint, <also>)`, the xmax of its applied snapshot (for the extension's
+/// `position_from_elsewhere`)
+/// and the expression `also` over the catalog. A consumer with nothing pending skips its
+/// statement (hundreds of lines, whose executor start-up alone costs more than this whole
+/// check): the batch semantics make that exactly a run over an empty batch, whose only effect
+/// would be to move the applied snapshot past transactions that wrote nothing it reads.
+pub fn pending_check(source_id: i32, applied_sql: &str, also: &str) -> String {
+    log_pending_check(&names::changelog(source_id), applied_sql, also)
 }
 
 /// A FROM item giving, as `e`, the current row of every event the batch touched (`ids`) that

@@ -434,6 +434,23 @@ pub struct ViewDefinition {
     pub unnest: Option<FieldRef>,
     pub filter: Vec<FilterTerm>,
     pub on_type_error: TypePolicy,
+    /// A rollup: the view reads the group changes of another incremental view, not events.
+    pub rollup: Option<RollupOf>,
+}
+
+/// What a rollup takes from its source view. Its group columns and measures carry the source's
+/// references and kinds (so their SQL types are the source's); these say which source column
+/// each one reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RollupOf {
+    /// For each group column, the number (from 1) of the source's group column it keeps.
+    pub group_columns: Vec<usize>,
+    /// For each measure, the number (from 1) of the source's measure it re-aggregates; None for
+    /// `count(*)` (the source's event count).
+    pub measures: Vec<Option<usize>>,
+    /// The source's group columns the rollup keeps rows of: (number, accepted values), a JSON
+    /// null accepting the NULL key.
+    pub filter: Vec<(usize, Vec<Value>)>,
 }
 
 impl ViewDefinition {
@@ -696,6 +713,7 @@ pub fn parse_definition(input: &DefinitionInput) -> Result<ViewDefinition, Defin
         unnest,
         filter,
         on_type_error,
+        rollup: None,
     };
     if view.unnest.is_none() {
         if let Some(r) = view.references().find(|r| r.reads_element()) {
@@ -821,6 +839,122 @@ fn parse_event_types(
     Ok(Some(types))
 }
 
+/// The arguments of `create_view` for a rollup (`source` names an incremental view).
+pub struct RollupInput<'a> {
+    /// The source view's definition.
+    pub source: &'a ViewDefinition,
+    pub group_by: &'a str,
+    pub measures: &'a str,
+    pub filter: Option<&'a str>,
+    /// The rollup has a time_bucket (the caller checks it is a whole multiple of the source's).
+    pub bucketed: bool,
+}
+
+/// Parses a rollup's definition over `input.source`: group columns name source group columns,
+/// measures name source measures (each re-aggregated by its own kind) or are `count(*)` (the
+/// source's events), the filter names source group columns. The rollup buckets in its source's
+/// time zone; it reads no JSONPath, event type or array of its own.
+pub fn parse_rollup(input: &RollupInput) -> Result<ViewDefinition, DefinitionError> {
+    let source = input.source;
+    if input.bucketed && !source.bucketed {
+        return refuse_with_hint(
+            "a rollup of a view without time_bucket cannot have a time_bucket",
+            "A rollup's buckets are made of its source's buckets: give the source a time_bucket, or leave time_bucket out of the rollup.",
+        );
+    }
+    let column_hint = |what: &str| {
+        let names: Vec<&str> = match what {
+            "group" => source.group_by.iter().map(|g| g.name.as_str()).collect(),
+            _ => source.measures.iter().map(|m| m.name.as_str()).collect(),
+        };
+        let list = if names.is_empty() {
+            "it has none".to_string()
+        } else {
+            names.join(", ")
+        };
+        format!("A rollup reads the {what} columns of its source view ({list}), not JSONPaths or fields of the events; count(*) counts the source's events.")
+    };
+    let mut columns = OutputColumns::new(input.bucketed);
+    let mut group_by = Vec::new();
+    let mut group_columns = Vec::new();
+    for (name, value) in pairs_of("group_by", input.group_by)? {
+        columns.claim("group_by", &name)?;
+        let reference = reference_text("group_by", &name, &value)?.trim();
+        let Some(i) = source.group_by.iter().position(|g| g.name == reference) else {
+            return refuse_with_hint(
+                format!("invalid group_by column \"{name}\": the source view has no group column \"{reference}\""),
+                &column_hint("group"),
+            );
+        };
+        group_by.push(GroupColumn {
+            name,
+            field: source.group_by[i].field.clone(),
+        });
+        group_columns.push(i + 1);
+    }
+    let mut measures = Vec::new();
+    let mut measure_sources = Vec::new();
+    for (name, value) in pairs_of("measures", input.measures)? {
+        columns.claim("measures", &name)?;
+        let reference = reference_text("measures", &name, &value)?.trim();
+        if reference.replace(' ', "").eq_ignore_ascii_case("count(*)") {
+            measures.push(Measure {
+                name,
+                kind: AggKind::CountStar,
+                field: None,
+                fraction: None,
+                text: reference.to_string(),
+            });
+            measure_sources.push(None);
+            continue;
+        }
+        let Some(i) = source.measures.iter().position(|m| m.name == reference) else {
+            return refuse_with_hint(
+                format!(
+                    "invalid measure \"{name}\": the source view has no measure \"{reference}\""
+                ),
+                &column_hint("measure"),
+            );
+        };
+        let mut measure = source.measures[i].clone();
+        measure.name = name;
+        measures.push(measure);
+        measure_sources.push(Some(i + 1));
+    }
+    let mut filter = Vec::new();
+    if let Some(text) = input.filter {
+        for (reference, value) in pairs_of("filter", text)? {
+            let Some(i) = source.group_by.iter().position(|g| g.name == reference) else {
+                return refuse_with_hint(
+                    format!("invalid filter: the source view has no group column \"{reference}\""),
+                    &column_hint("group"),
+                );
+            };
+            filter.push((i + 1, filter_values(&reference, value)?));
+        }
+    }
+    Ok(ViewDefinition {
+        group_by,
+        measures,
+        event_types: None,
+        bucketed: input.bucketed,
+        time_zone: if input.bucketed {
+            source.time_zone.clone()
+        } else {
+            None
+        },
+        unnest: None,
+        filter: Vec::new(),
+        // A rollup reads no event, so it meets no type error (its source left those out).
+        on_type_error: TypePolicy::Quarantine,
+        rollup: Some(RollupOf {
+            group_columns,
+            measures: measure_sources,
+            filter,
+        }),
+    })
+}
+
 /// The filter, `{"reference": value or [values], ...}`: each value a JSON value jsonb can hold.
 fn parse_filter(text: &str, fields: &dyn FieldCatalog) -> Result<Vec<FilterTerm>, DefinitionError> {
     let mut filter = Vec::new();
@@ -829,26 +963,33 @@ fn parse_filter(text: &str, fields: &dyn FieldCatalog) -> Result<Vec<FilterTerm>
             message: format!("invalid filter: {}", e.message),
             hint: e.hint,
         })?;
-        let values = match value {
-            Value::Array(items) if items.is_empty() => {
-                return refuse(format!(
-                    "invalid filter \"{reference}\": the list of values is empty"
-                ))
-            }
-            Value::Array(items) => items,
-            single => vec![single],
-        };
-        for v in &values {
-            if let Some(problem) = jsonb_problem(v) {
-                return refuse_with_hint(
-                    format!("invalid filter \"{reference}\": {problem}"),
-                    "A filter value is compared as jsonb: leave out the \\u0000 character, and keep numbers within the range of numeric.",
-                );
-            }
-        }
+        let values = filter_values(&reference, value)?;
         filter.push(FilterTerm { field, values });
     }
     Ok(filter)
+}
+
+/// The accepted values of the filter term on `reference`: a value or a non-empty list, each one
+/// jsonb can hold.
+fn filter_values(reference: &str, value: Value) -> Result<Vec<Value>, DefinitionError> {
+    let values = match value {
+        Value::Array(items) if items.is_empty() => {
+            return refuse(format!(
+                "invalid filter \"{reference}\": the list of values is empty"
+            ))
+        }
+        Value::Array(items) => items,
+        single => vec![single],
+    };
+    for v in &values {
+        if let Some(problem) = jsonb_problem(v) {
+            return refuse_with_hint(
+                format!("invalid filter \"{reference}\": {problem}"),
+                "A filter value is compared as jsonb: leave out the \\u0000 character, and keep numbers within the range of numeric.",
+            );
+        }
+    }
+    Ok(values)
 }
 
 #[cfg(test)]

@@ -310,6 +310,9 @@ mod tests {
                     source_id: 1,
                     source_scan: "ONLY \"s\".\"t\"".into(),
                     log_extremes: rng.below(2) == 0,
+                    feeds_rollups: false,
+                    bucket_width: None,
+                    rollup_source: None,
                 };
                 for sql in view_statements(&view) {
                     assert!(

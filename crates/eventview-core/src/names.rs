@@ -53,6 +53,16 @@ pub fn capture_source(name: &str, op: &str) -> Option<i32> {
     id.parse().ok()
 }
 
+/// The group changes of a view that rollups read (`sqlgen`'s group changelog), qualified.
+pub fn view_changes(view_id: i32) -> String {
+    format!("{SCHEMA}.{}", view_changes_table(view_id))
+}
+
+/// `view_changes` without the schema.
+pub fn view_changes_table(view_id: i32) -> String {
+    format!("_v{view_id}_changes")
+}
+
 /// The storage table of a view (one row per group), qualified.
 pub fn view_data(view_id: i32) -> String {
     format!("{SCHEMA}.{}", view_data_table(view_id))

@@ -46,6 +46,8 @@ use super::definition::{AggKind, FieldRef, FieldVariant, Measure, TypePolicy, Vi
 use super::values::{value_sql, Use};
 use super::{batch, jsonpath, names, quote, sketch};
 
+mod rollup;
+
 /// Storage and multisets are updated in place by every refresh (a counter or a count per
 /// value changes, no key column does): room left on each page lets those updates stay on the
 /// page (HOT), with no new index entry per updated row. (Not for groups that take a retraction:
@@ -81,6 +83,14 @@ pub struct ViewSql<'a> {
     /// `eventview.extreme_log_limit` above 0); otherwise they go straight into the multisets
     /// (realtime reads use the multisets).
     pub log_extremes: bool,
+    /// Rollups read this view: its applies also write their group changes to its group
+    /// changelog (`rollup`).
+    pub feeds_rollups: bool,
+    /// The bucket width as the text of an interval, for statements that cannot take it as a
+    /// parameter: a realtime rollup's read computes the pending changes of its sources.
+    pub bucket_width: Option<String>,
+    /// A rollup: the SQL generator of the view it reads.
+    pub rollup_source: Option<Box<ViewSql<'a>>>,
 }
 
 /// The bucket of timestamp expression `ts` for bucket width `width` (SQL of an interval):
@@ -498,13 +508,24 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
             Some(w) => quote::typed_literal(w, "interval"),
             None => "NULL::interval".to_string(),
         };
-        let mut ctes = self.delta_input(Mode::Delta, &width, false);
-        let (key_exprs, mut d_cols) = self.group_delta_columns();
-        d_cols.extend(self.pending_value_columns());
-        ctes.push(Self::group_delta(&d_cols, key_exprs.len()));
+        let mut ctes = self.pending_group_deltas(&width);
         ctes.extend(self.minmax_measures().map(|(n, _)| self.value_log_read(n)));
         ctes.push(self.merged());
         format!("WITH {}", ctes.join(",\n"))
+    }
+
+    /// The CTEs of a realtime read up to `d0`: the pending changes per group, with the pending
+    /// values of each multiset measure as (value, count) arrays (`m<n>_vs`, `m<n>_signs`).
+    /// `width`: the bucket width as SQL.
+    fn pending_group_deltas(&self, width: &str) -> Vec<String> {
+        if self.rollup_source.is_some() {
+            return self.rollup_pending_group_deltas(width);
+        }
+        let mut ctes = self.delta_input(Mode::Delta, width, false);
+        let (key_exprs, mut d_cols) = self.group_delta_columns();
+        d_cols.extend(self.pending_value_columns());
+        ctes.push(Self::group_delta(&d_cols, key_exprs.len()));
+        ctes
     }
 
     /// Columns of a realtime read's `d0` carrying each multiset measure's pending values along
@@ -842,7 +863,16 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
             "(SELECT extremes_logged FROM eventview._views WHERE view_id = {}) AS extremes_logged",
             self.view_id
         );
-        batch::pending_check(self.source_id, &self.applied_state(), &logged)
+        batch::log_pending_check(&self.consumed_log(), &self.applied_state(), &logged)
+    }
+
+    /// The log the view consumes: its event table's changelog, or for a rollup, its source
+    /// view's group changelog.
+    fn consumed_log(&self) -> String {
+        match &self.rollup_source {
+            Some(source) => names::view_changes(source.view_id),
+            None => names::changelog(self.source_id),
+        }
     }
 
     /// The signed rows of the batch; `by_runs`: fetch touched rows by id ranges (see `batch`).
@@ -910,23 +940,36 @@ delta_rows AS (
     /// SELECT <consumed>, <groups_written>, ...               -- apply_result
     /// ```
     pub fn apply(&self, mode: Mode) -> String {
+        if self.rollup_source.is_some() {
+            return self.rollup_apply(mode);
+        }
         let mut ctes = self.delta_input(mode, WIDTH_PARAM, true);
         let (key_exprs, d_cols) = self.group_delta_columns();
         ctes.push(Self::group_delta(&d_cols, key_exprs.len()));
         let mut logged = Vec::new();
         for (n, m) in self.multiset_measures() {
+            let (select, positions) = Self::value_counts(n, &key_exprs);
+            let rows = format!(
+                "SELECT {select}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {positions}"
+            );
+            let to_log = matches!(m.kind, AggKind::Min | AggKind::Max) && self.logs_extremes(mode);
+            ctes.push(self.values_written(n, m.kind, to_log, &rows));
             if m.kind == AggKind::CountDistinct {
-                ctes.push(self.multiset_upsert(n, m.kind, &key_exprs));
                 ctes.push(self.distinct_changes(n));
-            } else if matches!(m.kind, AggKind::Min | AggKind::Max) && self.logs_extremes(mode) {
-                ctes.push(self.value_log_append(n, &key_exprs));
+            } else if to_log {
                 logged.push(n);
-            } else {
-                ctes.push(self.multiset_upsert(n, m.kind, &key_exprs));
+            }
+            if self.feeds_rollups {
+                ctes.push(format!(
+                    "vc{n} AS (\n    SELECT {select}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {positions}\n    HAVING sum(sign) <> 0\n)"
+                ));
             }
         }
         ctes.push(self.group_delta_with_distinct_counts());
         ctes.push(self.storage_upsert());
+        if self.feeds_rollups {
+            ctes.push(self.changes_written());
+        }
         if mode != Mode::Full {
             ctes.push(self.superseded_quarantine());
         }
@@ -1424,30 +1467,11 @@ delta_rows AS (
         (sel.join(", "), positions.join(", "))
     }
 
-    /// `a<n>` of a min/max measure of a stored view's refresh: the batch's (keys, v, n) appended
-    /// to the value log, counted into `extremes_logged` by `position_update`.
-    ///
-    /// ```sql
-    /// a<n> AS (
-    ///     INSERT INTO eventview._v<id>_m<n>_log (__k, bucket, g1, g1_null, v, n)
-    ///     SELECT true AS __k, bucket, ..., m<n> AS v, sum(sign)::bigint AS n
-    ///     FROM good WHERE m<n> IS NOT NULL
-    ///     GROUP BY 1, 2, 3, 4, 5
-    ///     RETURNING 1
-    /// )
-    /// ```
-    fn value_log_append(&self, n: usize, key_exprs: &[String]) -> String {
-        let (select, positions) = Self::value_counts(n, key_exprs);
-        format!(
-            "a{n} AS (\n    INSERT INTO {} ({}, v, n)\n    SELECT {select}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {positions}\n    RETURNING 1\n)",
-            names::view_values_log(self.view_id, n),
-            self.key_list()
-        )
-    }
-
-    /// `a<n>`: the batch's (keys, v, n) of measure `n` added into its multiset. A
-    /// count_distinct multiset keeps each value's count before the upsert (`prev_n`) and returns
-    /// per value whether it entered (1) or left (-1) the distinct count.
+    /// `a<n>`: the (keys, v, n) rows of measure `n` that `rows` selects, appended to its value
+    /// log (`to_log`: a min/max measure of a stored view's refresh, counted into
+    /// `extremes_logged` by `position_update`) or added into its multiset. A count_distinct
+    /// multiset keeps each value's count before the upsert (`prev_n`) and returns per value
+    /// whether it entered (1) or left (-1) the distinct count.
     ///
     /// ```sql
     /// a<n> AS (
@@ -1459,9 +1483,14 @@ delta_rows AS (
     ///     RETURNING 1
     /// )
     /// ```
-    fn multiset_upsert(&self, n: usize, kind: AggKind, key_exprs: &[String]) -> String {
+    fn values_written(&self, n: usize, kind: AggKind, to_log: bool, rows: &str) -> String {
         let key_list = self.key_list();
-        let (select, positions) = Self::value_counts(n, key_exprs);
+        if to_log {
+            return format!(
+                "a{n} AS (\n    INSERT INTO {} ({key_list}, v, n)\n    {rows}\n    RETURNING 1\n)",
+                names::view_values_log(self.view_id, n),
+            );
+        }
         let (set, returning) = if kind == AggKind::CountDistinct {
             (
                 "prev_n = t.n, n = t.n + EXCLUDED.n".to_string(),
@@ -1471,7 +1500,7 @@ delta_rows AS (
             ("n = t.n + EXCLUDED.n".to_string(), "1".to_string())
         };
         format!(
-            "a{n} AS (\n    INSERT INTO {} AS t ({key_list}, v, n)\n    SELECT {select}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {positions}\n    ON CONFLICT ({key_list}, v) DO UPDATE SET {set}\n    RETURNING {returning}\n)",
+            "a{n} AS (\n    INSERT INTO {} AS t ({key_list}, v, n)\n    {rows}\n    ON CONFLICT ({key_list}, v) DO UPDATE SET {set}\n    RETURNING {returning}\n)",
             names::view_values(self.view_id, n)
         )
     }
@@ -1667,7 +1696,7 @@ delta_rows AS (
         let own_seq = match mode {
             Mode::Full => format!(
                 "(SELECT max(seq) FROM {} WHERE xid = (SELECT own FROM snap))",
-                names::changelog(self.source_id)
+                self.consumed_log()
             ),
             _ => batch::OWN_SEQ_AFTER_DELTA.to_string(),
         };
@@ -1698,8 +1727,16 @@ delta_rows AS (
         } else {
             batch::CONSUMED
         };
+        Self::result_row(
+            consumed,
+            "(SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1)",
+        )
+    }
+
+    /// The row an apply returns, with its count of what it consumed and its first type error.
+    fn result_row(consumed: &str, first_error: &str) -> String {
         format!(
-            "SELECT {consumed} AS consumed,\n       (SELECT count(*) FROM up) AS groups_written,\n       (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,\n       (SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1) AS first_error,\n       (SELECT extremes_logged FROM st) AS extremes_logged"
+            "SELECT {consumed} AS consumed,\n       (SELECT count(*) FROM up) AS groups_written,\n       (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,\n       {first_error} AS first_error,\n       (SELECT extremes_logged FROM st) AS extremes_logged"
         )
     }
 
@@ -1847,6 +1884,9 @@ mod tests {
             source_id: 2,
             source_scan: "ONLY \"shop\".\"events\"".into(),
             log_extremes: true,
+            feeds_rollups: false,
+            bucket_width: None,
+            rollup_source: None,
         }
     }
 
@@ -2088,6 +2128,9 @@ mod tests {
         // Realtime reads take the log into account (empty but to a reader with an older snapshot).
         let realtime_read = ViewSql {
             log_extremes: false,
+            feeds_rollups: false,
+            bucket_width: None,
+            rollup_source: None,
             ..sql(&d)
         }
         .create_user_view(
@@ -2106,6 +2149,9 @@ mod tests {
         );
         let realtime = ViewSql {
             log_extremes: false,
+            feeds_rollups: false,
+            bucket_width: None,
+            rollup_source: None,
             ..sql(&d)
         };
         assert!(!realtime.logs_extremes(Mode::Delta));

@@ -69,6 +69,9 @@ fn view(def: &ViewDefinition, log_extremes: bool) -> ViewSql<'_> {
         source_id: SOURCE_ID,
         source_scan: SOURCE_SCAN.into(),
         log_extremes,
+        feeds_rollups: false,
+        bucket_width: None,
+        rollup_source: None,
     }
 }
 
