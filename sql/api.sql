@@ -158,6 +158,15 @@ CREATE AGGREGATE eventview._shapes_agg(text, integer, anyelement) (
     FINALFUNC_MODIFY = READ_WRITE
 );
 
+-- The sum of sketches of approx_percentile (eventview_core::sketch): a rollup adds up the sketch
+-- changes of the source groups that make one of its groups.
+CREATE AGGREGATE eventview._sketch_sum(bigint[]) (
+    SFUNC = eventview._sketch_merge,
+    STYPE = bigint[],
+    COMBINEFUNC = eventview._sketch_merge,
+    PARALLEL = SAFE
+);
+
 -- Called by eventview._follow_drop (as the extension owner) for an event table a plain DROP
 -- TABLE took; nobody else.
 REVOKE EXECUTE ON FUNCTION eventview._forget_source(integer) FROM PUBLIC;

@@ -332,7 +332,8 @@ SELECT s.relid AS name,
             ELSE coalesce(max(p.changes), 0) END::bigint AS pending_changes,
        min(p.oldest)                       AS oldest_pending
 FROM eventview._sources s
-LEFT JOIN eventview._views v USING (source_id)
+-- The views over the table's events (a rollup's pending changes include its source's).
+LEFT JOIN eventview._views v ON v.source_id = s.source_id AND v.source_view IS NULL
 LEFT JOIN LATERAL eventview._pending(v.view_id) p ON true
 GROUP BY s.source_id, s.relid, s.retention, s.delta_retention;
 COMMENT ON VIEW eventview.event_tables IS 'pg_eventview: event tables and the changes their views have not applied yet';

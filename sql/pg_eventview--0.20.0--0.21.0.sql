@@ -80,6 +80,20 @@ FROM eventview._views v
 JOIN eventview._sources s USING (source_id)
 CROSS JOIN LATERAL eventview._pending(v.view_id) p;
 
+-- eventview.event_tables counts the pending changes of the views over each table's events.
+CREATE OR REPLACE VIEW eventview.event_tables AS
+SELECT s.relid AS name,
+       s.retention,
+       s.delta_retention,
+       CASE WHEN bool_or(v.view_id IS NOT NULL AND p.changes IS NULL) THEN NULL
+            ELSE coalesce(max(p.changes), 0) END::bigint AS pending_changes,
+       min(p.oldest)                       AS oldest_pending
+FROM eventview._sources s
+-- The views over the table's events (a rollup's pending changes include its source's).
+LEFT JOIN eventview._views v ON v.source_id = s.source_id AND v.source_view IS NULL
+LEFT JOIN LATERAL eventview._pending(v.view_id) p ON true
+GROUP BY s.source_id, s.relid, s.retention, s.delta_retention;
+
 -- Rollups are forgotten before the views they read.
 CREATE OR REPLACE FUNCTION eventview._follow_drop() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -283,3 +297,41 @@ BEGIN
     RETURN done;
 END
 $$;
+
+-- approx_percentile keeps each group's sketch as an array in its storage row
+-- (eventview_core::sketch); a view made by 0.20.0 moves its sketch multiset into that column at
+-- its first refresh (view_objects::sketches_into_storage).
+CREATE FUNCTION eventview."_sketch_add"(
+	"sketch" bigint[],
+	"buckets" bigint[],
+	"counts" bigint[]
+) RETURNS bigint[]
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'sketch_add_wrapper';
+CREATE FUNCTION eventview."_sketch_merge"(
+	"a" bigint[],
+	"b" bigint[]
+) RETURNS bigint[]
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'sketch_merge_wrapper';
+CREATE FUNCTION eventview."_sketch_negate"(
+	"sketch" bigint[]
+) RETURNS bigint[]
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'sketch_negate_wrapper';
+CREATE FUNCTION eventview."_sketch_quantile"(
+	"sketch" bigint[],
+	"p" double precision
+) RETURNS double precision
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'sketch_quantile_wrapper';
+CREATE AGGREGATE eventview._sketch_sum(bigint[]) (
+    SFUNC = eventview._sketch_merge,
+    STYPE = bigint[],
+    COMBINEFUNC = eventview._sketch_merge,
+    PARALLEL = SAFE
+);

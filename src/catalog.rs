@@ -676,6 +676,74 @@ pub fn sources_below(relid: pg_sys::Oid) -> EvResult<Vec<(pg_sys::Oid, pg_sys::O
     })?)
 }
 
+/// Locks the catalog rows of the views a rollup reads through (its source, that view's source,
+/// ...), oldest first, as refreshes take them: before the rollup's own row. `start` is a
+/// condition on the rollup's row `v` with parameter $1.
+fn lock_sources_where(start: &str, arg: pgrx::datum::DatumWithOid) -> EvResult<()> {
+    spi::run(
+        &format!(
+            "WITH RECURSIVE chain AS (
+                 SELECT v.source_view AS id, 1 AS depth FROM eventview._views v WHERE {start}
+                 UNION ALL
+                 SELECT v.source_view, c.depth + 1 FROM chain c JOIN eventview._views v ON v.view_id = c.id
+                 WHERE c.depth < 100)
+             SELECT 1 FROM eventview._views w WHERE w.view_id IN (SELECT id FROM chain)
+             ORDER BY w.view_id FOR UPDATE OF w"
+        ),
+        &[arg],
+    )
+}
+
+/// `lock_sources_where` for the view with id `view_id`.
+pub fn lock_sources_of(view_id: i32) -> EvResult<()> {
+    lock_sources_where("v.view_id = $1", view_id.into())
+}
+
+/// `lock_sources_where` for the view whose relation is `relid`.
+pub fn lock_sources_of_relid(relid: pg_sys::Oid) -> EvResult<()> {
+    lock_sources_where("v.relid = $1::regclass", relid.into())
+}
+
+/// The view whose relation is `relid` with its row locked, or None when another session holds
+/// the row (`run_maintenance` never waits for a view's row).
+pub fn try_lock_view_by_relid(relid: pg_sys::Oid) -> EvResult<Option<ViewRecord>> {
+    let id = spi::one::<i32>(
+        "SELECT view_id FROM eventview._views WHERE relid = $1::regclass FOR UPDATE SKIP LOCKED",
+        &[relid.into()],
+    )?;
+    id.map(load_view).transpose()
+}
+
+/// The ids of the views a rollup with id `view_id` reads through (its source, that view's
+/// source, ...); none for a view over an event table.
+pub fn view_ids_below(view_id: i32) -> EvResult<Vec<i32>> {
+    Ok(spi::one::<Vec<i32>>(
+        "WITH RECURSIVE chain AS (
+             SELECT v.source_view AS id, 1 AS depth FROM eventview._views v WHERE v.view_id = $1
+             UNION ALL
+             SELECT v.source_view, c.depth + 1 FROM chain c JOIN eventview._views v ON v.view_id = c.id
+             WHERE c.depth < 100)
+         SELECT coalesce(array_agg(id ORDER BY depth), '{}') FROM chain WHERE id IS NOT NULL",
+        &[view_id.into()],
+    )?
+    .unwrap_or_default())
+}
+
+/// The views whose storage the rollups of `owner` read: every view below one of them.
+pub fn views_read_by_rollups_of(owner: pg_sys::Oid) -> EvResult<Vec<i32>> {
+    Ok(spi::one::<Vec<i32>>(
+        "WITH RECURSIVE below AS (
+             SELECT v.source_view AS id, 1 AS depth FROM eventview._views v
+             WHERE v.owner::oid = $1 AND v.source_view IS NOT NULL
+             UNION ALL
+             SELECT v.source_view, b.depth + 1 FROM below b JOIN eventview._views v ON v.view_id = b.id
+             WHERE v.source_view IS NOT NULL AND b.depth < 100)
+         SELECT coalesce(array_agg(DISTINCT id), '{}') FROM below",
+        &[owner.into()],
+    )?
+    .unwrap_or_default())
+}
+
 /// The rollups reading view `view_id` directly, as (view_id, relid), oldest first.
 pub fn rollups_of(view_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>> {
     id_relid_pairs(

@@ -113,7 +113,11 @@ pub fn define_field(d: FieldDeclaration) -> EvResult<()> {
         );
         for name in &readers {
             let view = catalog::view_by_name(name, false)?;
-            catalog::set_rebuild_note(view.view_id, Some(&note))?;
+            // A rollup follows its source's rebuild (which writes the recomputed groups' changes);
+            // its own realtime reads compute the source's pending changes, with the new paths.
+            if view.source_view.is_none() {
+                catalog::set_rebuild_note(view.view_id, Some(&note))?;
+            }
             crate::view_objects::install_user_view(&view)?;
         }
     }

@@ -35,6 +35,28 @@ pub fn has_privileges_of(member: pg_sys::Oid, role: pg_sys::Oid) -> bool {
     crate::pg::roles::has_privileges_of(member, role)
 }
 
+/// A rollup reads its source view's storage as the rollup's owner: the caller may make one only
+/// when the source's owner has the caller's rights (the same role, typically), so that nothing
+/// the source's owner attaches to that storage (a row-level policy, a type with its own casts)
+/// runs with rights its owner does not have anyway.
+pub fn require_rollup_owner_within(
+    source_relid: pg_sys::Oid,
+    source_owner: pg_sys::Oid,
+) -> EvResult<()> {
+    if crate::pg::roles::is_member_of(source_owner, caller()) {
+        return Ok(());
+    }
+    Err(denied(
+        format!(
+            "permission denied to create a rollup of view {}: its owner {} does not have the rights of role {}",
+            crate::relation::regclass_text(source_relid)?,
+            role_name(source_owner)?,
+            role_name(caller())?
+        ),
+        "A rollup is made by the owner of its source view, or by a role the owner is a member of.",
+    ))
+}
+
 fn denied(message: String, hint: &str) -> EvError {
     EvError::new(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE, message)
         .with_hint(hint.to_string())

@@ -292,7 +292,17 @@ fn refresh_sources(relid: pg_sys::Oid, unless_locked: bool) -> EvResult<i64> {
         if !privileges::caller_acts_as(owner) {
             continue;
         }
-        let view = catalog::lock_view_by_relid(source_relid, &name)?;
+        // run_maintenance holds the rollup's row already (taken SKIP LOCKED): it never waits
+        // for a source's row, which a refresh of the rollup may hold while it waits for the
+        // rollup's.
+        let view = if unless_locked {
+            match catalog::try_lock_view_by_relid(source_relid)? {
+                Some(view) => view,
+                None => continue,
+            }
+        } else {
+            catalog::lock_view_by_relid(source_relid, &name)?
+        };
         if view.source_view.is_none() {
             if unless_locked && !crate::pg::locks::lock_for_reading_if_free(view.source.relid)? {
                 continue;

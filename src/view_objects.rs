@@ -31,6 +31,9 @@ pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
 /// relation reinstalled, in the form the index serves (`WHERE __k`). One catalog lookup when
 /// nothing is missing. Returns whether it reinstalled the user relation.
 pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
+    if sketches_into_storage(view, sql)? {
+        return Ok(true);
+    }
     let logs = sql.log_ddl();
     let read_index = sql.create_read_index();
     if logs.is_empty() && read_index.is_none() {
@@ -60,6 +63,48 @@ pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool
         return Ok(true);
     }
     Ok(false)
+}
+
+/// The sketch of each approx_percentile measure as a storage column: a view made (or restored
+/// from a dump made) when sketches were kept as a value multiset gets the column, filled from the
+/// multiset, then its user relation reinstalled (in the caller's transaction, which holds the
+/// view's row lock or creates a rollup of it), then the multiset dropped. One catalog lookup
+/// when nothing is missing. Returns whether it reinstalled the user relation.
+fn sketches_into_storage(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
+    let measures: Vec<i32> = sql.sketch_measures().iter().map(|&n| n as i32).collect();
+    if measures.is_empty() {
+        return Ok(false);
+    }
+    let missing: Vec<i32> = spi::one::<Vec<i32>>(
+        "SELECT coalesce(array_agg(n ORDER BY n), '{}') FROM unnest($1::int[]) n
+         WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                           WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($2)
+                             AND a.attname OPERATOR(pg_catalog.=) pg_catalog.format('m%s_sk', n)
+                             AND NOT a.attisdropped)",
+        &[
+            measures.into(),
+            eventview_core::names::view_data(view.view_id).into(),
+        ],
+    )?
+    .unwrap_or_default();
+    if missing.is_empty() {
+        return Ok(false);
+    }
+    for &n in &missing {
+        spi::run_all(&sql.sketch_column_from_multiset(n as usize))?;
+    }
+    replace_user_view(view, sql)?;
+    let drops: Vec<String> = missing
+        .iter()
+        .map(|&n| {
+            format!(
+                "DROP TABLE IF EXISTS {}",
+                eventview_core::names::view_values(view.view_id, n as usize)
+            )
+        })
+        .collect();
+    spi::run_all(&drops)?;
+    Ok(true)
 }
 
 /// Moves the view's min/max value logs into its multisets (see `eventview_core::sqlgen`). The caller

@@ -203,6 +203,11 @@ fn create_rollup(args: &CreateViewArgs, source_view_id: i32) -> EvResult<pg_sys:
     privileges::require_select(source_relid)?;
     privileges::require_select(source_ref.source_relid)?;
     privileges::require_no_row_security(roles::caller(), source_ref.source_relid)?;
+    privileges::require_rollup_owner_within(source_relid, source_ref.owner)?;
+    // As any view being created: a field declaration or a drop of the event table waits.
+    let event_table = catalog::source_by_relid(source_ref.source_relid)?
+        .ok_or_else(|| catalog::event_table_gone(source_relid))?;
+    catalog::lock_source(&event_table, catalog::SourceLock::AddsRows)?;
     // Lock order: the source's row, then the rollup's (as refreshes take them).
     if privileges::caller_acts_as(source_ref.owner) {
         refresh::refresh_with_sources(source_relid, args.source)?;
@@ -261,12 +266,20 @@ fn create_rollup(args: &CreateViewArgs, source_view_id: i32) -> EvResult<pg_sys:
             &source_sql.changes_table(),
             &source_owner,
         ));
-        catalog::set_feeds_rollups(source.view_id, true)?;
     }
+    // An update of the source's row, even when already set: a refresh of the source waiting for
+    // the row sees it, and one under REPEATABLE READ fails to serialize instead of going on
+    // without writing group changes.
+    catalog::set_feeds_rollups(source.view_id, true)?;
     // The rollup's owner reads its source's group changes and stored groups, and (realtime
-    // reads) the pending changes below it.
+    // reads) the group changes of every level below and the event changelog.
     let mut read = source_sql.storage_tables();
     read.push(source_sql.changes_table());
+    read.extend(
+        catalog::view_ids_below(source.view_id)?
+            .into_iter()
+            .map(names::view_changes),
+    );
     read.push(names::changelog(source.source.source_id));
     grants.extend(
         read.iter()
@@ -294,7 +307,9 @@ fn create_rollup(args: &CreateViewArgs, source_view_id: i32) -> EvResult<pg_sys:
         "REVOKE ALL ON {} FROM PUBLIC",
         names::view_data(view_id)
     )])?;
-    // The source's multisets hold every value once its logs are merged.
+    // The source's multisets hold every value once its logs are merged (and its sketches are
+    // storage columns, for a view made by an earlier release).
+    view_objects::create_missing_objects(&source, &source_sql)?;
     view_objects::merge_logs(&source)?;
     let view = catalog::view_by_relid(relid, true)?
         .ok_or_else(|| EvError::invalid("view vanished during creation"))?;
@@ -361,6 +376,8 @@ fn require_no_rollups(view_id: i32, relid: pg_sys::Oid) -> EvResult<()> {
 pub fn drop_view_by_relid(relid: pg_sys::Oid) -> EvResult<()> {
     // Its row locked (a refresh in progress finishes first), its definition not loaded: a view
     // whose event table is gone is dropped all the same.
+    // A rollup's sources first, as refreshes lock them.
+    catalog::lock_sources_of_relid(relid)?;
     let view_id =
         catalog::lock_view_id(relid)?.ok_or_else(|| EvError::invalid("not an incremental view"))?;
     require_no_rollups(view_id, relid)?;
@@ -398,6 +415,10 @@ pub fn drop_view_and_dependents(view_id: i32, relid: pg_sys::Oid) -> EvResult<()
 /// `eventview._follow_drop` after a DROP took the view's relation (drop_view's DROP VIEW too,
 /// which runs it again: a no-op unless event triggers did not fire). As the extension owner.
 pub fn forget_view(view_id: i32) -> EvResult<()> {
+    // A rollup's sources first, as refreshes lock them: the rollups of its source are then
+    // counted with no other one being made or dropped meanwhile.
+    catalog::lock_sources_of(view_id)?;
+    let below = catalog::view_ids_below(view_id)?;
     // A plain DROP VIEW of a view that rollups read is refused as drop_view refuses it (a DROP
     // that takes the rollups along forgets them first: eventview._follow_drop goes newest first).
     if let Some(relid) = catalog::view_relid_if_any(view_id)? {
@@ -415,6 +436,7 @@ pub fn forget_view(view_id: i32) -> EvResult<()> {
                 names::view_changes(source_view)
             )])?;
         }
+        revoke_rollup_reads(&view, &below)?;
     }
     // CASCADE: storage is internal; what a role built on it (a view of its own) goes too,
     // rather than keep the view from being dropped (by the event table's owner among others).
@@ -442,6 +464,28 @@ pub fn forget_view(view_id: i32) -> EvResult<()> {
         crate::event_tables::forget_source(view.source_id)?;
     }
     Ok(())
+}
+
+/// What a forgotten rollup's owner was granted on the views below it (`below`) goes, except
+/// where another rollup of theirs still reads (and on views they own).
+fn revoke_rollup_reads(view: &catalog::ForgottenView, below: &[i32]) -> EvResult<()> {
+    let Some(owner_name) = &view.owner_name else {
+        return Ok(());
+    };
+    let still_read = catalog::views_read_by_rollups_of(view.owner)?;
+    let mut revokes = Vec::new();
+    for &id in below.iter().filter(|id| !still_read.contains(id)) {
+        if catalog::view_owner(id)? == Some(view.owner) {
+            continue;
+        }
+        for table in catalog::storage_tables(id)? {
+            revokes.push(format!(
+                "REVOKE SELECT ON {table} FROM {}",
+                quote::ident(owner_name)
+            ));
+        }
+    }
+    crate::pg::guc::with_setting(c"eventview.following_ddl", c"on", || spi::run_all(&revokes))
 }
 
 /// No other object depends on the relation, a view or an event table (another view reads it, a

@@ -282,3 +282,26 @@ def test_run_maintenance_leaves_a_locked_table_to_a_later_prune_without_waiting(
         _wait_until_blocked(maint, "prune_one")
         holder.execute("ROLLBACK")
         assert pruning.result()[0] >= 1
+
+
+def test_run_maintenance_refreshes_a_rollup_without_waiting_for_its_source(db):
+    """A scheduled rollup's refresh refreshes its source first, but never waits for the source's
+    row: a refresh of the rollup in another session holds the source's row while it waits for the
+    rollup's, which run_maintenance holds. The rollup applies what its source has written, and
+    its next run refreshes the source too."""
+    with _connect(db, "holder") as holder, _connect(db, "maint") as maint:
+        holder.execute("SELECT eventview.create_event_table('ev')")
+        holder.execute("""SELECT eventview.create_view('hourly', 'ev', group_by => '{"k": "$.k"}', time_bucket => '1 hour')""")
+        holder.execute("""SELECT eventview.create_view('daily', 'hourly', group_by => '{"k": "k"}', time_bucket => '1 day')""")
+        holder.execute("SELECT eventview.schedule('daily', '1 millisecond')")
+        holder.execute("""INSERT INTO ev (event_type, occurred_at, payload) VALUES ('t', '2026-01-01 10:00+00', '{"k": "a"}')""")
+        maint.execute("SET lock_timeout = 0")
+        maint.execute("SET statement_timeout = '20s'")
+        holder.execute("BEGIN")
+        holder.execute("SELECT view_id FROM eventview._views WHERE relid = 'hourly'::regclass FOR UPDATE")
+        maint.execute("SELECT eventview.run_maintenance()")
+        holder.execute("ROLLBACK")
+        assert maint.execute("SELECT count(*) FROM daily").fetchone()[0] == 0
+        time.sleep(0.01)
+        maint.execute("SELECT eventview.run_maintenance()")
+        assert maint.execute("SELECT k, events FROM daily").fetchall() == [("a", 1)]

@@ -752,3 +752,31 @@ def test_a_view_owner_reads_the_changelog_while_a_view_of_theirs_reads_the_table
     assert reads_log("alice")
     for who in (admin, alice, bob):
         who.conn.close()
+
+
+def test_a_rollup_is_made_by_a_role_whose_rights_its_sources_owner_has(cluster, roles):
+    """A rollup reads its source view's storage as the rollup's owner: only a role whose rights
+    the source's owner has may make one (42501 otherwise). Its owner reads the source's storage
+    while the rollup exists, not after it is dropped."""
+    alice = As(cluster, roles, "alice")
+    bob = As(cluster, roles, "bob")
+    alice.q("SELECT eventview.create_event_table('ev')")
+    alice.q("""SELECT eventview.create_view('hourly', 'ev', group_by => '{"k": "$.k"}',
+               measures => '{"n": "count(*)", "top": "max($.x)"}', time_bucket => '1 hour')""")
+    alice.q(f"GRANT SELECT ON ev, hourly TO {role('bob')}")
+    alice.q("""INSERT INTO ev (event_type, occurred_at, payload) VALUES ('t', '2026-01-01 10:00+00', '{"k": "a", "x": 3}')""")
+    rollup = """SELECT eventview.create_view('daily', 'hourly', group_by => '{"k": "k"}',
+                measures => '{"n": "n", "top": "top"}', time_bucket => '1 day')"""
+    message = bob.denied(rollup)
+    assert "its owner pgev_alice does not have the rights of role pgev_bob" in message
+    alice.conn.execute("RESET ROLE")
+    alice.q(f"GRANT {role('bob')} TO {role('alice')}")
+    alice.q(f"SET ROLE {role('alice')}")
+    bob.q(rollup)
+    alice.q("SELECT eventview.refresh('hourly')")
+    assert bob.one("SELECT eventview.refresh('daily')") == 0
+    assert bob.q("SELECT k, n, top FROM daily") == [("a", 1, 3)]
+    storage = alice.one("SELECT format('eventview._v%s_data', eventview._view_id('hourly'))")
+    assert bob.one(f"SELECT count(*) FROM {storage}") == 1
+    bob.q("SELECT eventview.drop_view('daily')")
+    bob.denied(f"SELECT count(*) FROM {storage}")

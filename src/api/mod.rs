@@ -15,6 +15,7 @@ pub mod ingest;
 mod jsonpath;
 mod observer;
 mod refresh;
+mod sketch;
 pub mod views;
 
 /// Every API entry point: checks the catalog is at the library's version, then runs `f` with

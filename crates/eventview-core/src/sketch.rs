@@ -1,9 +1,12 @@
 //! The sketch behind `approx_percentile(ref, p)`: each number goes to a bucket of a
 //! logarithmic scale (DDSketch's mapping), and a group keeps, per bucket, how many of its values
-//! fall in it, in the view's value multiset (bucket numbers as its values). Counts add and
-//! subtract exactly, so the sketch is retractable and mergeable; its size per group is bounded
-//! by the buckets the magnitudes of its values span (about 1,150 per factor of 10^10), whatever
-//! the number of events.
+//! fall in it, as one `bigint[]` in its storage row: bucket numbers ascending, each followed by
+//! its count (`[k1, c1, k2, c2, ...]`, no zero count; NULL for none). Counts add and subtract
+//! exactly, so the sketch is retractable and mergeable (`merge`, `add`), and a refresh updates one
+//! array per group it changes; its size per group is bounded by the buckets the magnitudes of its
+//! values span (about 1,150 per factor of 10^10), whatever the number of events. The SQL
+//! functions `eventview._sketch_add`, `_sketch_merge`, `_sketch_negate` and `_sketch_quantile`
+//! (and the aggregate `_sketch_sum`) call these.
 //!
 //! Bucket `i` of the positive numbers holds `(GAMMA^(i-1), GAMMA^i]`, with `GAMMA = (1 + A) /
 //! (1 - A)`; a bucket's value is `2 GAMMA^i / (GAMMA + 1)`, within relative error `A` of every
@@ -36,16 +39,6 @@ pub fn bucket_sql(x: &str) -> String {
     )
 }
 
-/// The value (double precision) of bucket number SQL expression `k`.
-pub fn value_sql(k: &str) -> String {
-    let g = gamma();
-    format!(
-        "CASE WHEN ({k}) = 0 THEN 0::float8 \
-         ELSE sign({k})::float8 * 2 * power({g}::float8, (abs({k}) - {OFFSET})::float8) / {plus_one} END",
-        plus_one = g + 1.0
-    )
-}
-
 /// The bucket index of a positive magnitude, as `bucket_sql` computes it (for tests).
 pub fn bucket_of(x: f64) -> i64 {
     if x.abs() < 1e-300 {
@@ -55,7 +48,7 @@ pub fn bucket_of(x: f64) -> i64 {
     x.signum() as i64 * (OFFSET + i)
 }
 
-/// The value of bucket number `k`, as `value_sql` computes it (for tests).
+/// The value of bucket number `k`: within `ACCURACY` of every number in the bucket.
 pub fn value_of(k: i64) -> f64 {
     if k == 0 {
         return 0.0;
@@ -64,9 +57,121 @@ pub fn value_of(k: i64) -> f64 {
     k.signum() as f64 * 2.0 * g.powf((k.abs() - OFFSET) as f64) / (g + 1.0)
 }
 
+/// The (bucket, count) pairs of a sketch array; a trailing odd element is ignored.
+fn pairs(sketch: &[i64]) -> impl Iterator<Item = (i64, i64)> + '_ {
+    sketch.chunks_exact(2).map(|p| (p[0], p[1]))
+}
+
+/// `a` plus `b`, two sketches: counts of the same bucket added, buckets whose count ends at zero
+/// left out. Either may hold negative counts (a change that retracts values).
+pub fn merge(a: &[i64], b: &[i64]) -> Vec<i64> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut x, mut y) = (pairs(a).peekable(), pairs(b).peekable());
+    loop {
+        let (k, c) = match (x.peek(), y.peek()) {
+            (None, None) => break,
+            (Some(&(ka, ca)), Some(&(kb, cb))) if ka == kb => {
+                x.next();
+                y.next();
+                (ka, ca.saturating_add(cb))
+            }
+            (Some(&(ka, _)), Some(&(kb, _))) if kb < ka => y.next().expect("peeked"),
+            (Some(_), _) => x.next().expect("peeked"),
+            (None, Some(_)) => y.next().expect("peeked"),
+        };
+        if c != 0 {
+            out.push(k);
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `sketch` plus the values of buckets `buckets` with counts `counts` (in any order, repeated
+/// buckets added up; pairs with a NULL bucket are left out by the caller).
+pub fn add(sketch: &[i64], buckets: &[i64], counts: &[i64]) -> Vec<i64> {
+    let mut changes: Vec<(i64, i64)> = buckets
+        .iter()
+        .copied()
+        .zip(counts.iter().copied())
+        .collect();
+    changes.sort_unstable_by_key(|&(k, _)| k);
+    let mut summed: Vec<i64> = Vec::with_capacity(changes.len() * 2);
+    for (k, c) in changes {
+        let n = summed.len();
+        if n >= 2 && summed[n - 2] == k {
+            summed[n - 1] = summed[n - 1].saturating_add(c);
+        } else {
+            summed.push(k);
+            summed.push(c);
+        }
+    }
+    merge(sketch, &summed)
+}
+
+/// The sketch with every count negated (its retraction).
+pub fn negate(sketch: &[i64]) -> Vec<i64> {
+    pairs(sketch).flat_map(|(k, c)| [k, -c]).collect()
+}
+
+/// `percentile_disc(p)` of the values a sketch counts, as the value of its bucket: the first
+/// bucket whose running count reaches `ceil(p * total)` (at least 1), computed in double
+/// precision as PostgreSQL's percentile_disc does; None without values.
+pub fn quantile(sketch: &[i64], p: f64) -> Option<f64> {
+    let total: i64 = pairs(sketch).map(|(_, c)| c.max(0)).sum();
+    if total <= 0 {
+        return None;
+    }
+    let rank = (p * total as f64).ceil().max(1.0);
+    let mut running = 0i64;
+    for (k, c) in pairs(sketch) {
+        running += c.max(0);
+        if c > 0 && running as f64 >= rank {
+            return Some(value_of(k));
+        }
+    }
+    pairs(sketch)
+        .filter(|&(_, c)| c > 0)
+        .last()
+        .map(|(k, _)| value_of(k))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sketches_merge_bucket_by_bucket_and_drop_emptied_buckets() {
+        let a = [-40_010, 2, 0, 1, 40_100, 3];
+        let b = [0, -1, 40_050, 4, 40_100, 1];
+        assert_eq!(merge(&a, &b), vec![-40_010, 2, 40_050, 4, 40_100, 4]);
+        assert_eq!(merge(&a, &negate(&a)), Vec::<i64>::new());
+        assert_eq!(merge(&[], &b), b.to_vec());
+        assert_eq!(
+            add(&a, &[40_100, 7, 40_100, 0], &[-3, 1, 1, -1]),
+            vec![-40_010, 2, 7, 1, 40_100, 1]
+        );
+    }
+
+    #[test]
+    fn a_sketch_quantile_is_percentile_disc_of_the_bucket_values() {
+        // Values 1..=100, one each: percentile_disc(p) is the ceil(100 p)-th.
+        let values: Vec<f64> = (1..=100).map(f64::from).collect();
+        let buckets: Vec<i64> = values.iter().map(|&v| bucket_of(v)).collect();
+        let sketch = add(&[], &buckets, &vec![1; buckets.len()]);
+        for (p, expected) in [
+            (0.0, 1.0),
+            (0.5, 50.0),
+            (0.99, 99.0),
+            (1.0, 100.0),
+            (0.011, 2.0),
+        ] {
+            let got = quantile(&sketch, p).unwrap();
+            assert!((got - expected).abs() <= ACCURACY * expected, "{p}: {got}");
+        }
+        assert_eq!(quantile(&[], 0.5), None);
+        assert_eq!(quantile(&negate(&[]), 0.5), None);
+    }
 
     #[test]
     fn every_number_is_within_one_percent_of_its_buckets_value_and_buckets_keep_order() {

@@ -197,10 +197,11 @@ impl<'a> ViewSql<'a> {
     }
 
     /// The storage columns of measure `n`. A percentile has none: it is read from the
-    /// multiset as the view is read.
+    /// multiset as the view is read; an approximate one keeps its sketch (`m<n>_sk`).
     fn stored_columns(n: usize, m: &Measure) -> Vec<String> {
         match m.kind {
-            AggKind::CountStar | AggKind::Percentile | AggKind::ApproxPercentile => vec![],
+            AggKind::CountStar | AggKind::Percentile => vec![],
+            AggKind::ApproxPercentile => vec![format!("m{n}_sk")],
             AggKind::Count => vec![format!("m{n}_n")],
             AggKind::Sum | AggKind::Avg => vec![format!("m{n}_n"), format!("m{n}_sum")],
             AggKind::Min | AggKind::Max | AggKind::CountDistinct => vec![format!("m{n}_val")],
@@ -221,16 +222,16 @@ impl<'a> ViewSql<'a> {
 
     /// Measures kept as a per-group value multiset: min, max, count_distinct, percentile.
     fn multiset_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
-        self.numbered_measures().filter(|(_, m)| {
-            matches!(
-                m.kind,
-                AggKind::Min
-                    | AggKind::Max
-                    | AggKind::CountDistinct
-                    | AggKind::Percentile
-                    | AggKind::ApproxPercentile
-            )
-        })
+        self.numbered_measures()
+            .filter(|(_, m)| Self::is_multiset(m.kind))
+    }
+
+    /// Whether measures of `kind` keep a per-group value multiset (`multiset_measures`).
+    fn is_multiset(kind: AggKind) -> bool {
+        matches!(
+            kind,
+            AggKind::Min | AggKind::Max | AggKind::CountDistinct | AggKind::Percentile
+        )
     }
 
     /// Column definitions of the group key, shared by storage and multisets.
@@ -264,7 +265,9 @@ impl<'a> ViewSql<'a> {
                     cols.push(format!("m{n}_val {}", m.value_type().name()))
                 }
                 AggKind::CountDistinct => cols.push(format!("m{n}_val bigint NOT NULL")),
-                AggKind::Percentile | AggKind::ApproxPercentile => {}
+                AggKind::Percentile => {}
+                // The sketch (`sketch`): bucket numbers and counts; NULL without values.
+                AggKind::ApproxPercentile => cols.push(format!("m{n}_sk bigint[]")),
             }
         }
         cols.push("__dirty boolean NOT NULL DEFAULT false".into());
@@ -351,6 +354,34 @@ impl<'a> ViewSql<'a> {
     /// whole). The upgrade script creates the logs of existing views with the same DDL.
     fn create_log(values: &str, log: &str) -> String {
         format!("CREATE TABLE {log} (LIKE {values} INCLUDING DEFAULTS)")
+    }
+
+    /// The numbers of the approx_percentile measures, whose sketch is a storage column
+    /// (`m<n>_sk`).
+    pub fn sketch_measures(&self) -> Vec<usize> {
+        self.numbered_measures()
+            .filter(|(_, m)| m.kind == AggKind::ApproxPercentile)
+            .map(|(n, _)| n)
+            .collect()
+    }
+
+    /// The sketch column of approx_percentile measure `n` added to a storage made when sketches
+    /// were kept as a value multiset (`_v<id>_m<n>`, bucket numbers as values), and filled from
+    /// it. The caller then replaces the user relation, which reads the column, and drops the
+    /// multiset.
+    pub fn sketch_column_from_multiset(&self, n: usize) -> Vec<String> {
+        let data = self.data();
+        vec![
+            format!("ALTER TABLE {data} ADD COLUMN m{n}_sk bigint[]"),
+            format!(
+                "UPDATE {data} AS t SET m{n}_sk = (
+    SELECT array_agg(p.e ORDER BY ms.v, p.i)
+    FROM {} ms CROSS JOIN LATERAL (VALUES (1, ms.v), (2, ms.n)) AS p(i, e)
+    WHERE {} AND ms.n <> 0)",
+                names::view_values(self.view_id, n),
+                self.keys_equal("ms", "t")
+            ),
+        ]
     }
 
     /// The value logs, qualified.
@@ -624,9 +655,11 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
             AggKind::Sum | AggKind::Avg => vec![counter("n"), counter("sum")],
             AggKind::Min | AggKind::Max => vec![self.merged_extreme(n, m.kind)],
             AggKind::CountDistinct => vec![self.merged_distinct_count(n)],
-            AggKind::Percentile | AggKind::ApproxPercentile => {
-                vec![self.merged_percentile(n, m)]
-            }
+            AggKind::Percentile => vec![self.merged_percentile(n, m)],
+            AggKind::ApproxPercentile => vec![format!(
+                "eventview._sketch_quantile(eventview._sketch_merge(s.m{n}_sk, d0.m{n}_sk), {}::float8) AS m{n}_val",
+                m.fraction.unwrap_or(0.5)
+            )],
         }
     }
 
@@ -640,25 +673,24 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     ///                   FROM (<values>) w) o
     ///  WHERE o.cum::float8 >= greatest(ceil(<p>::float8 * o.total::float8), 1) ORDER BY o.v LIMIT 1)
     /// ```
-    /// For `approx_percentile`, the values are sketch buckets: the answer is the value of the
-    /// bucket found (`sketch::value_sql`).
     fn percentile_over(values: &str, m: &Measure) -> String {
         let p = m.fraction.unwrap_or(0.5);
-        let pick = if m.kind == AggKind::ApproxPercentile {
-            sketch::value_sql("o.v")
-        } else {
-            "o.v".to_string()
-        };
         format!(
-            "(SELECT {pick} FROM (SELECT w.v, sum(w.n) OVER (ORDER BY w.v) AS cum, sum(w.n) OVER () AS total
+            "(SELECT o.v FROM (SELECT w.v, sum(w.n) OVER (ORDER BY w.v) AS cum, sum(w.n) OVER () AS total
                   FROM ({values}) w) o
              WHERE o.cum::float8 >= greatest(ceil({p}::float8 * o.total::float8), 1) ORDER BY o.v LIMIT 1)"
         )
     }
 
     /// Percentile measure `n` of the stored group whose key columns are those of `group` (the
-    /// storage table or an alias of it), from its multiset.
+    /// storage table or an alias of it): from its multiset, or from its sketch.
     fn stored_percentile(&self, n: usize, m: &Measure, group: &str) -> String {
+        if m.kind == AggKind::ApproxPercentile {
+            return format!(
+                "eventview._sketch_quantile({group}.m{n}_sk, {}::float8)",
+                m.fraction.unwrap_or(0.5)
+            );
+        }
         Self::percentile_over(
             &format!(
                 "SELECT ms.v, ms.n FROM {} ms WHERE {} AND ms.n > 0",
@@ -1425,8 +1457,12 @@ delta_rows AS (
                     let agg = if m.kind == AggKind::Min { "min" } else { "max" };
                     d_cols.push(format!("{agg}(m{n}) FILTER (WHERE sign > 0) AS m{n}_val"));
                 }
+                // The group's changes of the sketch, as a sketch (`sketch`).
+                AggKind::ApproxPercentile => d_cols.push(format!(
+                    "eventview._sketch_add(NULL, array_agg(m{n}) FILTER (WHERE m{n} IS NOT NULL), array_agg(sign::bigint) FILTER (WHERE m{n} IS NOT NULL)) AS m{n}_sk"
+                )),
                 // Their values go to the multiset (`a<n>`) alone.
-                AggKind::CountDistinct | AggKind::Percentile | AggKind::ApproxPercentile => {}
+                AggKind::CountDistinct | AggKind::Percentile => {}
             }
         }
         d_cols.push("bool_or(sign < 0) AS __dirty".into());
@@ -1597,7 +1633,10 @@ delta_rows AS (
                 // The change `d` takes from the multiset upsert: +1 per value whose count rose
                 // from zero, -1 per value whose count fell to zero.
                 AggKind::CountDistinct => sets.push(add(format!("m{n}_val"))),
-                AggKind::Percentile | AggKind::ApproxPercentile => {}
+                AggKind::Percentile => {}
+                AggKind::ApproxPercentile => sets.push(format!(
+                    "m{n}_sk = eventview._sketch_merge(t.m{n}_sk, EXCLUDED.m{n}_sk)"
+                )),
             }
         }
         sets
@@ -1955,7 +1994,7 @@ mod tests {
     }
 
     #[test]
-    fn an_approximate_percentile_keeps_sketch_buckets_and_reads_a_buckets_value() {
+    fn an_approximate_percentile_keeps_a_sketch_per_group_and_reads_a_buckets_value() {
         let d = def(
             r#"{}"#,
             r#"{"p99": "approx_percentile($.ms, 0.99)"}"#,
@@ -1963,13 +2002,23 @@ mod tests {
             false,
         );
         let ddl = sql(&d).create_storage().join(";\n");
-        assert!(ddl.contains("v bigint NOT NULL"), "{ddl}");
+        assert!(ddl.contains("m1_sk bigint[]"), "{ddl}");
+        assert!(!ddl.contains("_m1 ("), "no multiset: {ddl}");
         let apply = sql(&d).apply(Mode::Delta);
         assert!(apply.contains("ln(least(abs("), "{apply}");
+        assert!(
+            apply.contains("m1_sk = eventview._sketch_merge(t.m1_sk, EXCLUDED.m1_sk)"),
+            "{apply}"
+        );
         let stored = sql(&d).create_user_view("\"v\"", Reads::Stored);
         assert!(
-            stored.contains("(SELECT CASE WHEN (o.v) = 0 THEN 0::float8"),
+            stored.contains("_data.m1_sk, 0.99::float8) AS \"p99\""),
             "{stored}"
+        );
+        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime { bucket_width: None });
+        assert!(
+            realtime.contains("eventview._sketch_merge(s.m1_sk, d0.m1_sk)"),
+            "{realtime}"
         );
     }
 

@@ -27,7 +27,7 @@
 //!   a<n>, dd<n>, d, up, gc, st   as in a view's apply (`sqlgen`).
 
 use super::*;
-use crate::definition::{RollupOf, SqlType};
+use crate::definition::{Envelope, RollupOf, SqlType};
 
 impl<'a> ViewSql<'a> {
     /// The bucket width as SQL: a literal of `bucket_width` (statements without parameters).
@@ -55,6 +55,7 @@ impl<'a> ViewSql<'a> {
                 AggKind::Min | AggKind::Max => {
                     cols.push((format!("m{n}_val"), value_type.into()));
                 }
+                AggKind::ApproxPercentile => cols.push((format!("m{n}_sk"), "bigint[]".into())),
                 _ => {}
             }
             if Self::is_multiset(m.kind) {
@@ -64,17 +65,6 @@ impl<'a> ViewSql<'a> {
         }
         cols.push(("__dirty".to_string(), "boolean".to_string()));
         cols
-    }
-
-    fn is_multiset(kind: AggKind) -> bool {
-        matches!(
-            kind,
-            AggKind::Min
-                | AggKind::Max
-                | AggKind::CountDistinct
-                | AggKind::Percentile
-                | AggKind::ApproxPercentile
-        )
     }
 
     /// The group changelog's columns as a list: keys, then `change_columns`.
@@ -174,6 +164,7 @@ impl<'a> ViewSql<'a> {
                 _ if c.ends_with("_vs") => format!("x{n}.vs"),
                 _ if c.ends_with("_ns") => format!("x{n}.ns"),
                 _ if c.ends_with("_val") => format!("NULL::{t}"),
+                _ if c.ends_with("_sk") => format!("eventview._sketch_negate(s.{c})"),
                 _ => format!("-s.{c}"),
             });
         }
@@ -256,6 +247,7 @@ WHERE c.xid < (SELECT min(LEAST(pg_catalog.pg_snapshot_xmin(r.applied_snapshot),
                     cols.push(format!("c.m{s}_sum AS m{n}_sum"));
                 }
                 AggKind::Min | AggKind::Max => cols.push(format!("c.m{s}_val AS m{n}_val")),
+                AggKind::ApproxPercentile => cols.push(format!("c.m{s}_sk AS m{n}_sk")),
                 _ => {}
             }
             if Self::is_multiset(m.kind) {
@@ -278,9 +270,11 @@ WHERE c.xid < (SELECT min(LEAST(pg_catalog.pg_snapshot_xmin(r.applied_snapshot),
     }
 
     /// The rollup's filter over a source row `c`, one condition per source group column: its
-    /// value as the source shows it among the accepted values (a text key compared with a JSON
-    /// string's text, or with the JSON text of another value; a key of another type compared
-    /// as jsonb), a JSON null accepting the NULL key.
+    /// value as the source shows it among the accepted values, a JSON null accepting the NULL
+    /// key. A text key is compared with each value's text as `#>>` gives it (a string's
+    /// contents, a number as jsonb writes it: `1e3` is `1000`), a timestamp as jsonb in UTC
+    /// (as filters compare `occurred_at`), any other key as jsonb (`1` equals `1.0`): never in
+    /// the session's TimeZone or DateStyle.
     fn rollup_filter(&self) -> Vec<String> {
         let source = self.source();
         let mut conds = Vec::new();
@@ -293,19 +287,19 @@ WHERE c.xid < (SELECT min(LEAST(pg_catalog.pg_snapshot_xmin(r.applied_snapshot),
             let others: Vec<String> = values
                 .iter()
                 .filter(|v| !v.is_null())
-                .map(|v| match (key_type, v) {
-                    (SqlType::Text, serde_json::Value::String(text)) => {
-                        quote::literal(text.as_str())
+                .map(|v| {
+                    let json = quote::typed_literal(&v.to_string(), "jsonb");
+                    match key_type {
+                        SqlType::Text => format!("({json} #>> '{{}}')"),
+                        _ => json,
                     }
-                    (SqlType::Text, other) => quote::literal(&other.to_string()),
-                    (_, other) => quote::typed_literal(&other.to_string(), "jsonb"),
                 })
                 .collect();
             if !others.is_empty() {
-                let key = if key_type == SqlType::Text {
-                    format!("c.g{s}")
-                } else {
-                    format!("pg_catalog.to_jsonb(c.g{s})")
+                let key = match key_type {
+                    SqlType::Text => format!("c.g{s}"),
+                    SqlType::Timestamptz => Envelope::OccurredAt.jsonb_sql(&format!("c.g{s}")),
+                    _ => format!("pg_catalog.to_jsonb(c.g{s})"),
                 };
                 accepted.push(format!(
                     "(NOT c.g{s}_null AND {key} IN ({}))",
@@ -331,6 +325,9 @@ WHERE c.xid < (SELECT min(LEAST(pg_catalog.pg_snapshot_xmin(r.applied_snapshot),
                 }
                 AggKind::Min => cols.push(format!("min(m{n}_val) AS m{n}_val")),
                 AggKind::Max => cols.push(format!("max(m{n}_val) AS m{n}_val")),
+                AggKind::ApproxPercentile => {
+                    cols.push(format!("eventview._sketch_sum(m{n}_sk) AS m{n}_sk"))
+                }
                 _ => {}
             }
         }
@@ -624,7 +621,9 @@ mod tests {
             "{delta}"
         );
         assert!(
-            delta.contains("(c.g2_null OR (NOT c.g2_null AND c.g2 IN ('DE')))"),
+            delta.contains(
+                r#"(c.g2_null OR (NOT c.g2_null AND c.g2 IN (('"DE"'::jsonb #>> '{}'))))"#
+            ),
             "{delta}"
         );
         assert!(delta.contains("unnest(r.m4_vs, r.m4_ns)"), "{delta}");
