@@ -93,7 +93,7 @@ impl<'a> ViewSql<'a> {
                 .into_iter()
                 .map(|(c, t)| format!("{c} {t}")),
         );
-        vec![
+        let mut out = vec![
             format!(
                 "CREATE TABLE {} (\n    {}\n)",
                 self.changes_table(),
@@ -104,7 +104,15 @@ impl<'a> ViewSql<'a> {
                 self.view_id,
                 self.changes_table()
             ),
-        ]
+        ];
+        // Written once and read once: not worth compressing.
+        out.extend(
+            self.change_columns()
+                .into_iter()
+                .filter(|(_, t)| t.ends_with("[]"))
+                .map(|(c, _)| Self::uncompressed(&self.changes_table(), &c)),
+        );
+        out
     }
 
     /// `gc`: the apply's group changes (`d0`, and the value changes `vc<n>`) written to the
