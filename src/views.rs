@@ -167,6 +167,12 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         owner,
         source_view: None,
     })?;
+    populate(view_id, relid, args.realtime)
+}
+
+/// Fills a view just catalogued from scratch (its first apply, a full one) and installs the
+/// relation it is read through; returns that relation.
+fn populate(view_id: i32, relid: pg_sys::Oid, realtime: bool) -> EvResult<pg_sys::Oid> {
     // Storage is private to the owner; readers are granted on the user relation.
     spi::run_all(&[format!(
         "REVOKE ALL ON {} FROM PUBLIC",
@@ -175,7 +181,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     let view = catalog::view_by_relid(relid, true)?
         .ok_or_else(|| EvError::invalid("view vanished during creation"))?;
     refresh::apply(&view, Mode::Full, None, None)?;
-    if args.realtime {
+    if realtime {
         view_objects::install_user_view(&view)?;
     }
     Ok(relid)
@@ -303,21 +309,11 @@ fn create_rollup(args: &CreateViewArgs, source_view_id: i32) -> EvResult<pg_sys:
         owner,
         source_view: Some(source.view_id),
     })?;
-    spi::run_all(&[format!(
-        "REVOKE ALL ON {} FROM PUBLIC",
-        names::view_data(view_id)
-    )])?;
     // The source's multisets hold every value once its logs are merged (and its sketches are
     // storage columns, for a view made by an earlier release).
     view_objects::create_missing_objects(&source, &source_sql)?;
     view_objects::merge_logs(&source)?;
-    let view = catalog::view_by_relid(relid, true)?
-        .ok_or_else(|| EvError::invalid("view vanished during creation"))?;
-    refresh::apply(&view, Mode::Full, None, None)?;
-    if args.realtime {
-        view_objects::install_user_view(&view)?;
-    }
-    Ok(relid)
+    populate(view_id, relid, args.realtime)
 }
 
 /// A rollup's time_bucket is a whole multiple of its source's (each of its buckets is made of

@@ -7,9 +7,10 @@
 //!   column `g<i>` with `g<i>_null`: NULL keys are stored as a placeholder plus a flag, so keys
 //!   are NOT NULL, the unique index is plain and ON CONFLICT and joins on keys are hashable;
 //!   `__count` (events counted), then per measure `m<i>_n` (non-NULL inputs), `m<i>_sum`,
-//!   `m<i>_val` (min/max, or the distinct count); `__dirty` marks groups that took a
-//!   retraction in this refresh.
-//! Value multisets (`eventview._v<id>_m<i>`, one per min, max or count_distinct measure):
+//!   `m<i>_val` (min/max, or the distinct count), `m<i>_sk` (approx_percentile's sketch,
+//!   `sketch`); `__dirty` marks groups that took a retraction in this refresh.
+//! Value multisets (`eventview._v<id>_m<i>`, one per min, max, count_distinct or percentile
+//! measure):
 //!   (keys, v, n), how many counted events of the group have value v. A retracted extreme is
 //!   replaced by an index lookup in the group's multiset, never by a scan of the event table; a
 //!   distinct count changes by the values whose n crosses zero (`prev_n`: n before the upsert).
