@@ -302,7 +302,7 @@ $$;
 -- (eventview_core::sketch); a view made by 0.20.0 moves its sketch multiset into that column at
 -- its first refresh (view_objects::sketches_into_storage).
 CREATE FUNCTION eventview."_sketch_add"(
-	"sketch" bigint[],
+	"sketch_array" bigint[],
 	"buckets" bigint[],
 	"counts" bigint[]
 ) RETURNS bigint[]
@@ -317,16 +317,16 @@ IMMUTABLE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'sketch_merge_wrapper';
 CREATE FUNCTION eventview."_sketch_negate"(
-	"sketch" bigint[]
+	"sketch_array" bigint[]
 ) RETURNS bigint[]
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'sketch_negate_wrapper';
 CREATE FUNCTION eventview."_sketch_quantile"(
-	"sketch" bigint[],
+	"sketch_array" bigint[],
 	"p" double precision
 ) RETURNS double precision
-IMMUTABLE PARALLEL SAFE
+IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'sketch_quantile_wrapper';
 CREATE AGGREGATE eventview._sketch_sum(bigint[]) (

@@ -117,9 +117,14 @@ fn apply_with(
     if result.dirty > 0 {
         roles::as_role(view.owner, || spi::run_all(&sql.fixup()))?;
     }
-    if let (Some(source), true) = (&sql.rollup_source, result.consumed > 0) {
-        // The group changes every rollup of the source has applied go (as the extension owner).
-        spi::run_all(&[source.prune_changes()])?;
+    if let (Some(source), Some(source_view), true) =
+        (&sql.rollup_source, &view.source_view, result.consumed > 0)
+    {
+        // The group changes every rollup of the source has applied go, as the source's owner,
+        // whose table the group changelog is.
+        roles::as_role(source_view.owner, || {
+            spi::run_all(&[source.prune_changes()])
+        })?;
     }
     Ok(Applied {
         consumed: result.consumed,

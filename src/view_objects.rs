@@ -27,13 +27,17 @@ pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
 
 /// Creates the objects beside the view's storage that do not exist, as the extension owner,
 /// for the view's owner: value logs and the read index (storage restored from a dump of, or
-/// made by, a version without them). A view that gets its read index here also gets its user
-/// relation reinstalled, in the form the index serves (`WHERE __k`). One catalog lookup when
-/// nothing is missing. Returns whether it reinstalled the user relation.
+/// made by, a version without them), and sketch columns (`sketches_into_storage`). A view that
+/// gets its read index or a sketch column here also gets its user relation reinstalled, in the
+/// form that reads them. One catalog lookup when nothing is missing (two with sketches).
+/// Returns whether it reinstalled the user relation.
 pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
-    if sketches_into_storage(view, sql)? {
-        return Ok(true);
-    }
+    let migrated = sketches_into_storage(view, sql)?;
+    Ok(logs_and_read_index(view, sql)? || migrated)
+}
+
+/// The value logs and the read index of `create_missing_objects`.
+fn logs_and_read_index(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
     let logs = sql.log_ddl();
     let read_index = sql.create_read_index();
     if logs.is_empty() && read_index.is_none() {
@@ -67,44 +71,55 @@ pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool
 
 /// The sketch of each approx_percentile measure as a storage column: a view made (or restored
 /// from a dump made) when sketches were kept as a value multiset gets the column, filled from the
-/// multiset, then its user relation reinstalled (in the caller's transaction, which holds the
-/// view's row lock or creates a rollup of it), then the multiset dropped. One catalog lookup
-/// when nothing is missing. Returns whether it reinstalled the user relation.
+/// multiset, then its user relation reinstalled, then the multiset dropped. Under the view's row
+/// lock (a refresh, a field declaration and a rollup's creation may all come here first), as the
+/// view's owner (whose tables they are: nothing the owner attached to them runs with more
+/// rights). One catalog lookup when nothing is missing. Returns whether it reinstalled the user
+/// relation.
 fn sketches_into_storage(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
     let measures: Vec<i32> = sql.sketch_measures().iter().map(|&n| n as i32).collect();
-    if measures.is_empty() {
+    if measures.is_empty() || missing_sketch_columns(view, &measures)?.is_empty() {
         return Ok(false);
     }
-    let missing: Vec<i32> = spi::one::<Vec<i32>>(
+    catalog::lock_view_id(view.relid)?;
+    let missing = missing_sketch_columns(view, &measures)?;
+    if missing.is_empty() {
+        return Ok(false);
+    }
+    roles::as_role(view.owner, || {
+        for &n in &missing {
+            spi::run_all(&sql.sketch_column_from_multiset(n as usize))?;
+        }
+        Ok(())
+    })?;
+    replace_user_view(view, sql)?;
+    let drops: Vec<String> = missing
+        .iter()
+        .map(|&n| {
+            format!(
+                "DROP TABLE IF EXISTS {} CASCADE",
+                eventview_core::names::view_values(view.view_id, n as usize)
+            )
+        })
+        .collect();
+    roles::as_role(view.owner, || spi::run_all(&drops))?;
+    Ok(true)
+}
+
+/// The approx_percentile measures among `measures` whose sketch column the storage lacks.
+fn missing_sketch_columns(view: &ViewRecord, measures: &[i32]) -> EvResult<Vec<i32>> {
+    Ok(spi::one::<Vec<i32>>(
         "SELECT coalesce(array_agg(n ORDER BY n), '{}') FROM unnest($1::int[]) n
          WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
                            WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($2)
                              AND a.attname OPERATOR(pg_catalog.=) pg_catalog.format('m%s_sk', n)
                              AND NOT a.attisdropped)",
         &[
-            measures.into(),
+            measures.to_vec().into(),
             eventview_core::names::view_data(view.view_id).into(),
         ],
     )?
-    .unwrap_or_default();
-    if missing.is_empty() {
-        return Ok(false);
-    }
-    for &n in &missing {
-        spi::run_all(&sql.sketch_column_from_multiset(n as usize))?;
-    }
-    replace_user_view(view, sql)?;
-    let drops: Vec<String> = missing
-        .iter()
-        .map(|&n| {
-            format!(
-                "DROP TABLE IF EXISTS {}",
-                eventview_core::names::view_values(view.view_id, n as usize)
-            )
-        })
-        .collect();
-    spi::run_all(&drops)?;
-    Ok(true)
+    .unwrap_or_default())
 }
 
 /// Moves the view's min/max value logs into its multisets (see `eventview_core::sqlgen`). The caller

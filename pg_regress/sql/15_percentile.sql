@@ -83,3 +83,9 @@ SELECT * FROM approx_errors();
 SELECT route, n, round(p100::numeric, 1) AS p100 FROM lat_approx WHERE route = '/d';
 DROP FUNCTION approx_errors();
 SELECT eventview.drop_event_table('lat', cascade => true);
+-- The sketch functions the views call take NULL as the empty sketch (or, for a fraction, give
+-- NULL), and leave out a (bucket, count) pair with a NULL half without shifting the others.
+SELECT eventview._sketch_quantile(NULL, 0.5) AS of_null,
+       eventview._sketch_quantile('{40100, 1}', NULL) AS null_fraction,
+       eventview._sketch_merge('{5, NULL, 7, 2}', NULL) AS pair_left_out,
+       eventview._sketch_merge('{1, 2}', '{1, -2}') AS emptied;

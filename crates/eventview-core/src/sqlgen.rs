@@ -1649,8 +1649,9 @@ delta_rows AS (
                 // from zero, -1 per value whose count fell to zero.
                 AggKind::CountDistinct => sets.push(add(format!("m{n}_val"))),
                 AggKind::Percentile => {}
+                // An unchanged sketch keeps its stored value (out of line, not written again).
                 AggKind::ApproxPercentile => sets.push(format!(
-                    "m{n}_sk = eventview._sketch_merge(t.m{n}_sk, EXCLUDED.m{n}_sk)"
+                    "m{n}_sk = CASE WHEN EXCLUDED.m{n}_sk IS NULL THEN t.m{n}_sk ELSE eventview._sketch_merge(t.m{n}_sk, EXCLUDED.m{n}_sk) END"
                 )),
             }
         }
@@ -2022,7 +2023,7 @@ mod tests {
         let apply = sql(&d).apply(Mode::Delta);
         assert!(apply.contains("ln(least(abs("), "{apply}");
         assert!(
-            apply.contains("m1_sk = eventview._sketch_merge(t.m1_sk, EXCLUDED.m1_sk)"),
+            apply.contains("ELSE eventview._sketch_merge(t.m1_sk, EXCLUDED.m1_sk) END"),
             "{apply}"
         );
         let stored = sql(&d).create_user_view("\"v\"", Reads::Stored);
