@@ -652,21 +652,20 @@ pub fn event_views_of_source(source_id: i32) -> EvResult<Vec<(i32, pg_sys::Oid)>
 }
 
 /// The views a view (relation `relid`) reads through when it is a rollup, as (relid, owner):
-/// its source, that view's source, ..., the view over the event table first.
+/// the view over the event table first, then each rollup above it (a source always has a lower
+/// id than its rollups).
 pub fn sources_below(relid: pg_sys::Oid) -> EvResult<Vec<(pg_sys::Oid, pg_sys::Oid)>> {
+    let Some(view_id) = view_id_of_relid(relid)? else {
+        return Ok(Vec::new());
+    };
+    let ids = view_ids_below(view_id)?;
     Ok(Spi::connect(|client| {
         let mut out = Vec::new();
         for row in crate::pg::plan_cache::select(
             client,
-            "WITH RECURSIVE chain AS (
-                 SELECT v.source_view AS id, 1 AS depth FROM eventview._views v WHERE v.relid = $1::regclass
-                 UNION ALL
-                 SELECT v.source_view, c.depth + 1 FROM chain c JOIN eventview._views v ON v.view_id = c.id
-                 WHERE c.depth < 100)
-             SELECT v.relid::oid, v.owner::oid FROM chain c JOIN eventview._views v ON v.view_id = c.id
-             ORDER BY c.depth DESC",
+            "SELECT relid::oid, owner::oid FROM eventview._views WHERE view_id = ANY ($1) ORDER BY view_id",
             None,
-            &[relid.into()],
+            &[ids.into()],
         )? {
             if let (Some(r), Some(o)) = (row.get::<pg_sys::Oid>(1)?, row.get::<pg_sys::Oid>(2)?) {
                 out.push((r, o));
@@ -676,32 +675,33 @@ pub fn sources_below(relid: pg_sys::Oid) -> EvResult<Vec<(pg_sys::Oid, pg_sys::O
     })?)
 }
 
-/// Locks the catalog rows of the views a rollup reads through (its source, that view's source,
-/// ...), oldest first, as refreshes take them: before the rollup's own row. `start` is a
-/// condition on the rollup's row `v` with parameter $1.
-fn lock_sources_where(start: &str, arg: pgrx::datum::DatumWithOid) -> EvResult<()> {
-    spi::run(
-        &format!(
-            "WITH RECURSIVE chain AS (
-                 SELECT v.source_view AS id, 1 AS depth FROM eventview._views v WHERE {start}
-                 UNION ALL
-                 SELECT v.source_view, c.depth + 1 FROM chain c JOIN eventview._views v ON v.view_id = c.id
-                 WHERE c.depth < 100)
-             SELECT 1 FROM eventview._views w WHERE w.view_id IN (SELECT id FROM chain)
-             ORDER BY w.view_id FOR UPDATE OF w"
-        ),
-        &[arg],
+/// The id of the view whose relation is `relid`, unlocked.
+fn view_id_of_relid(relid: pg_sys::Oid) -> EvResult<Option<i32>> {
+    spi::one::<i32>(
+        "SELECT view_id FROM eventview._views WHERE relid = $1::regclass",
+        &[relid.into()],
     )
 }
 
-/// `lock_sources_where` for the view with id `view_id`.
+/// Locks the catalog rows of the views a rollup with id `view_id` reads through, oldest first,
+/// as refreshes take them: before the rollup's own row.
 pub fn lock_sources_of(view_id: i32) -> EvResult<()> {
-    lock_sources_where("v.view_id = $1", view_id.into())
+    let ids = view_ids_below(view_id)?;
+    if ids.is_empty() {
+        return Ok(());
+    }
+    spi::run(
+        "SELECT 1 FROM eventview._views WHERE view_id = ANY ($1) ORDER BY view_id FOR UPDATE",
+        &[ids.into()],
+    )
 }
 
-/// `lock_sources_where` for the view whose relation is `relid`.
+/// `lock_sources_of` for the view whose relation is `relid`.
 pub fn lock_sources_of_relid(relid: pg_sys::Oid) -> EvResult<()> {
-    lock_sources_where("v.relid = $1::regclass", relid.into())
+    match view_id_of_relid(relid)? {
+        Some(view_id) => lock_sources_of(view_id),
+        None => Ok(()),
+    }
 }
 
 /// The view whose relation is `relid` with its row locked, or None when another session holds
@@ -1152,10 +1152,7 @@ pub fn view_id_named(name: &str) -> EvResult<Option<i32>> {
     let Ok(relid) = relation::resolve(name) else {
         return Ok(None);
     };
-    spi::one::<i32>(
-        "SELECT view_id FROM eventview._views WHERE relid = $1::regclass",
-        &[relid.into()],
-    )
+    view_id_of_relid(relid)
 }
 
 /// The name view `view_id`'s quarantine entries carry (`_views.known_name`).
