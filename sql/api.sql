@@ -6,14 +6,17 @@ CREATE FUNCTION eventview.create_event_table(
     name               text,
     retention          interval DEFAULT NULL,
     delta_retention    interval DEFAULT '7 days',
-    partition_interval interval DEFAULT NULL
+    partition_interval interval DEFAULT NULL,
+    distribute_by      text DEFAULT NULL
 ) RETURNS regclass
 LANGUAGE sql VOLATILE
-AS $$ SELECT (CASE WHEN partition_interval IS NULL
+AS $$ SELECT (CASE WHEN distribute_by IS NOT NULL
+                   THEN eventview._create_distributed_event_table(name, retention, delta_retention, partition_interval, distribute_by)
+                   WHEN partition_interval IS NULL
                    THEN eventview._create_event_table(name, retention, delta_retention)
                    ELSE eventview._create_partitioned_event_table(name, retention, delta_retention, partition_interval)
               END)::regclass $$;
-COMMENT ON FUNCTION eventview.create_event_table(text, interval, interval, interval) IS
+COMMENT ON FUNCTION eventview.create_event_table(text, interval, interval, interval, text) IS
 'Creates an event table with the pg_eventview envelope (partitioned by occurred_at with a partition_interval) and starts capturing its changes';
 
 CREATE FUNCTION eventview.register_event_table(

@@ -2,6 +2,7 @@
 //! is gone, and pruning its raw events past retention.
 
 use crate::catalog;
+use crate::citus;
 use crate::errors::{EvError, EvResult};
 use crate::gucs;
 use crate::partitions;
@@ -53,6 +54,23 @@ pub fn create_event_table(
     Ok(relid)
 }
 
+/// `create_event_table` with a `distribute_by` (API.md section 10): the arguments are checked as
+/// for any event table, then the distribution is refused (see `citus::distribution_refused`).
+pub fn create_distributed_event_table(
+    name: &str,
+    retention: Option<Interval>,
+    delta_retention: Option<Interval>,
+    partition_interval: Option<Interval>,
+    distribute_by: &str,
+) -> EvResult<pg_sys::Oid> {
+    require_retentions(&retention, &delta_retention)?;
+    if let Some(interval) = &partition_interval {
+        partitions::length_of(interval)?;
+    }
+    relation::qualified_for_create(name)?;
+    Err(citus::distribution_refused(distribute_by)?)
+}
+
 /// Adopts an existing table as an event table (API.md section 7): a permanent plain table with
 /// the envelope columns of section 1 (names, types, NOT NULL; other columns are ignored) and
 /// unique indexes on `event_id` and `event_key` (refresh reads events by id; ingest finds
@@ -84,6 +102,7 @@ pub fn register_event_table(
     }
     privileges::require_table_owner(relid, "register")?;
     refuse_schema(&table, "register")?;
+    citus::refuse_managed(relid)?;
     // The lock CREATE TRIGGER takes anyway, taken before the checks so that nothing changes the
     // table between them and the capture (producers wait from here until the call commits).
     roles::as_caller(|| {

@@ -42,6 +42,7 @@ mod api;
 mod capture;
 mod catalog;
 mod changelog;
+mod citus;
 mod envelope;
 mod errors;
 mod event_tables;

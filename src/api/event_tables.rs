@@ -46,6 +46,26 @@ fn create_partitioned_event_table(
     })
 }
 
+/// `create_event_table` with a `distribute_by` (API.md section 10).
+#[pg_extern(name = "_create_distributed_event_table", volatile, parallel_unsafe)]
+fn create_distributed_event_table(
+    name: Option<&str>,
+    retention: Option<Interval>,
+    delta_retention: Option<Interval>,
+    partition_interval: Option<Interval>,
+    distribute_by: Option<&str>,
+) -> Result<pg_sys::Oid, ErrorReport> {
+    at_boundary(|| {
+        crate::event_tables::create_distributed_event_table(
+            required(name, "name")?,
+            retention,
+            Some(required_delta_retention(delta_retention)?),
+            partition_interval,
+            required(distribute_by, "distribute_by")?,
+        )
+    })
+}
+
 /// Makes the partitions of event table `p_source_id` ahead of time (see
 /// `partitions::make_partitions`); returns how many. Called by run_maintenance, for members of
 /// the table's owner role.

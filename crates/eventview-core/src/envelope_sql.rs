@@ -73,6 +73,16 @@ pub const ENVELOPE_COLUMNS: [(&str, &str, bool); 8] = [
     ("payload", "jsonb", true),
 ];
 
+/// The envelope column an event table may be distributed by with Citus (API.md section 10),
+/// named as `parse_ident` folds it: any column of section 1 but `payload`, whose documents are
+/// no distribution key. None for anything else.
+pub fn distribution_column(column: &str) -> Option<&'static str> {
+    ENVELOPE_COLUMNS
+        .iter()
+        .map(|&(name, _, _)| name)
+        .find(|&name| name == column && name != "payload")
+}
+
 /// A column of a table offered for registration: name, type (`format_type`), NOT NULL.
 pub struct OfferedColumn {
     pub name: String,
@@ -540,6 +550,16 @@ pub fn drop_capture(source_id: i32, partitioned: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn distribution_columns_are_the_envelope_but_payload() {
+        assert_eq!(distribution_column("event_id"), Some("event_id"));
+        assert_eq!(distribution_column("event_key"), Some("event_key"));
+        assert_eq!(distribution_column("occurred_at"), Some("occurred_at"));
+        assert_eq!(distribution_column("payload"), None);
+        assert_eq!(distribution_column("Event_Id"), None);
+        assert_eq!(distribution_column("sku"), None);
+    }
 
     fn offered(columns: &[(&str, &str, bool)]) -> Vec<OfferedColumn> {
         columns
