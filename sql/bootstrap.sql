@@ -104,9 +104,37 @@ CREATE TABLE eventview._views (
     -- table). Its applied_* position is in that view's group changelog, not the changelog.
     source_view      integer,
     -- Rollups read this view: its applies write their group changes to eventview._v<id>_changes.
-    feeds_rollups    boolean NOT NULL DEFAULT false
+    feeds_rollups    boolean NOT NULL DEFAULT false,
+    -- The storage table when it is not eventview._v<view_id>_data: on a Citus node, the shard
+    -- of a distributed view's partial groups that this view keeps (see src/citus.rs).
+    data_relation    regclass
 );
 COMMENT ON TABLE eventview._views IS 'pg_eventview: incremental views (see eventview.views)';
+
+-- Event tables distributed by Citus (API.md section 10), on the coordinator. Each shard is an
+-- event table of its own node, with that node's capture, changelog and views (src/citus.rs);
+-- `shards` is a distributed table co-located with the event table, one row per shard, through
+-- which the coordinator runs the work of each shard on the shard's node, inside its own
+-- distributed transaction.
+CREATE TABLE eventview._distributed_sources (
+    relid         regclass PRIMARY KEY,
+    distribute_by text NOT NULL,
+    shards        regclass NOT NULL
+);
+COMMENT ON TABLE eventview._distributed_sources IS 'pg_eventview: event tables distributed by Citus';
+
+-- Views over a distributed event table, on the coordinator: the user relation reads `groups`,
+-- the distributed table of every shard's partial groups, merged.
+CREATE TABLE eventview._distributed_views (
+    view_id   integer PRIMARY KEY,
+    relid     regclass NOT NULL UNIQUE,
+    source    regclass NOT NULL REFERENCES eventview._distributed_sources,
+    groups    regclass NOT NULL,
+    -- create_view's arguments, with which each shard's view is made.
+    arguments json NOT NULL,
+    owner     regrole NOT NULL DEFAULT current_user::regrole
+);
+COMMENT ON TABLE eventview._distributed_views IS 'pg_eventview: views over event tables distributed by Citus';
 
 -- Logical fields: one row per declaration (event type and/or version, or any).
 CREATE TABLE eventview._fields (
@@ -355,6 +383,7 @@ SELECT pg_catalog.setval('eventview._views_view_id_seq',
 -- and failures; row-level security keeps each role to the views it owns.
 GRANT USAGE ON SCHEMA eventview TO PUBLIC;
 GRANT SELECT ON eventview._sources, eventview._views, eventview._fields, eventview._observed,
+                eventview._distributed_sources, eventview._distributed_views,
                 eventview._observed_versions, eventview.drift,
                 eventview.views, eventview.observed_fields, eventview.event_tables TO PUBLIC;
 GRANT UPDATE (applied_snapshot, applied_own_xid, applied_own_seq, skipped,

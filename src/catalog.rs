@@ -162,13 +162,23 @@ pub fn source_by_relid(relid: pg_sys::Oid) -> EvResult<Option<Source>> {
 /// The event table named `name`, or a clear error saying why it is not one.
 pub fn source_by_name(name: &str) -> EvResult<Source> {
     let relid = relation::resolve(name)?;
-    source_by_relid(relid)?.ok_or_else(|| {
-        EvError::invalid(format!(
-            "relation \"{}\" is not an event table",
-            eventview_core::quote::shown_name(name)
-        ))
-        .with_hint("Create event tables with eventview.create_event_table().")
-    })
+    if let Some(source) = source_by_relid(relid)? {
+        return Ok(source);
+    }
+    if crate::citus::distributed_source(relid)?.is_some() {
+        return Err(crate::citus::not_supported(
+            format!(
+                "{} is an event table distributed by Citus, which this call does not support in this version of pg_eventview",
+                relation::regclass_text(relid)?
+            ),
+            "On a distributed event table, create_view, refresh, drop_view and drop_event_table are supported (see Citus in docs/reference.md).",
+        ));
+    }
+    Err(EvError::invalid(format!(
+        "relation \"{}\" is not an event table",
+        eventview_core::quote::shown_name(name)
+    ))
+    .with_hint("Create event tables with eventview.create_event_table()."))
 }
 
 pub fn insert_source(
@@ -374,6 +384,8 @@ pub struct ViewRecord {
     pub feeds_rollups: bool,
     /// A rollup: the view it reads (`source` is that view's event table).
     pub source_view: Option<Box<ViewRecord>>,
+    /// Its storage, when it is not `eventview._v<id>_data` (`_views.data_relation`).
+    pub data_table: Option<String>,
 }
 
 /// Loads a view by its user relation; with `lock`, takes the row lock that serializes
@@ -391,13 +403,30 @@ pub fn view_by_relid(relid: pg_sys::Oid, lock: bool) -> EvResult<Option<ViewReco
 
 pub fn view_by_name(name: &str, lock: bool) -> EvResult<ViewRecord> {
     let relid = relation::resolve(name)?;
-    view_by_relid(relid, lock)?.ok_or_else(|| {
-        EvError::invalid(format!(
-            "relation \"{}\" is not an incremental view",
-            eventview_core::quote::shown_name(name)
-        ))
-        .with_hint("Create incremental views with eventview.create_view().")
-    })
+    match view_by_relid(relid, lock)? {
+        Some(view) => Ok(view),
+        None => Err(not_a_view(relid, name)?),
+    }
+}
+
+/// Why relation `relid`, named `name` by the caller, is refused where a view of this node is
+/// expected: 0A000 for a view over an event table distributed by Citus (which only some calls
+/// take), 22023 for anything else.
+fn not_a_view(relid: pg_sys::Oid, name: &str) -> EvResult<EvError> {
+    if crate::citus::distributed_view(relid)?.is_some() {
+        return Ok(crate::citus::not_supported(
+            format!(
+                "{} is a view over an event table distributed by Citus, which this call does not support in this version of pg_eventview",
+                relation::regclass_text(relid)?
+            ),
+            "On such a view, refresh and drop_view are supported (see Citus in docs/reference.md).",
+        ));
+    }
+    Ok(EvError::invalid(format!(
+        "relation \"{}\" is not an incremental view",
+        eventview_core::quote::shown_name(name)
+    ))
+    .with_hint("Create incremental views with eventview.create_view()."))
 }
 
 /// The view named `name` (read unlocked before, as `unlocked`) with its row locked: the lock
@@ -432,7 +461,8 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
                     (v.definition -> 'filter')::text, json_typeof(v.definition -> 'filter'),
                     v.on_type_error, v.time_bucket, v.owner::oid, v.realtime,
                     pg_snapshot_xmax(v.applied_snapshot)::text::bigint, v.definition ->> 'time_zone',
-                    v.definition ->> 'unnest', v.time_bucket::text, v.feeds_rollups, v.source_view
+                    v.definition ->> 'unnest', v.time_bucket::text, v.feeds_rollups, v.source_view,
+                    v.data_relation::text
              FROM eventview._views v JOIN eventview._sources s USING (source_id)
              WHERE v.view_id = $1",
             Some(1),
@@ -459,6 +489,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
             t.get::<String>(17)?,
             t.get::<bool>(18)?,
             t.get::<i32>(19)?,
+            t.get::<String>(20)?,
         ))
     })?;
     let (
@@ -481,6 +512,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         bucket_width,
         feeds_rollups,
         source_view_id,
+        data_table,
     ) = row;
     let missing = || EvError::invalid(format!("view {view_id} has an incomplete catalog entry"));
     let filter = if filter_kind.as_deref() == Some("object") {
@@ -533,6 +565,7 @@ fn load_view(view_id: i32) -> EvResult<ViewRecord> {
         bucket_width,
         feeds_rollups: feeds_rollups.unwrap_or(false),
         source_view,
+        data_table,
     })
 }
 
@@ -609,13 +642,9 @@ pub fn view_ref(relid: pg_sys::Oid, name: &str) -> EvResult<ViewRef> {
         let row = t.first();
         Ok(row.get::<pg_sys::Oid>(1)?.zip(row.get::<pg_sys::Oid>(2)?))
     })?;
-    let (owner, source_relid) = row.ok_or_else(|| {
-        EvError::invalid(format!(
-            "relation \"{}\" is not an incremental view",
-            eventview_core::quote::shown_name(name)
-        ))
-        .with_hint("Create incremental views with eventview.create_view().")
-    })?;
+    let Some((owner, source_relid)) = row else {
+        return Err(not_a_view(relid, name)?);
+    };
     Ok(ViewRef {
         relid,
         owner,
@@ -1109,6 +1138,9 @@ pub struct NewView<'a> {
     pub owner: pg_sys::Oid,
     /// A rollup: the view it reads.
     pub source_view: Option<i32>,
+    /// Its storage, when it is not `eventview._v<id>_data` (a shard of a distributed view's
+    /// partial groups, `citus`).
+    pub data_table: Option<&'a str>,
 }
 
 /// Records a new view, with the current snapshot as the one it has applied (its storage is
@@ -1117,12 +1149,12 @@ pub struct NewView<'a> {
 pub fn insert_view(v: NewView) -> EvResult<()> {
     spi::run(
         "INSERT INTO eventview._views (view_id, relid, source_id, definition, time_bucket, on_type_error, realtime,
-                                       owner, applied_snapshot, source_view)
+                                       owner, applied_snapshot, source_view, data_relation)
          VALUES ($1, $2::regclass, $3,
                  json_build_object('group_by', $4::json, 'measures', $5::json, 'event_types', $6::text[],
                                    'time_bucket', $7::interval, 'time_zone', $12::text, 'unnest', $13::text,
                                    'filter', $8::json),
-                 $7, $9, $10, $11::oid::regrole, pg_current_snapshot(), $14)",
+                 $7, $9, $10, $11::oid::regrole, pg_current_snapshot(), $14, $15::regclass)",
         &[
             v.view_id.into(),
             v.relid.into(),
@@ -1138,6 +1170,7 @@ pub fn insert_view(v: NewView) -> EvResult<()> {
             v.time_zone.into(),
             v.unnest.into(),
             v.source_view.into(),
+            v.data_table.into(),
         ],
     )?;
     spi::run(

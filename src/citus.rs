@@ -1,15 +1,39 @@
-//! Citus (API.md section 10): whether it is installed, which tables it manages, and what
-//! pg_eventview refuses about them.
+//! Event tables distributed by Citus, and their views (API.md section 10).
 //!
-//! Event tables distributed by Citus are not supported yet: `create_event_table(distribute_by)`
-//! and `register_event_table` of a table Citus manages refuse with 0A000, so no table gets a
-//! capture on the coordinator's table that the writes Citus sends to its shards never fire
-//! (docs/reference.md, "Citus").
+//! Each shard of a distributed event table is an event table of its own node: registered there
+//! (`register_event_table` of the shard), with that node's capture triggers, changelog and
+//! snapshot batching under that node's transaction ids. A view over the distributed table is,
+//! on every shard, a view over that shard whose storage is the co-located shard of
+//! `eventview._v<id>_groups`, a distributed table of partial groups (its column `__shard` holds
+//! one value of the shard's hash range, so the shard's rows stay on the shard). The user
+//! relation on the coordinator reads the partial groups merged (`Reads::Merged`).
+//!
+//! The coordinator runs the work of each shard on the shard's node, inside its own distributed
+//! transaction, through the table's shard registry `eventview._shards_<oid>`: a distributed
+//! table co-located with the event table holding one row per shard, its `k` a value of that
+//! shard. `SELECT eventview._<work>(tableoid::regclass::text, <shards>, ...) FROM <registry>`
+//! is a query Citus runs on every shard's node, so the work sees the shards made earlier in
+//! the same transaction and commits or aborts with it (Citus's own `run_command_on_*` open
+//! connections of their own, outside the transaction). `<shards>` maps each registry shard's
+//! id to the names of its co-located shards, from the coordinator's metadata: a node may not
+//! see the metadata of a table distributed in the same transaction.
+//!
+//! Refresh applies each shard's changes exactly once: it is that node's refresh of that
+//! shard's view, under its row lock and with its snapshots; a distributed transaction's
+//! parts on other nodes are applied by their own nodes' refreshes, as they become visible there.
 
+use crate::catalog;
 use crate::errors::{EvError, EvResult};
+use crate::pg::guc;
+use crate::pg::roles;
 use crate::pg::spi;
+use crate::privileges;
 use crate::relation;
+use crate::views::{self, CreateViewArgs};
+use eventview_core::definition::{parse_definition, DefinitionInput};
+use eventview_core::sqlgen::{Reads, ViewSql};
 use eventview_core::{envelope_sql, quote};
+use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
 /// Whether the Citus extension is installed in this database.
@@ -34,51 +58,682 @@ pub fn manages(relid: pg_sys::Oid) -> EvResult<bool> {
     .unwrap_or(false))
 }
 
-/// Why `create_event_table(..., distribute_by)` refuses: 22023 for what is not a distribution
-/// column of the envelope, then 0A000, naming what is missing: Citus itself, or support for
-/// distributed event tables in this version.
-pub fn distribution_refused(distribute_by: &str) -> EvResult<EvError> {
-    // One column name, folded as PostgreSQL folds it.
+pub fn not_supported(message: impl Into<String>, hint: &str) -> EvError {
+    EvError::new(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, message).with_hint(hint)
+}
+
+/// `register_event_table` of a table Citus manages: 0A000 (an event table is distributed by
+/// `create_event_table(..., distribute_by)`).
+pub fn refuse_managed(relid: pg_sys::Oid) -> EvResult<()> {
+    if !manages(relid)? {
+        return Ok(());
+    }
+    Err(not_supported(
+        format!(
+            "cannot register {}: it is a Citus table, and registering a table Citus manages is not supported by this version of pg_eventview",
+            relation::regclass_text(relid)?
+        ),
+        "Create the event table with eventview.create_event_table(..., distribute_by => ...) instead.",
+    ))
+}
+
+/// The distribution column `distribute_by` names (folded as PostgreSQL folds a column name), or
+/// 22023.
+fn distribution_column(distribute_by: &str) -> EvResult<&'static str> {
     let column = match quote::split_name(distribute_by).as_deref() {
         Some([column]) => column.clone(),
         _ => {
-            return Ok(EvError::invalid(format!(
+            return Err(EvError::invalid(format!(
                 "invalid distribute_by \"{distribute_by}\": it is not one column name"
             ))
             .with_hint("Name one envelope column, such as event_id."))
         }
     };
-    if envelope_sql::distribution_column(&column).is_none() {
-        return Ok(EvError::invalid(format!(
+    envelope_sql::distribution_column(&column).ok_or_else(|| {
+        EvError::invalid(format!(
             "invalid distribute_by: column \"{column}\" is not an envelope column an event table can be distributed by"
         ))
-        .with_hint("Name one of event_id, event_key, event_type, event_version, producer, occurred_at or ingested_at."));
-    }
-    if !installed()? {
-        return Ok(EvError::new(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "distribute_by needs the Citus extension, which is not installed in this database",
-        )
-        .with_hint("Leave distribute_by out for an event table on this node."));
-    }
-    Ok(EvError::new(
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        "event tables distributed by Citus are not supported by this version of pg_eventview",
-    )
-    .with_hint("Leave distribute_by out for an event table on the coordinator."))
+        .with_hint("Name one of event_id, event_key, event_type, event_version, producer, occurred_at or ingested_at.")
+    })
 }
 
-/// `register_event_table` of a table Citus manages: 0A000.
-pub fn refuse_managed(relid: pg_sys::Oid) -> EvResult<()> {
-    if !manages(relid)? {
+/// An event table distributed by Citus, as the coordinator catalogues it.
+pub struct DistributedSource {
+    pub relid: pg_sys::Oid,
+    /// Quoted, qualified.
+    pub table_sql: String,
+    /// The shard registry, quoted and qualified.
+    pub shards: String,
+}
+
+/// The distributed event table `relid`, if it is one.
+pub fn distributed_source(relid: pg_sys::Oid) -> EvResult<Option<DistributedSource>> {
+    let Some(shards) = spi::one::<String>(
+        "SELECT shards::text FROM eventview._distributed_sources WHERE relid = $1::regclass",
+        &[relid.into()],
+    )?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(DistributedSource {
+        relid,
+        table_sql: relation::qualified(relid)?,
+        shards,
+    }))
+}
+
+/// The distributed event table named `name`, if the name resolves to one.
+pub fn distributed_source_named(name: &str) -> EvResult<Option<DistributedSource>> {
+    match relation::resolve(name) {
+        Ok(relid) => distributed_source(relid),
+        Err(_) => Ok(None),
+    }
+}
+
+/// A view over a distributed event table, as the coordinator catalogues it.
+pub struct DistributedView {
+    pub view_id: i32,
+    pub relid: pg_sys::Oid,
+    pub source: DistributedSource,
+    /// The distributed table of partial groups, quoted and qualified.
+    pub groups: String,
+    pub owner: pg_sys::Oid,
+}
+
+/// The view over a distributed event table whose user relation is `relid`, if it is one.
+pub fn distributed_view(relid: pg_sys::Oid) -> EvResult<Option<DistributedView>> {
+    let row = Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT view_id, source::oid, groups::text, owner::oid
+             FROM eventview._distributed_views WHERE relid = $1::regclass",
+            Some(1),
+            &[relid.into()],
+        )?;
+        if rows.is_empty() {
+            return Ok::<_, pgrx::spi::SpiError>(None);
+        }
+        let t = rows.first();
+        Ok(Some((
+            t.get::<i32>(1)?,
+            t.get::<pg_sys::Oid>(2)?,
+            t.get::<String>(3)?,
+            t.get::<pg_sys::Oid>(4)?,
+        )))
+    })?;
+    let Some((Some(view_id), Some(source_relid), Some(groups), Some(owner))) = row else {
+        return Ok(None);
+    };
+    let source = distributed_source(source_relid)?
+        .ok_or_else(|| EvError::invalid("a distributed view's event table is not catalogued"))?;
+    Ok(Some(DistributedView {
+        view_id,
+        relid,
+        source,
+        groups,
+        owner,
+    }))
+}
+
+/// The view over a distributed event table named `name`, if the name resolves to one.
+pub fn distributed_view_named(name: &str) -> EvResult<Option<DistributedView>> {
+    match relation::resolve(name) {
+        Ok(relid) => distributed_view(relid),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Runs `call` once on the node of every shard of `source`, in this transaction; returns the
+/// sum of its results. In `call`, `{shard}` stands for the registry shard (`tableoid` as text),
+/// `{value}` for its value (`k` as text), and `{shards}` for the JSON object mapping each
+/// registry shard's id to the names of the co-located shards of `tables` (`shard_map`).
+/// Everything else in it is a literal: Citus plans no query over a distributed table with
+/// parameters.
+fn on_every_shard(source: &DistributedSource, tables: &[&str], call: &str) -> EvResult<i64> {
+    let map = shard_map(source, tables)?;
+    let call = call
+        .replace("{shard}", "tableoid::regclass::text")
+        .replace("{value}", "k::text")
+        .replace("{shards}", &format!("{}::json", quote::literal(&map)));
+    Ok(spi::one::<i64>(
+        &format!(
+            "SELECT coalesce(sum({call}), 0)::bigint FROM {}",
+            source.shards
+        ),
+        &[],
+    )?
+    .unwrap_or(0))
+}
+
+/// `{"<registry shard id>": ["<shard of tables[0]>", ...], ...}`: for every shard of the
+/// registry of `source`, the names of the co-located shards of `tables`, quoted and qualified
+/// (`shard_name` leaves out `public`, which the nodes' connections do not search).
+fn shard_map(source: &DistributedSource, tables: &[&str]) -> EvResult<String> {
+    let tables: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
+    Ok(spi::one::<String>(
+        "SELECT coalesce(json_object_agg(r.shardid,
+                   ARRAY(SELECT CASE WHEN c.relnamespace = 'public'::regnamespace THEN 'public.' ELSE '' END
+                                || pg_catalog.shard_name(t.relid, s.shardid)
+                         FROM unnest($2::regclass[]) WITH ORDINALITY t(relid, o)
+                         JOIN pg_catalog.pg_class c ON c.oid = t.relid
+                         JOIN pg_catalog.pg_dist_shard s
+                           ON s.logicalrelid = t.relid AND s.shardminvalue = r.shardminvalue
+                         ORDER BY t.o)), '{}')::text
+         FROM pg_catalog.pg_dist_shard r WHERE r.logicalrelid = $1::regclass",
+        &[source.shards.as_str().into(), tables.into()],
+    )?
+    .unwrap_or_else(|| "{}".into()))
+}
+
+/// On a shard's node: the shards co-located with registry shard `registry_shard` (its name),
+/// as `shard_map` listed them in `shards`, and the registry shard's id.
+fn mapped_shards(registry_shard: &str, shards: &str) -> EvResult<(i64, Vec<String>)> {
+    let id: i64 = registry_shard
+        .rsplit('_')
+        .next()
+        .and_then(|digits| digits.trim_end_matches('"').parse().ok())
+        .ok_or_else(|| EvError::invalid(format!("{registry_shard} is no shard")))?;
+    let names = spi::one::<Vec<String>>(
+        "SELECT ARRAY(SELECT json_array_elements_text($1::json -> $2))",
+        &[shards.into(), id.to_string().into()],
+    )?
+    .unwrap_or_default();
+    if names.is_empty() {
+        return Err(EvError::invalid(format!(
+            "no shards are listed for {registry_shard}"
+        )));
+    }
+    Ok((id, names))
+}
+
+/// `create_event_table(..., distribute_by)`: the event table, distributed by Citus on
+/// `distribute_by`, with capture on every shard. 22023 for what is no distribution column,
+/// 0A000 without Citus, with `retention` or with `partition_interval`.
+pub fn create_distributed_event_table(
+    name: &str,
+    retention: Option<Interval>,
+    delta_retention: Interval,
+    partition_interval: Option<Interval>,
+    distribute_by: &str,
+) -> EvResult<pg_sys::Oid> {
+    // The other arguments first, as for any event table.
+    crate::event_tables::require_retentions(&retention, &Some(delta_retention))?;
+    if let Some(interval) = &partition_interval {
+        crate::partitions::length_of(interval)?;
+    }
+    let column = distribution_column(distribute_by)?;
+    if !installed()? {
+        return Err(not_supported(
+            "distribute_by needs the Citus extension, which is not installed in this database",
+            "Leave distribute_by out for an event table on this node.",
+        ));
+    }
+    if retention.is_some() {
+        return Err(not_supported(
+            "retention of an event table distributed by Citus is not supported by this version of pg_eventview",
+            "Leave retention out: the distributed table keeps its events.",
+        ));
+    }
+    if partition_interval.is_some() {
+        return Err(not_supported(
+            "an event table distributed by Citus cannot be partitioned by this version of pg_eventview",
+            "Leave partition_interval out, or distribute_by for a partitioned table on this node.",
+        ));
+    }
+    let quoted = relation::qualified_for_create(name)?;
+    crate::event_tables::refuse_schema(&quoted, "create")?;
+    // The table and its distribution are the caller's.
+    roles::as_caller(|| {
+        spi::run_all(&[envelope_sql::create_distributed_event_table(
+            &quoted, column,
+        )])?;
+        spi::run(
+            "SELECT pg_catalog.create_distributed_table($1::regclass, $2)",
+            &[quoted.as_str().into(), column.into()],
+        )
+    })?;
+    let relid = relation::created(&quoted)?;
+    let shards = make_shard_registry(relid, &quoted, column)?;
+    spi::run(
+        "INSERT INTO eventview._distributed_sources (relid, distribute_by, shards)
+         VALUES ($1::regclass, $2, $3::regclass)",
+        &[relid.into(), column.into(), shards.as_str().into()],
+    )?;
+    let source = DistributedSource {
+        relid,
+        table_sql: quoted.clone(),
+        shards,
+    };
+    let delta_retention =
+        spi::one::<String>("SELECT $1::text", &[delta_retention.into()])?.unwrap_or_default();
+    on_every_shard(
+        &source,
+        &[&quoted],
+        &format!(
+            "eventview._attach_shard_capture({{shard}}, {{shards}}, {}::interval)",
+            quote::literal(&delta_retention)
+        ),
+    )?;
+    Ok(relid)
+}
+
+/// The shard registry of distributed event table `relid` (`table`, distributed by `column`):
+/// co-located with it, one row per shard, `k` a value that Citus hashes into that shard.
+fn make_shard_registry(relid: pg_sys::Oid, table: &str, column: &str) -> EvResult<String> {
+    let (type_name, from_i) = envelope_sql::distribution_value_of(column)
+        .ok_or_else(|| EvError::invalid("no distribution column"))?;
+    let shards = format!(
+        "eventview.{}",
+        quote::ident(&format!("_shards_{}", relid.to_u32()))
+    );
+    spi::run_all(&[format!("CREATE TABLE {shards} (k {type_name} NOT NULL)")])?;
+    spi::run(
+        "SELECT pg_catalog.create_distributed_table($1::regclass, 'k', colocate_with => $2)",
+        &[shards.as_str().into(), table.into()],
+    )?;
+    // The first of 0, 1, 2, ... that falls in each shard's hash range (a few tries each: the
+    // ranges split the hash space evenly).
+    spi::run(
+        &format!(
+            "INSERT INTO {shards} (k)
+             SELECT (SELECT v FROM pg_catalog.generate_series(0, 100000000) i,
+                                   LATERAL (SELECT {from_i} AS v) x
+                     WHERE pg_catalog.worker_hash(v) BETWEEN s.shardminvalue::integer AND s.shardmaxvalue::integer
+                     LIMIT 1)
+             FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = {}::oid",
+            relid.to_u32()
+        ),
+        &[],
+    )?;
+    let owner = privileges::role_ident(privileges::table_owner(relid)?)?;
+    spi::run_all(&[format!("GRANT SELECT ON {shards} TO {owner}")])?;
+    Ok(shards)
+}
+
+/// Runs `f` on a Citus node with access to the shards there: shards shown to this session
+/// (Citus hides them from catalog queries), changed by hand, and DDL kept to this node.
+fn with_shard_access<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
+    guc::with_setting(c"citus.show_shards_for_app_name_prefixes", c"*", || {
+        guc::with_setting(c"citus.enable_manual_changes_to_shards", c"on", || {
+            guc::with_setting(c"citus.enable_ddl_propagation", c"off", f)
+        })
+    })
+}
+
+/// On a shard's node: registers the event table shard co-located with registry shard
+/// `registry_shard` (listed in `shards`) as an event table of this node (capture, changelog),
+/// with the unique indexes on `event_id` and `event_key` the distributed table cannot have.
+/// Returns 1, or 0 when it is registered already.
+pub fn attach_shard_capture(
+    registry_shard: &str,
+    shards: &str,
+    delta_retention: Interval,
+) -> EvResult<i32> {
+    with_shard_access(|| {
+        let (shard_id, names) = mapped_shards(registry_shard, shards)?;
+        let shard = &names[0];
+        let relid = relation::resolve(shard)?;
+        if catalog::source_by_relid(relid)?.is_some() {
+            return Ok(0);
+        }
+        for column in ["event_id", "event_key"] {
+            if !catalog::has_unique_index_on(relid, column)? {
+                let index = quote::ident(&format!("_eventview_{column}_{shard_id}"));
+                roles::as_role(privileges::table_owner(relid)?, || {
+                    spi::run_all(&[format!("CREATE UNIQUE INDEX {index} ON {shard} ({column})")])
+                })?;
+            }
+        }
+        crate::event_tables::register_event_table(shard, None, Some(delta_retention))?;
+        Ok(1)
+    })
+}
+
+/// `create_view` over a distributed event table: the distributed table of partial groups,
+/// the view over every shard (filled from the shard's events), and the user relation that
+/// merges them. What cannot be merged from partial groups, or is not distributed yet, is
+/// refused with 0A000 before anything is made.
+pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResult<pg_sys::Oid> {
+    privileges::require_select(source.relid)?;
+    let refuse = |what: &str| {
+        Err(not_supported(
+            format!("{what} over an event table distributed by Citus is not supported by this version of pg_eventview"),
+            "Use count(*), count, sum, avg, min and max of JSONPaths or envelope columns, in a view that is not realtime.",
+        ))
+    };
+    if args.realtime {
+        return refuse("a realtime view");
+    }
+    let definition = parse_definition(&DefinitionInput {
+        fields: &eventview_core::definition::NoFields,
+        group_by: args.group_by,
+        measures: args.measures,
+        event_types: args.event_types.clone(),
+        bucketed: args.time_bucket.is_some(),
+        time_zone: args.time_zone,
+        unnest: args.unnest,
+        filter: args.filter,
+        on_type_error: args.on_type_error,
+    })?;
+    if let Some(m) = definition
+        .measures
+        .iter()
+        .find(|m| !ViewSql::merges_across_shards(m.kind))
+    {
+        return refuse(&format!("measure \"{}\"", m.name));
+    }
+    let view_id = catalog::next_view_id()?;
+    let groups = format!("eventview.{}", quote::ident(&format!("_v{view_id}_groups")));
+    let sql = ViewSql {
+        def: &definition,
+        view_id,
+        source_id: 0,
+        source_scan: source.table_sql.clone(),
+        log_extremes: false,
+        feeds_rollups: false,
+        bucket_width: None,
+        rollup_source: None,
+        data_table: Some(groups.clone()),
+    };
+    let column = spi::one::<String>(
+        "SELECT distribute_by FROM eventview._distributed_sources WHERE relid = $1::regclass",
+        &[source.relid.into()],
+    )?
+    .ok_or_else(|| EvError::invalid("the distributed event table is not catalogued"))?;
+    let (type_name, _) = envelope_sql::distribution_value_of(&column)
+        .ok_or_else(|| EvError::invalid("no distribution column"))?;
+    spi::run_all(&[
+        sql.create_data_table(&groups),
+        format!("ALTER TABLE {groups} ADD COLUMN __shard {type_name}"),
+    ])?;
+    spi::run(
+        "SELECT pg_catalog.create_distributed_table($1::regclass, '__shard', colocate_with => $2)",
+        &[groups.as_str().into(), source.table_sql.as_str().into()],
+    )?;
+    let owner = roles::caller();
+    let owner_ident = privileges::role_ident(owner)?;
+    spi::run_all(&[
+        format!("REVOKE ALL ON {groups} FROM PUBLIC"),
+        format!("GRANT SELECT ON {groups} TO {owner_ident}"),
+    ])?;
+    // The relation is read on the coordinator only: Citus does not make it on the workers.
+    let user_view = relation::qualified_for_create(args.name)?;
+    guc::with_setting(c"citus.enable_ddl_propagation", c"off", || {
+        roles::as_caller(|| {
+            spi::run_all(&[
+                sql.create_user_view(&user_view, Reads::Merged),
+                ViewSql::read_only_trigger(&user_view),
+            ])
+        })
+    })?;
+    let relid = relation::created(&user_view)?;
+    spi::run(
+        "INSERT INTO eventview._distributed_views (view_id, relid, source, groups, arguments, owner)
+         VALUES ($1, $2::regclass, $3::regclass, $4::regclass,
+                 json_build_object('group_by', $5::json, 'measures', $6::json, 'event_types', $7::text[],
+                                   'time_bucket', $8::interval, 'filter', $9::json,
+                                   'on_type_error', $10::text, 'time_zone', $11::text, 'unnest', $12::text),
+                 $13::oid::regrole)",
+        &[
+            view_id.into(),
+            relid.into(),
+            source.relid.into(),
+            groups.as_str().into(),
+            args.group_by.into(),
+            args.measures.into(),
+            definition.event_types.clone().into(),
+            args.time_bucket.into(),
+            args.filter.into(),
+            definition.on_type_error.name().into(),
+            definition.time_zone.as_deref().into(),
+            definition.unnest.as_ref().map(|u| u.display()).into(),
+            owner.into(),
+        ],
+    )?;
+    let arguments = spi::one::<String>(
+        "SELECT arguments::text FROM eventview._distributed_views WHERE view_id = $1",
+        &[view_id.into()],
+    )?
+    .unwrap_or_default();
+    on_every_shard(
+        source,
+        &[&source.table_sql, &groups],
+        &format!(
+            "eventview._attach_shard_view({{shard}}, {{value}}, {{shards}}, {view_id}, {})",
+            quote::literal(&arguments)
+        ),
+    )?;
+    Ok(relid)
+}
+
+/// On a shard's node: the view of distributed view `view_id` over the event table shard
+/// co-located with registry shard `registry_shard`, keeping its groups in the co-located shard
+/// of its partial groups (both listed in `shards`; `__shard` there defaults to `value`), filled
+/// from the shard's events. Its definition is the coordinator's `arguments`. Returns 1.
+pub fn attach_shard_view(
+    registry_shard: &str,
+    value: &str,
+    shards: &str,
+    view_id: i32,
+    arguments: &DistributedViewArguments,
+) -> EvResult<i32> {
+    with_shard_access(|| {
+        let (shard_id, names) = mapped_shards(registry_shard, shards)?;
+        let (Some(event_shard), Some(groups_shard)) = (names.first(), names.get(1)) else {
+            return Err(EvError::invalid(format!(
+                "no view shards are listed for {registry_shard}"
+            )));
+        };
+        spi::run_all(&[format!(
+            "ALTER TABLE {groups_shard} ALTER COLUMN __shard SET DEFAULT {}",
+            quote::literal(value)
+        )])?;
+        let schema = spi::one::<String>(
+            "SELECT quote_ident(n.nspname) FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass",
+            &[event_shard.as_str().into()],
+        )?
+        .unwrap_or_else(|| "public".into());
+        let name = format!(
+            "{schema}.{}",
+            quote::ident(&format!("_eventview_v{view_id}_{shard_id}"))
+        );
+        views::create_view(CreateViewArgs {
+            name: &name,
+            source: event_shard,
+            group_by: &arguments.group_by,
+            measures: &arguments.measures,
+            event_types: arguments
+                .event_types
+                .clone()
+                .map(|types| types.into_iter().map(Some).collect()),
+            time_bucket: arguments.time_bucket,
+            filter: arguments.filter.as_deref(),
+            realtime: false,
+            on_type_error: &arguments.on_type_error,
+            time_zone: arguments.time_zone.as_deref(),
+            unnest: arguments.unnest.as_deref(),
+            data_table: Some(groups_shard),
+        })?;
+        Ok(1)
+    })
+}
+
+/// A distributed view's definition, as `_distributed_views.arguments` keeps it.
+pub struct DistributedViewArguments {
+    pub group_by: String,
+    pub measures: String,
+    pub event_types: Option<Vec<String>>,
+    pub time_bucket: Option<Interval>,
+    pub filter: Option<String>,
+    pub on_type_error: String,
+    pub time_zone: Option<String>,
+    pub unnest: Option<String>,
+}
+
+/// A distributed view's definition from the text of its `arguments` (as
+/// `_distributed_views` keeps them, and the coordinator passes them to every shard's node).
+pub fn view_arguments(arguments: &str) -> EvResult<DistributedViewArguments> {
+    let row = Spi::connect(|client| {
+        let t = client
+            .select(
+                "SELECT a -> 'group_by', a -> 'measures',
+                        CASE WHEN json_typeof(a -> 'event_types') = 'array'
+                             THEN ARRAY(SELECT json_array_elements_text(a -> 'event_types')) END,
+                        (a ->> 'time_bucket')::interval,
+                        CASE WHEN json_typeof(a -> 'filter') = 'object' THEN (a -> 'filter')::text END,
+                        a ->> 'on_type_error', a ->> 'time_zone', a ->> 'unnest'
+                 FROM (SELECT $1::json AS a) x",
+                Some(1),
+                &[arguments.into()],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::SpiError>((
+            t.get::<pgrx::Json>(1)?,
+            t.get::<pgrx::Json>(2)?,
+            t.get::<Vec<String>>(3)?,
+            t.get::<Interval>(4)?,
+            t.get::<String>(5)?,
+            t.get::<String>(6)?,
+            t.get::<String>(7)?,
+            t.get::<String>(8)?,
+        ))
+    })?;
+    let (group_by, measures, event_types, time_bucket, filter, on_type_error, time_zone, unnest) =
+        row;
+    Ok(DistributedViewArguments {
+        group_by: group_by
+            .map(|j| j.0.to_string())
+            .unwrap_or_else(|| "{}".into()),
+        measures: measures
+            .map(|j| j.0.to_string())
+            .unwrap_or_else(|| "{}".into()),
+        event_types,
+        time_bucket,
+        filter,
+        on_type_error: on_type_error.unwrap_or_else(|| "quarantine".into()),
+        time_zone,
+        unnest,
+    })
+}
+
+/// The view of this node keeping the groups shard co-located with registry shard
+/// `registry_shard` (listed in `shards`): its user relation.
+fn shard_view(registry_shard: &str, shards: &str) -> EvResult<Option<pg_sys::Oid>> {
+    let (_, names) = mapped_shards(registry_shard, shards)?;
+    spi::one::<pg_sys::Oid>(
+        "SELECT relid::oid FROM eventview._views WHERE data_relation = $1::regclass",
+        &[names[0].as_str().into()],
+    )
+}
+
+/// On a shard's node: refreshes the view keeping the groups shard co-located with registry
+/// shard `registry_shard`; returns the changed events it applied.
+pub fn refresh_shard_view(registry_shard: &str, shards: &str) -> EvResult<i64> {
+    with_shard_access(|| {
+        let Some(relid) = shard_view(registry_shard, shards)? else {
+            return Err(EvError::invalid(format!(
+                "no view of this node keeps the groups of {registry_shard}"
+            )));
+        };
+        crate::refresh::refresh_with_sources(relid, &relation::regclass_text(relid)?)
+    })
+}
+
+/// On a shard's node: drops the view keeping the groups shard co-located with registry shard
+/// `registry_shard` (not that shard, which goes with its distributed table). Returns 1, or 0
+/// when there is none.
+pub fn detach_shard_view(registry_shard: &str, shards: &str) -> EvResult<i32> {
+    with_shard_access(|| {
+        let Some(relid) = shard_view(registry_shard, shards)? else {
+            return Ok(0);
+        };
+        views::drop_view_by_relid(relid)?;
+        Ok(1)
+    })
+}
+
+/// `refresh` of a view over a distributed event table: every shard's view, each on its node
+/// and exactly once there; returns the changed events applied.
+pub fn refresh(view: &DistributedView) -> EvResult<i64> {
+    require_owner(view, "refresh")?;
+    on_every_shard(
+        &view.source,
+        &[&view.groups],
+        "eventview._refresh_shard_view({shard}, {shards})",
+    )
+}
+
+fn require_owner(view: &DistributedView, action: &str) -> EvResult<()> {
+    if privileges::caller_acts_as(view.owner) {
         return Ok(());
     }
     Err(EvError::new(
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
         format!(
-            "cannot register {}: it is a Citus table, and event tables distributed by Citus are not supported by this version of pg_eventview",
-            relation::regclass_text(relid)?
+            "must be the owner of view {} to {action} it",
+            relation::regclass_text(view.relid)?
         ),
     )
-    .with_hint("Register a table on this node that Citus does not manage (undistribute_table makes one of it)."))
+    .with_hint("Ask its owner, or a member of the owner's role."))
+}
+
+/// `drop_view` of a view over a distributed event table: every shard's view, the partial
+/// groups, the user relation and the catalog row.
+pub fn drop_view(view: &DistributedView) -> EvResult<()> {
+    require_owner(view, "drop")?;
+    views::require_no_dependents(view.relid, "view")?;
+    on_every_shard(
+        &view.source,
+        &[&view.groups],
+        "eventview._detach_shard_view({shard}, {shards})",
+    )?;
+    spi::run(
+        "DELETE FROM eventview._distributed_views WHERE view_id = $1",
+        &[view.view_id.into()],
+    )?;
+    let user_view = relation::qualified(view.relid)?;
+    guc::with_setting(c"citus.enable_ddl_propagation", c"off", || {
+        roles::as_caller(|| spi::run_all(&[format!("DROP VIEW {user_view}")]))
+    })?;
+    spi::run_all(&[format!("DROP TABLE {}", view.groups)])
+}
+
+/// `drop_event_table` of a distributed event table: its views when `cascade` (2BP01
+/// otherwise), then the table (Citus drops its shards, whose nodes forget them as event
+/// tables), the registry and the catalog row.
+pub fn drop_event_table(source: &DistributedSource, cascade: bool) -> EvResult<()> {
+    privileges::require_table_owner(source.relid, "drop")?;
+    let views = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT relid::oid FROM eventview._distributed_views WHERE source = $1::regclass
+                 ORDER BY view_id",
+                None,
+                &[source.relid.into()],
+            )?
+            .map(|row| row.get::<pg_sys::Oid>(1))
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    if !views.is_empty() && !cascade {
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
+            format!(
+                "cannot drop event table {} because views read it",
+                relation::regclass_text(source.relid)?
+            ),
+        )
+        .with_hint("Drop the views first, or call drop_event_table with cascade => true."));
+    }
+    for relid in views.into_iter().flatten() {
+        if let Some(view) = distributed_view(relid)? {
+            drop_view(&view)?;
+        }
+    }
+    views::require_no_dependents(source.relid, "event table")?;
+    spi::run(
+        "DELETE FROM eventview._distributed_sources WHERE relid = $1::regclass",
+        &[source.relid.into()],
+    )?;
+    spi::run_all(&[format!("DROP TABLE {}", source.shards)])?;
+    roles::as_caller(|| spi::run_all(&[format!("DROP TABLE {}", source.table_sql)]))
 }

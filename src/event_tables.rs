@@ -54,23 +54,6 @@ pub fn create_event_table(
     Ok(relid)
 }
 
-/// `create_event_table` with a `distribute_by` (API.md section 10): the arguments are checked as
-/// for any event table, then the distribution is refused (see `citus::distribution_refused`).
-pub fn create_distributed_event_table(
-    name: &str,
-    retention: Option<Interval>,
-    delta_retention: Option<Interval>,
-    partition_interval: Option<Interval>,
-    distribute_by: &str,
-) -> EvResult<pg_sys::Oid> {
-    require_retentions(&retention, &delta_retention)?;
-    if let Some(interval) = &partition_interval {
-        partitions::length_of(interval)?;
-    }
-    relation::qualified_for_create(name)?;
-    Err(citus::distribution_refused(distribute_by)?)
-}
-
 /// Adopts an existing table as an event table (API.md section 7): a permanent plain table with
 /// the envelope columns of section 1 (names, types, NOT NULL; other columns are ignored) and
 /// unique indexes on `event_id` and `event_key` (refresh reads events by id; ingest finds
@@ -115,7 +98,7 @@ pub fn register_event_table(
 
 /// Raw events are kept for a positive time; applied changelog records may go at once
 /// (`delta_retention => '0 seconds'`): a record every consumer has applied is never read again.
-fn require_retentions(
+pub fn require_retentions(
     retention: &Option<Interval>,
     delta_retention: &Option<Interval>,
 ) -> EvResult<()> {
@@ -303,7 +286,7 @@ fn require_adoptable(relid: pg_sys::Oid) -> EvResult<bool> {
 /// removes what is in it, events included, and everything else there is the extension's) and a
 /// temporary one
 /// (the table would go with the session, leaving its changelog and catalog row behind).
-fn refuse_schema(quoted: &str, action: &str) -> EvResult<()> {
+pub fn refuse_schema(quoted: &str, action: &str) -> EvResult<()> {
     let parts = eventview_core::quote::split_name(quoted).unwrap_or_default();
     let Some(schema) = parts.first().filter(|_| parts.len() == 2) else {
         return Ok(());

@@ -22,7 +22,15 @@ pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
         feeds_rollups: view.feeds_rollups,
         bucket_width: view.bucket_width.clone(),
         rollup_source: view.source_view.as_deref().map(|s| Box::new(sql_of(s))),
+        data_table: view.data_table.clone(),
     }
+}
+
+/// The view's storage table, qualified.
+pub fn storage_of(view: &ViewRecord) -> String {
+    view.data_table
+        .clone()
+        .unwrap_or_else(|| eventview_core::names::view_data(view.view_id))
 }
 
 /// Creates the objects beside the view's storage that do not exist, as the extension owner,
@@ -114,10 +122,7 @@ fn missing_sketch_columns(view: &ViewRecord, measures: &[i32]) -> EvResult<Vec<i
                            WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($2)
                              AND a.attname OPERATOR(pg_catalog.=) pg_catalog.format('m%s_sk', n)
                              AND NOT a.attisdropped)",
-        &[
-            measures.to_vec().into(),
-            eventview_core::names::view_data(view.view_id).into(),
-        ],
+        &[measures.to_vec().into(), storage_of(view).into()],
     )?
     .unwrap_or_default())
 }

@@ -2,6 +2,7 @@
 //! altering them. Refreshing lives in `refresh`.
 
 use crate::catalog;
+use crate::citus;
 use crate::errors::{EvError, EvResult};
 use crate::pg::roles;
 use crate::pg::spi;
@@ -27,6 +28,9 @@ pub struct CreateViewArgs<'a> {
     pub on_type_error: &'a str,
     pub time_zone: Option<&'a str>,
     pub unnest: Option<&'a str>,
+    /// The storage table to keep the groups in, made by someone else: a shard of a distributed
+    /// view's partial groups (`citus`). None makes the view's own.
+    pub data_table: Option<&'a str>,
 }
 
 /// Creates the relation users read, named `name`, in the caller's name (read-only, over the
@@ -96,6 +100,9 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     if let Some(source_view) = catalog::view_id_named(args.source)? {
         return create_rollup(&args, source_view);
     }
+    if let Some(distributed) = citus::distributed_source_named(args.source)? {
+        return citus::create_view(&args, &distributed);
+    }
     let source = catalog::source_by_name(args.source)?;
     privileges::require_select(source.relid)?;
     privileges::require_no_row_security(roles::caller(), source.relid)?;
@@ -132,6 +139,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         feeds_rollups: false,
         bucket_width: None,
         rollup_source: None,
+        data_table: args.data_table.map(str::to_string),
     };
     // Storage lives in schema eventview (created by the extension owner) and belongs to the
     // view's owner, who refreshes it; the user relation is created in the caller's name. The
@@ -166,20 +174,21 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         realtime: args.realtime,
         owner,
         source_view: None,
+        data_table: args.data_table,
     })?;
-    populate(view_id, relid, args.realtime)
+    populate(relid, args.realtime)
 }
 
 /// Fills a view just catalogued from scratch (its first apply, a full one) and installs the
 /// relation it is read through; returns that relation.
-fn populate(view_id: i32, relid: pg_sys::Oid, realtime: bool) -> EvResult<pg_sys::Oid> {
+fn populate(relid: pg_sys::Oid, realtime: bool) -> EvResult<pg_sys::Oid> {
+    let view = catalog::view_by_relid(relid, true)?
+        .ok_or_else(|| EvError::invalid("view vanished during creation"))?;
     // Storage is private to the owner; readers are granted on the user relation.
     spi::run_all(&[format!(
         "REVOKE ALL ON {} FROM PUBLIC",
-        names::view_data(view_id)
+        view_objects::storage_of(&view)
     )])?;
-    let view = catalog::view_by_relid(relid, true)?
-        .ok_or_else(|| EvError::invalid("view vanished during creation"))?;
     refresh::apply(&view, Mode::Full, None, None)?;
     if realtime {
         view_objects::install_user_view(&view)?;
@@ -258,6 +267,7 @@ fn create_rollup(args: &CreateViewArgs, source_view_id: i32) -> EvResult<pg_sys:
         feeds_rollups: false,
         bucket_width: None,
         rollup_source: None,
+        data_table: None,
     };
     spi::run_all(&sql.create_storage())?;
     let mut grants: Vec<String> = sql
@@ -308,12 +318,13 @@ fn create_rollup(args: &CreateViewArgs, source_view_id: i32) -> EvResult<pg_sys:
         realtime: args.realtime,
         owner,
         source_view: Some(source.view_id),
+        data_table: None,
     })?;
     // The source's multisets hold every value once its logs are merged (and its sketches are
     // storage columns, for a view made by an earlier release).
     view_objects::create_missing_objects(&source, &source_sql)?;
     view_objects::merge_logs(&source)?;
-    populate(view_id, relid, args.realtime)
+    populate(relid, args.realtime)
 }
 
 /// A rollup's time_bucket is a whole multiple of its source's (each of its buckets is made of

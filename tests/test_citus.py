@@ -5,10 +5,13 @@ Citus is in no package registry this project installs from: to run this module, 
 13.0 by hand from its public source against /usr/lib/postgresql/15/bin/pg_config on the machine
 that runs the tests (nothing of Citus is kept in this repository).
 
-Distributed event tables are not supported by this version: these tests hold that every way to
-get one is refused with 0A000 and leaves nothing behind, and that event tables on the
-coordinator keep working in a database with Citus.
+On that cluster: an event table distributed by Citus with capture on every shard, views over
+it that equal the aggregate from scratch after every refresh (random inserts, COPY, updates,
+deletes, rolled back and multi-statement transactions), the refusals of what is not
+distributed yet, the cleanup of every node, and event tables on the coordinator beside them.
 """
+
+import random
 
 import shutil
 import subprocess
@@ -86,21 +89,189 @@ def test_pg_eventview_is_on_every_node(citus):
     assert rows == [(True, version), (True, version)]
 
 
-def test_distribute_by_is_refused_and_nothing_is_made(citus):
+def workers_count(conn, query: str) -> list[int]:
+    rows = conn.execute("SELECT success, result FROM run_command_on_workers(%s)", (query,)).fetchall()
+    assert all(ok for ok, _ in rows), rows
+    return [int(result) for _, result in rows]
+
+
+SKU_VIEW = dict(
+    group_by='{"sku": "$.sku"}',
+    measures='{"n": "count(*)", "qty": "sum($.qty)", "avg_qty": "avg($.qty)", '
+    '"top": "max($.price)", "low": "min($.price)", "priced": "count($.price)"}',
+)
+
+# The same aggregate from scratch over the distributed table.
+SKU_FROM_SCRATCH = """
+    SELECT pg_catalog.date_bin('1 day', occurred_at, '2000-01-01 00:00:00+00'), payload->>'sku',
+           count(*), sum((payload->>'qty')::numeric), round(avg((payload->>'qty')::numeric), 10),
+           max((payload->>'price')::numeric), min((payload->>'price')::numeric), count(payload->'price')
+    FROM {table} WHERE event_type = 'order' GROUP BY 1, 2 ORDER BY 1, 2 NULLS FIRST"""
+SKU_READ = """
+    SELECT bucket, sku, n, qty, round(avg_qty, 10), top, low, priced
+    FROM {view} ORDER BY 1, 2 NULLS FIRST"""
+
+
+def insert_orders(conn, table: str, rng: random.Random, count: int) -> None:
+    rows = [
+        (
+            rng.choice(["order", "order", "view"]),
+            f"2026-03-0{rng.randint(1, 4)} {rng.randint(0, 23):02d}:00:00+00",
+            psycopg.types.json.Jsonb(
+                {
+                    "sku": rng.choice(["A", "B", "C", None]),
+                    "qty": rng.randint(1, 9),
+                    **({"price": round(rng.uniform(1, 100), 2)} if rng.random() < 0.9 else {}),
+                }
+            ),
+        )
+        for _ in range(count)
+    ]
+    conn.execute(
+        f"INSERT INTO {table} (event_type, occurred_at, payload) SELECT * FROM unnest(%s::text[], %s::timestamptz[], %s::jsonb[])",
+        ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
+    )
+
+
+def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
+    rng = random.Random(26)
     with citus.connect() as conn:
-        for column in ("event_id", "event_key", "EVENT_TYPE"):
-            state, message = refusal(
-                conn, "SELECT eventview.create_event_table('dist_ev', distribute_by => %s)", column
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("SELECT eventview.create_event_table('dev', distribute_by => 'event_id')")
+        try:
+            # Events before the view: its first fill reads them on every shard.
+            insert_orders(conn, "dev", rng, 200)
+            conn.execute(
+                "SELECT eventview.create_view('dev_sku', 'dev', event_types => ARRAY['order'], "
+                "group_by => %s, measures => %s, time_bucket => '1 day')",
+                (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
             )
-            assert (state, message) == (
-                "0A000",
-                "event tables distributed by Citus are not supported by this version of pg_eventview",
+            # A view without buckets or measures: one row per type, filtered.
+            conn.execute(
+                """SELECT eventview.create_view('dev_types', 'dev', group_by => '{"type": "event_type"}',
+                     filter => '{"$.sku": "A"}')"""
             )
-        state, message = refusal(conn, "SELECT eventview.create_event_table('dist_ev', distribute_by => 'payload')")
-        assert state == "22023" and "distribute_by" in message
-        assert conn.execute("SELECT to_regclass('dist_ev')").fetchone()[0] is None
-        assert conn.execute("SELECT count(*) FROM pg_dist_partition").fetchone()[0] == 0
-        assert conn.execute("SELECT count(*) FROM eventview._sources").fetchone()[0] == 0
+
+            def check(step: str) -> None:
+                got = conn.execute(SKU_READ.format(view="dev_sku")).fetchall()
+                want = conn.execute(SKU_FROM_SCRATCH.format(table="dev")).fetchall()
+                assert got == want, step
+                got = conn.execute("SELECT type, events FROM dev_types ORDER BY 1").fetchall()
+                want = conn.execute(
+                    "SELECT event_type, count(*) FROM dev WHERE payload->>'sku' = 'A' GROUP BY 1 ORDER BY 1"
+                ).fetchall()
+                assert got == want, step
+
+            check("after the first fill")
+            for step in range(12):
+                op = rng.choice(["insert", "copy", "update", "delete", "rollback", "transaction", "single"])
+                if op == "insert":
+                    insert_orders(conn, "dev", rng, rng.randint(1, 300))
+                elif op == "copy":
+                    with conn.cursor().copy("COPY dev (event_type, payload) FROM STDIN") as copy:
+                        for _ in range(rng.randint(1, 50)):
+                            copy.write_row(("order", f'{{"sku": "{rng.choice("ABC")}", "qty": {rng.randint(1, 9)}, "price": {rng.randint(1, 99)}}}'))
+                elif op == "update":
+                    conn.execute(
+                        "UPDATE dev SET payload = payload || %s WHERE event_id %% 13 = %s",
+                        (psycopg.types.json.Jsonb({"qty": rng.randint(100, 107), "price": 0.5}), rng.randint(0, 12)),
+                    )
+                elif op == "delete":
+                    conn.execute("DELETE FROM dev WHERE event_id %% 11 = %s", (rng.randint(0, 10),))
+                elif op == "rollback":
+                    with pytest.raises(psycopg.errors.RaiseException):
+                        with conn.transaction():
+                            insert_orders(conn, "dev", rng, 40)
+                            conn.execute("DELETE FROM dev WHERE event_id % 5 = 0")
+                            conn.execute("DO $$ BEGIN RAISE EXCEPTION 'roll back'; END $$")
+                elif op == "transaction":
+                    with conn.transaction():
+                        insert_orders(conn, "dev", rng, 30)
+                        conn.execute("UPDATE dev SET payload = payload - 'price' WHERE event_id % 17 = 3")
+                else:
+                    for _ in range(5):
+                        conn.execute(
+                            "INSERT INTO dev (event_type, payload) VALUES ('order', %s)",
+                            (psycopg.types.json.Jsonb({"sku": rng.choice("ABC"), "qty": 1, "price": 7}),),
+                        )
+                applied = conn.execute("SELECT eventview.refresh('dev_sku')").fetchone()[0]
+                assert applied >= 0
+                conn.execute("SELECT eventview.refresh('dev_types')")
+                check(f"step {step}: {op}")
+            # A refresh with nothing new applies nothing.
+            assert conn.execute("SELECT eventview.refresh('dev_sku')").fetchone()[0] == 0
+            # Every shard is an event table of its node, with one view per distributed view.
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == 4
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 8
+            conn.execute("SELECT eventview.drop_view('dev_types')")
+            assert conn.execute("SELECT to_regclass('dev_types')").fetchone()[0] is None
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 4
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('dev', cascade => true)")
+        assert conn.execute("SELECT to_regclass('dev_sku')").fetchone()[0] is None
+        assert conn.execute("SELECT count(*) FROM eventview._distributed_sources").fetchone()[0] == 0
+        assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == 0
+        assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 0
+        left = conn.execute(
+            "SELECT result FROM run_command_on_workers($$SELECT coalesce(string_agg(relname, ' '), '') FROM pg_class "
+            "WHERE relnamespace = 'eventview'::regnamespace AND relname ~ '^_(v[0-9]|changes_|shards_)'$$)"
+        ).fetchall()
+        assert left == [("",), ("",)]
+
+
+def test_distributed_by_key_keeps_keys_unique_across_shards(citus):
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("SELECT eventview.create_event_table('dkey', distribute_by => 'event_key')")
+        try:
+            conn.execute(
+                "INSERT INTO dkey (event_key, event_type, payload) "
+                "SELECT 'k' || g, 'order', jsonb_build_object('qty', g) FROM generate_series(1, 40) g"
+            )
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                conn.execute("INSERT INTO dkey (event_key, event_type, payload) VALUES ('k7', 'order', '{}')")
+            with pytest.raises(psycopg.Error):
+                conn.execute("INSERT INTO dkey (event_type, payload) VALUES ('order', '{}')")
+            conn.execute(
+                """SELECT eventview.create_view('dkey_all', 'dkey', measures => '{"n": "count(*)", "qty": "sum($.qty)"}')"""
+            )
+            conn.execute("DELETE FROM dkey WHERE event_key IN ('k1', 'k2')")
+            conn.execute("SELECT eventview.refresh('dkey_all')")
+            assert conn.execute("SELECT n, qty FROM dkey_all").fetchone() == (38, 817)
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('dkey', cascade => true)")
+
+
+def test_what_is_not_distributed_yet_is_refused(citus):
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        for arguments, message in [
+            ("retention => '30 days'", "retention of an event table distributed by Citus is not supported"),
+            ("partition_interval => '1 day'", "an event table distributed by Citus cannot be partitioned"),
+        ]:
+            state, got = refusal(
+                conn, f"SELECT eventview.create_event_table('dref', {arguments}, distribute_by => 'event_id')"
+            )
+            assert state == "0A000" and got.startswith(message), got
+            assert conn.execute("SELECT to_regclass('dref')").fetchone()[0] is None
+        state, got = refusal(conn, "SELECT eventview.create_event_table('dref', distribute_by => 'payload')")
+        assert state == "22023" and "distribute_by" in got
+        conn.execute("SELECT eventview.create_event_table('dref', distribute_by => 'event_id')")
+        try:
+            for arguments in [
+                """measures => '{"users": "count_distinct($.user)"}'""",
+                """measures => '{"p": "percentile($.qty, 0.5)"}'""",
+                "realtime => true",
+            ]:
+                state, got = refusal(conn, f"SELECT eventview.create_view('dref_v', 'dref', {arguments})")
+                assert state == "0A000" and "distributed by Citus is not supported" in got, got
+                assert conn.execute("SELECT to_regclass('dref_v')").fetchone()[0] is None
+            assert conn.execute("SELECT count(*) FROM eventview._distributed_views").fetchone()[0] == 0
+            conn.execute("""SELECT eventview.create_view('dref_v', 'dref', measures => '{"n": "count(*)"}')""")
+            state, got = refusal(conn, "SELECT eventview.drop_event_table('dref')")
+            assert state == "2BP01", got
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('dref', cascade => true)")
 
 
 def test_register_refuses_a_table_citus_manages(citus):

@@ -56,10 +56,10 @@ fn create_distributed_event_table(
     distribute_by: Option<&str>,
 ) -> Result<pg_sys::Oid, ErrorReport> {
     at_boundary(|| {
-        crate::event_tables::create_distributed_event_table(
+        crate::citus::create_distributed_event_table(
             required(name, "name")?,
             retention,
-            Some(required_delta_retention(delta_retention)?),
+            required_delta_retention(delta_retention)?,
             partition_interval,
             required(distribute_by, "distribute_by")?,
         )
@@ -154,7 +154,10 @@ fn register_event_table(
 
 #[pg_extern(name = "_drop_event_table", volatile, parallel_unsafe)]
 fn drop_event_table(name: &str, cascade: bool) -> Result<(), ErrorReport> {
-    at_boundary(|| crate::teardown::drop_event_table(name, cascade))
+    at_boundary(|| match crate::citus::distributed_source_named(name)? {
+        Some(source) => crate::citus::drop_event_table(&source, cascade),
+        None => crate::teardown::drop_event_table(name, cascade),
+    })
 }
 
 /// Forgets an event table a plain DROP TABLE took (called by eventview._follow_drop, as the

@@ -9,6 +9,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
 mod capture;
+mod citus;
 pub mod event_tables;
 mod fields;
 pub mod ingest;

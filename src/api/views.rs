@@ -33,13 +33,17 @@ fn create_view(
             on_type_error,
             time_zone,
             unnest,
+            data_table: None,
         })
     })
 }
 
 #[pg_extern(name = "_drop_view", volatile, parallel_unsafe)]
 fn drop_view(name: &str) -> Result<(), ErrorReport> {
-    at_boundary(|| crate::views::drop_view(name))
+    at_boundary(|| match crate::citus::distributed_view_named(name)? {
+        Some(view) => crate::citus::drop_view(&view),
+        None => crate::views::drop_view(name),
+    })
 }
 
 #[pg_extern(name = "_alter_view", volatile, parallel_unsafe)]

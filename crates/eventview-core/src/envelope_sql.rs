@@ -34,6 +34,42 @@ pub fn create_event_table(table: &str) -> String {
     )
 }
 
+/// `CREATE TABLE` for an event table that Citus distributes by `column` (API.md section 10; a
+/// column `distribution_column` accepts), with the keys Citus allows, each of which must hold the
+/// distribution column: the primary key is `(event_id)` or `(event_id, column)`, and `event_key`
+/// is unique in the table only when it is the distribution column (then NOT NULL, through the
+/// primary key, as Citus refuses NULL there). Otherwise each shard keeps its keys unique with
+/// an index of its own (`citus::attach_shard_capture`).
+pub fn create_distributed_event_table(table: &str, column: &str) -> String {
+    let (key, unique_key) = match column {
+        "event_id" => ("event_id".to_string(), ""),
+        "event_key" => ("event_id, event_key".to_string(), " UNIQUE"),
+        other => (format!("event_id, {other}"), ""),
+    };
+    format!(
+        "CREATE TABLE {table} (
+    event_id      bigint GENERATED ALWAYS AS IDENTITY,
+    event_key     text{unique_key},
+{ENVELOPE_BODY},
+    PRIMARY KEY ({key})
+)"
+    )
+}
+
+/// The type of distribution column `column`, and an expression turning the integer `i` into
+/// a value of it: values to try until one falls in each shard's hash range.
+pub fn distribution_value_of(column: &str) -> Option<(&'static str, &'static str)> {
+    match distribution_column(column)? {
+        "event_id" => Some(("bigint", "i::bigint")),
+        "event_version" => Some(("integer", "i")),
+        "occurred_at" | "ingested_at" => Some((
+            "timestamptz",
+            "pg_catalog.to_timestamp(i::double precision)",
+        )),
+        _ => Some(("text", "i::text")),
+    }
+}
+
 /// `CREATE TABLE` for a partitioned event table (API.md section 7): the envelope, partitioned by
 /// range on `occurred_at`, with the primary key `(event_id, occurred_at)` (a unique index of a
 /// partitioned table includes its partition key). `event_key` is unique across partitions by
@@ -550,6 +586,24 @@ pub fn drop_capture(source_id: i32, partitioned: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_distributed_table_keys_hold_the_distribution_column() {
+        let by_id = create_distributed_event_table("\"ev\"", "event_id");
+        assert!(by_id.contains("PRIMARY KEY (event_id)\n)"));
+        assert!(by_id.contains("event_key     text,"));
+        let by_key = create_distributed_event_table("\"ev\"", "event_key");
+        assert!(by_key.contains("PRIMARY KEY (event_id, event_key)"));
+        assert!(by_key.contains("event_key     text UNIQUE,"));
+        let by_type = create_distributed_event_table("\"ev\"", "event_type");
+        assert!(by_type.contains("PRIMARY KEY (event_id, event_type)"));
+        assert_eq!(
+            distribution_value_of("event_id"),
+            Some(("bigint", "i::bigint"))
+        );
+        assert_eq!(distribution_value_of("producer"), Some(("text", "i::text")));
+        assert_eq!(distribution_value_of("payload"), None);
+    }
 
     #[test]
     fn distribution_columns_are_the_envelope_but_payload() {

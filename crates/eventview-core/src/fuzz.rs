@@ -313,6 +313,7 @@ mod tests {
                     feeds_rollups: false,
                     bucket_width: None,
                     rollup_source: None,
+                    data_table: None,
                 };
                 for sql in view_statements(&view) {
                     assert!(

@@ -92,6 +92,10 @@ pub struct ViewSql<'a> {
     pub bucket_width: Option<String>,
     /// A rollup: the SQL generator of the view it reads.
     pub rollup_source: Option<Box<ViewSql<'a>>>,
+    /// The storage table, qualified and quoted, when it is not the view's own
+    /// `eventview._v<id>_data`: a shard of a distributed view's partial groups (`citus`), made
+    /// by Citus with the columns `create_data_table` gives it plus `__shard`.
+    pub data_table: Option<String>,
 }
 
 /// The bucket of timestamp expression `ts` for bucket width `width` (SQL of an interval):
@@ -143,12 +147,18 @@ pub enum Reads<'b> {
     /// The stored groups with the pending changes folded in; the view's bucket width as the
     /// text of an interval.
     Realtime { bucket_width: Option<&'b str> },
+    /// The partial groups of every shard (a view over an event table distributed by Citus,
+    /// `data_table` its distributed storage), merged: counters added, extremes combined. Only
+    /// for measures `merges_across_shards` accepts.
+    Merged,
 }
 
 impl<'a> ViewSql<'a> {
     /// The storage table, qualified.
     fn data(&self) -> String {
-        names::view_data(self.view_id)
+        self.data_table
+            .clone()
+            .unwrap_or_else(|| names::view_data(self.view_id))
     }
 
     /// The storage's key columns, in order: `__k`, `bucket`, then `g<i>, g<i>_null` per group
@@ -248,9 +258,9 @@ impl<'a> ViewSql<'a> {
         cols
     }
 
-    /// DDL of the storage table and value multisets.
-    pub fn create_storage(&self) -> Vec<String> {
-        let data = self.data();
+    /// The storage table's column definitions: the key, `__count`, each measure's counters,
+    /// `__dirty`.
+    fn data_columns(&self) -> Vec<String> {
         let mut cols = self.key_column_ddl();
         cols.push("__count bigint NOT NULL".into());
         for (i, m) in self.def.measures.iter().enumerate() {
@@ -272,18 +282,33 @@ impl<'a> ViewSql<'a> {
             }
         }
         cols.push("__dirty boolean NOT NULL DEFAULT false".into());
+        cols
+    }
+
+    /// The storage table named `table` (qualified and quoted), without its indexes.
+    pub fn create_data_table(&self, table: &str) -> String {
+        format!(
+            "CREATE TABLE {table} (\n    {}\n) WITH (fillfactor = {STORAGE_FILLFACTOR})",
+            self.data_columns().join(",\n    ")
+        )
+    }
+
+    /// DDL of the storage table (unless it is given, `data_table`) with its indexes, and of the
+    /// value multisets.
+    pub fn create_storage(&self) -> Vec<String> {
+        let data = self.data();
         let vid = self.view_id;
-        let mut out = vec![
-            format!(
-                "CREATE TABLE {data} (\n    {}\n) WITH (fillfactor = {STORAGE_FILLFACTOR})",
-                cols.join(",\n    ")
-            ),
+        let mut out = Vec::new();
+        if self.data_table.is_none() {
+            out.push(self.create_data_table(&data));
+        }
+        out.extend([
             format!(
                 "CREATE UNIQUE INDEX _v{vid}_data_key ON {data} ({})",
                 self.key_list()
             ),
             format!("CREATE INDEX _v{vid}_data_dirty ON {data} (__k) WHERE __dirty"),
-        ];
+        ]);
         out.extend(
             self.sketch_measures()
                 .into_iter()
@@ -510,7 +535,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 AggKind::Min | AggKind::Max | AggKind::CountDistinct => format!("m{n}_val"),
                 AggKind::Percentile | AggKind::ApproxPercentile => match reads {
                     Reads::Realtime { .. } => format!("m{n}_val"),
-                    Reads::Stored => self.stored_percentile(n, m, &self.data()),
+                    Reads::Stored | Reads::Merged => self.stored_percentile(n, m, &self.data()),
                 },
             };
             cols.push(format!("{expr} AS {}", quote::ident(&m.name)));
@@ -525,6 +550,12 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 self.realtime_groups(bucket_width),
                 cols.join(",\n       ")
             )
+        } else if let Reads::Merged = reads {
+            format!(
+                "{create} {user_view} AS\nSELECT {}\nFROM ({}) merged\nWHERE __count > 0",
+                cols.join(",\n       "),
+                self.merged_partials()
+            )
         } else {
             // `WHERE __k` (always true) lets a filter on `bucket` alone use the key index.
             format!(
@@ -533,6 +564,44 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 self.data()
             )
         }
+    }
+
+    /// Whether measures of `kind` can be read from per-shard partial groups (`Reads::Merged`):
+    /// counts and sums add up, `avg` from the added sums and counts, min of minima, max of
+    /// maxima. The others need every shard's values at once.
+    pub fn merges_across_shards(kind: AggKind) -> bool {
+        matches!(
+            kind,
+            AggKind::CountStar
+                | AggKind::Count
+                | AggKind::Sum
+                | AggKind::Avg
+                | AggKind::Min
+                | AggKind::Max
+        )
+    }
+
+    /// The partial groups of every shard merged into one row per group, in the storage's
+    /// columns (`Reads::Merged`).
+    fn merged_partials(&self) -> String {
+        let mut cols = vec!["sum(__count)::bigint AS __count".to_string()];
+        for (n, m) in self.numbered_measures() {
+            for column in Self::stored_columns(n, m) {
+                let merged = match m.kind {
+                    AggKind::Min => format!("min({column})"),
+                    AggKind::Max => format!("max({column})"),
+                    _ if column.ends_with("_n") => format!("sum({column})::bigint"),
+                    _ => format!("sum({column})"),
+                };
+                cols.push(format!("{merged} AS {column}"));
+            }
+        }
+        let keys = self.key_list();
+        format!(
+            "SELECT {keys}, {}\n      FROM {}\n      GROUP BY {keys}",
+            cols.join(", "),
+            self.data()
+        )
     }
 
     /// Realtime read: `WITH ... merged`, the stored groups with the changes not yet applied
@@ -1942,6 +2011,7 @@ mod tests {
             feeds_rollups: false,
             bucket_width: None,
             rollup_source: None,
+            data_table: None,
         }
     }
 

@@ -72,6 +72,7 @@ fn view(def: &ViewDefinition, log_extremes: bool) -> ViewSql<'_> {
         feeds_rollups: false,
         bucket_width: None,
         rollup_source: None,
+        data_table: None,
     }
 }
 

@@ -597,6 +597,7 @@ mod tests {
             feeds_rollups: source.is_none(),
             bucket_width: Some("1 hour".into()),
             rollup_source: source.map(Box::new),
+            data_table: None,
         }
     }
 

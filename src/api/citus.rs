@@ -1,0 +1,56 @@
+//! The work the coordinator runs on the node of each shard of an event table distributed by
+//! Citus (see `citus`). Not API calls: the coordinator's queries over a table's shard registry
+//! call them on every shard's node, as the extension owner (EXECUTE is revoked from PUBLIC in
+//! sql/api.sql).
+
+use super::at_boundary;
+use pgrx::datum::Interval;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+
+/// Registers the event table shard co-located with `registry_shard` as an event table of this
+/// node.
+#[pg_extern(name = "_attach_shard_capture", volatile, strict, parallel_unsafe)]
+fn attach_shard_capture(
+    registry_shard: &str,
+    shards: pgrx::Json,
+    delta_retention: Interval,
+) -> Result<i32, ErrorReport> {
+    at_boundary(|| {
+        crate::citus::attach_shard_capture(registry_shard, &shards.0.to_string(), delta_retention)
+    })
+}
+
+/// Makes the view of distributed view `view_id` over the event table shard co-located with
+/// `registry_shard`, its groups kept in the co-located groups shard.
+#[pg_extern(name = "_attach_shard_view", volatile, strict, parallel_unsafe)]
+fn attach_shard_view(
+    registry_shard: &str,
+    value: &str,
+    shards: pgrx::Json,
+    view_id: i32,
+    arguments: &str,
+) -> Result<i32, ErrorReport> {
+    at_boundary(|| {
+        let arguments = crate::citus::view_arguments(arguments)?;
+        crate::citus::attach_shard_view(
+            registry_shard,
+            value,
+            &shards.0.to_string(),
+            view_id,
+            &arguments,
+        )
+    })
+}
+
+/// Refreshes the view keeping the groups shard co-located with `registry_shard`.
+#[pg_extern(name = "_refresh_shard_view", volatile, strict, parallel_unsafe)]
+fn refresh_shard_view(registry_shard: &str, shards: pgrx::Json) -> Result<i64, ErrorReport> {
+    at_boundary(|| crate::citus::refresh_shard_view(registry_shard, &shards.0.to_string()))
+}
+
+/// Drops the view keeping the groups shard co-located with `registry_shard`.
+#[pg_extern(name = "_detach_shard_view", volatile, strict, parallel_unsafe)]
+fn detach_shard_view(registry_shard: &str, shards: pgrx::Json) -> Result<i32, ErrorReport> {
+    at_boundary(|| crate::citus::detach_shard_view(registry_shard, &shards.0.to_string()))
+}
