@@ -104,6 +104,24 @@ BEGIN
             RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
         END;
     END LOOP;
+    -- The caller's views over event tables distributed by Citus.
+    FOR v IN
+        SELECT d.view_id, format('%I.%I', n.nspname, c.relname) AS name
+        FROM eventview._distributed_views d
+        JOIN pg_class c ON c.oid = d.relid::oid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE pg_has_role(d.owner::oid, 'MEMBER')
+        ORDER BY d.view_id
+    LOOP
+        BEGIN
+            total := total + eventview._refresh(v.name);
+        EXCEPTION WHEN undefined_table THEN
+            NULL;
+        WHEN others THEN
+            UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
+        END;
+    END LOOP;
     -- Then the field observers of the caller's tables (those its views read were observed by
     -- their refreshes and have nothing left). Last: each refresh takes its view's row before its
     -- event table, as drop_event_table does; observing every table first held them all while
@@ -185,3 +203,6 @@ REVOKE EXECUTE ON FUNCTION eventview._attach_shard_capture(text, json, interval)
 REVOKE EXECUTE ON FUNCTION eventview._attach_shard_view(text, text, json, integer, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._refresh_shard_view(text, json) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._detach_shard_view(text, json) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION eventview._maintain_shard(text, json) FROM PUBLIC;
+-- Called by eventview._follow_drop (as the extension owner); nobody else.
+REVOKE EXECUTE ON FUNCTION eventview._forget_distributed(oid) FROM PUBLIC;

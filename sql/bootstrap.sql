@@ -132,7 +132,12 @@ CREATE TABLE eventview._distributed_views (
     groups    regclass NOT NULL,
     -- create_view's arguments, with which each shard's view is made.
     arguments json NOT NULL,
-    owner     regrole NOT NULL DEFAULT current_user::regrole
+    owner     regrole NOT NULL DEFAULT current_user::regrole,
+    -- As in _views: refreshed by run_maintenance every `schedule`; the last refresh, and the
+    -- error of the last scheduled refresh that failed.
+    schedule        interval,
+    last_refresh_at timestamptz,
+    last_error      text
 );
 COMMENT ON TABLE eventview._distributed_views IS 'pg_eventview: views over event tables distributed by Citus';
 
@@ -225,6 +230,8 @@ SELECT pg_catalog.pg_extension_config_dump('eventview.drift', '');
 -- updated database and a fresh install then have the same pg_extension.extconfig.
 SELECT pg_catalog.pg_extension_config_dump('eventview.quarantine_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview.drift_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventview._distributed_sources', '');
+SELECT pg_catalog.pg_extension_config_dump('eventview._distributed_views', '');
 
 
 
@@ -597,7 +604,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
         WHERE v.view_id OPERATOR(pg_catalog.=) p_view_id
           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
           AND d.refobjid OPERATOR(pg_catalog.=)
-              pg_catalog.to_regclass(pg_catalog.format('eventview._v%s_data', p_view_id))::oid)
+              coalesce(v.data_relation::oid,
+                       pg_catalog.to_regclass(pg_catalog.format('eventview._v%s_data', p_view_id))::oid))
 $$;
 
 -- Follows plain DROPs. A view's relation dropped with plain SQL (DROP VIEW, DROP SCHEMA ...
@@ -625,6 +633,21 @@ BEGIN
         ORDER BY w.view_id DESC
     LOOP
         PERFORM eventview._forget_view(dropped);
+    END LOOP;
+    -- Views over event tables distributed by Citus, and such tables (src/citus.rs): a view
+    -- before the table it reads.
+    FOR t IN
+        SELECT d.objid
+        FROM pg_catalog.pg_event_trigger_dropped_objects() d
+        LEFT JOIN eventview._distributed_views w ON w.relid::oid OPERATOR(pg_catalog.=) d.objid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+          AND d.objsubid OPERATOR(pg_catalog.=) 0
+          AND (w.view_id IS NOT NULL
+               OR EXISTS (SELECT 1 FROM eventview._distributed_sources s
+                          WHERE s.relid::oid OPERATOR(pg_catalog.=) d.objid))
+        ORDER BY w.view_id IS NULL, w.view_id DESC
+    LOOP
+        PERFORM eventview._forget_distributed(t.objid);
     END LOOP;
     FOR t IN
         SELECT s.source_id, s.relid

@@ -4,17 +4,30 @@
 CREATE FUNCTION eventview.schedule(name text, every interval) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    v_view_id integer := eventview._view_id(name);
+    v_distributed integer := eventview._distributed_view_id(name);
+    v_view_id integer;
 BEGIN
+    IF every IS NOT NULL AND every <= interval '0' THEN
+        RAISE EXCEPTION 'invalid schedule: % is not a positive interval', every
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL to unschedule.';
+    END IF;
+    IF v_distributed IS NOT NULL THEN
+        -- A view over an event table distributed by Citus.
+        IF NOT pg_catalog.pg_has_role((SELECT owner::oid FROM eventview._distributed_views WHERE view_id = v_distributed), 'MEMBER') THEN
+            RAISE EXCEPTION 'permission denied to schedule view %: it belongs to role %',
+                name, (SELECT owner FROM eventview._distributed_views WHERE view_id = v_distributed)
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Only members of the view''s owner role (and superusers) may do this.';
+        END IF;
+        UPDATE eventview._distributed_views SET schedule = every WHERE view_id = v_distributed;
+        RETURN;
+    END IF;
+    v_view_id := eventview._view_id(name);
     IF NOT pg_catalog.pg_has_role((SELECT owner::oid FROM eventview._views WHERE view_id = v_view_id), 'MEMBER') THEN
         RAISE EXCEPTION 'permission denied to schedule view %: it belongs to role %',
             name, (SELECT owner FROM eventview._views WHERE view_id = v_view_id)
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Only members of the view''s owner role (and superusers) may do this.';
-    END IF;
-    IF every IS NOT NULL AND every <= interval '0' THEN
-        RAISE EXCEPTION 'invalid schedule: % is not a positive interval', every
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL to unschedule.';
     END IF;
     -- A new schedule starts afresh: no backoff left from failures under the old one (a retry
     -- time of 'infinity' from a schedule of 100 years or more would outlive it).
@@ -296,6 +309,23 @@ BEGIN
             END;
         END;
     END LOOP;
+    -- Views over event tables distributed by Citus, whose schedule is due (each shard's view
+    -- refreshed on its node, see src/citus.rs).
+    FOR v IN
+        SELECT d.view_id, d.relid FROM eventview._distributed_views d
+        WHERE d.schedule IS NOT NULL
+          AND (d.last_refresh_at IS NULL OR clock_timestamp() - d.last_refresh_at >= d.schedule)
+        ORDER BY coalesce(d.last_refresh_at, '-infinity'), d.view_id
+    LOOP
+        BEGIN
+            PERFORM eventview._refresh(format('%I.%I', n.nspname, c.relname))
+            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.oid = v.relid;
+        EXCEPTION WHEN others THEN
+            UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            RAISE WARNING 'pg_eventview: refresh of view % failed: %', v.relid, SQLERRM;
+        END;
+    END LOOP;
     -- View owners' changelog rights follow their rights on the tables, also where a change of
     -- role membership changed those (no event trigger sees that).
     BEGIN
@@ -316,6 +346,14 @@ BEGIN
     EXCEPTION WHEN others THEN
         RAISE WARNING 'pg_eventview: pruning failed: %', SQLERRM;
     END;
+    -- The shards of event tables distributed by Citus: observed and pruned on their nodes.
+    IF EXISTS (SELECT 1 FROM eventview._distributed_sources) THEN
+        BEGIN
+            PERFORM eventview._maintain_distributed();
+        EXCEPTION WHEN others THEN
+            RAISE WARNING 'pg_eventview: maintaining distributed event tables failed: %', SQLERRM;
+        END;
+    END IF;
 EXCEPTION WHEN undefined_table OR undefined_function OR invalid_schema_name THEN
     -- A DROP EXTENSION pg_eventview that committed while this run went on (waiting for a lock it
     -- held, say) leaves nothing to maintain: the run ends quietly, as the next one would find no

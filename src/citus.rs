@@ -100,10 +100,15 @@ fn distribution_column(distribute_by: &str) -> EvResult<&'static str> {
 /// An event table distributed by Citus, as the coordinator catalogues it.
 pub struct DistributedSource {
     pub relid: pg_sys::Oid,
-    /// Quoted, qualified.
-    pub table_sql: String,
     /// The shard registry, quoted and qualified.
     pub shards: String,
+}
+
+impl DistributedSource {
+    /// The table's name, quoted and qualified (an error once a DROP took it).
+    fn table_sql(&self) -> EvResult<String> {
+        relation::qualified(self.relid)
+    }
 }
 
 /// The distributed event table `relid`, if it is one.
@@ -115,11 +120,7 @@ pub fn distributed_source(relid: pg_sys::Oid) -> EvResult<Option<DistributedSour
     else {
         return Ok(None);
     };
-    Ok(Some(DistributedSource {
-        relid,
-        table_sql: relation::qualified(relid)?,
-        shards,
-    }))
+    Ok(Some(DistributedSource { relid, shards }))
 }
 
 /// The distributed event table named `name`, if the name resolves to one.
@@ -174,29 +175,43 @@ pub fn distributed_view(relid: pg_sys::Oid) -> EvResult<Option<DistributedView>>
     }))
 }
 
-/// The view over a distributed event table named `name`, if the name resolves to one.
+/// The view over a distributed event table named `name`, if the name resolves to one (without
+/// USAGE on its schema, as a view of this node: the owner of its event table may drop it).
 pub fn distributed_view_named(name: &str) -> EvResult<Option<DistributedView>> {
-    match relation::resolve(name) {
+    match relation::resolve_without_usage(name) {
         Ok(relid) => distributed_view(relid),
         Err(_) => Ok(None),
     }
 }
 
-/// Runs `call` once on the node of every shard of `source`, in this transaction; returns the
-/// sum of its results. In `call`, `{shard}` stands for the registry shard (`tableoid` as text),
-/// `{value}` for its value (`k` as text), and `{shards}` for the JSON object mapping each
-/// registry shard's id to the names of the co-located shards of `tables` (`shard_map`).
-/// Everything else in it is a literal: Citus plans no query over a distributed table with
-/// parameters.
-fn on_every_shard(source: &DistributedSource, tables: &[&str], call: &str) -> EvResult<i64> {
-    let map = shard_map(source, tables)?;
-    let call = call
-        .replace("{shard}", "tableoid::regclass::text")
-        .replace("{value}", "k::text")
-        .replace("{shards}", &format!("{}::json", quote::literal(&map)));
+/// The SQL expressions a per-shard call takes its shard from, in the query over the registry.
+struct ShardArgs {
+    /// The registry shard (`tableoid` as text).
+    shard: &'static str,
+    /// Its value (`k` as text).
+    value: &'static str,
+    /// The JSON object mapping each registry shard's id to the names of the co-located shards
+    /// of the tables named (`shard_map`), as a literal.
+    shards: String,
+}
+
+/// Runs the call `call` makes of `ShardArgs` once on the node of every shard of `source`, in
+/// this transaction; returns the sum of its results. Everything in the call is a literal:
+/// Citus plans no query over a distributed table with parameters.
+fn on_every_shard(
+    source: &DistributedSource,
+    tables: &[&str],
+    call: impl FnOnce(&ShardArgs) -> String,
+) -> EvResult<i64> {
+    let args = ShardArgs {
+        shard: "tableoid::regclass::text",
+        value: "k::text",
+        shards: format!("{}::json", quote::literal(&shard_map(source, tables)?)),
+    };
     Ok(spi::one::<i64>(
         &format!(
-            "SELECT coalesce(sum({call}), 0)::bigint FROM {}",
+            "SELECT coalesce(sum({}), 0)::bigint FROM {}",
+            call(&args),
             source.shards
         ),
         &[],
@@ -231,18 +246,26 @@ fn mapped_shards(registry_shard: &str, shards: &str) -> EvResult<(i64, Vec<Strin
         .rsplit('_')
         .next()
         .and_then(|digits| digits.trim_end_matches('"').parse().ok())
-        .ok_or_else(|| EvError::invalid(format!("{registry_shard} is no shard")))?;
+        .ok_or_else(|| shard_not_found(registry_shard))?;
     let names = spi::one::<Vec<String>>(
         "SELECT ARRAY(SELECT json_array_elements_text($1::json -> $2))",
         &[shards.into(), id.to_string().into()],
     )?
     .unwrap_or_default();
     if names.is_empty() {
-        return Err(EvError::invalid(format!(
-            "no shards are listed for {registry_shard}"
-        )));
+        return Err(shard_not_found(registry_shard));
     }
     Ok((id, names))
+}
+
+/// A shard that the coordinator's metadata and this node do not agree on: moved, split or
+/// rebalanced, which this version does not follow.
+fn shard_not_found(registry_shard: &str) -> EvError {
+    EvError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("the shards of {registry_shard} are not where pg_eventview placed them"),
+    )
+    .with_hint("Shard moves, splits and rebalancing are not followed by this version of pg_eventview: drop the distributed event table's views and create them again.")
 }
 
 /// `create_event_table(..., distribute_by)`: the event table, distributed by Citus on
@@ -279,18 +302,32 @@ pub fn create_distributed_event_table(
             "Leave partition_interval out, or distribute_by for a partitioned table on this node.",
         ));
     }
+    if spi::one::<String>(
+        "SELECT current_setting('citus.shard_replication_factor')",
+        &[],
+    )?
+    .as_deref()
+        != Some("1")
+    {
+        return Err(not_supported(
+            "an event table distributed by Citus with more than one placement per shard is not supported by this version of pg_eventview",
+            "SET citus.shard_replication_factor = 1 for the call.",
+        ));
+    }
     let quoted = relation::qualified_for_create(name)?;
     crate::event_tables::refuse_schema(&quoted, "create")?;
-    // The table and its distribution are the caller's.
+    // The table is the caller's. Its distribution runs as the extension owner, as the rest of
+    // this transaction's work on its shards: Citus's connections to the workers are the current
+    // role's, and a worker sees the shards made in this transaction only on those connections.
     roles::as_caller(|| {
         spi::run_all(&[envelope_sql::create_distributed_event_table(
             &quoted, column,
-        )])?;
-        spi::run(
-            "SELECT pg_catalog.create_distributed_table($1::regclass, $2)",
-            &[quoted.as_str().into(), column.into()],
-        )
+        )])
     })?;
+    spi::run(
+        "SELECT pg_catalog.create_distributed_table($1::regclass, $2)",
+        &[quoted.as_str().into(), column.into()],
+    )?;
     let relid = relation::created(&quoted)?;
     let shards = make_shard_registry(relid, &quoted, column)?;
     spi::run(
@@ -298,21 +335,17 @@ pub fn create_distributed_event_table(
          VALUES ($1::regclass, $2, $3::regclass)",
         &[relid.into(), column.into(), shards.as_str().into()],
     )?;
-    let source = DistributedSource {
-        relid,
-        table_sql: quoted.clone(),
-        shards,
-    };
+    let source = DistributedSource { relid, shards };
     let delta_retention =
         spi::one::<String>("SELECT $1::text", &[delta_retention.into()])?.unwrap_or_default();
-    on_every_shard(
-        &source,
-        &[&quoted],
-        &format!(
-            "eventview._attach_shard_capture({{shard}}, {{shards}}, {}::interval)",
+    on_every_shard(&source, &[&quoted], |a| {
+        format!(
+            "eventview._attach_shard_capture({}, {}, {}::interval)",
+            a.shard,
+            a.shards,
             quote::literal(&delta_retention)
-        ),
-    )?;
+        )
+    })?;
     Ok(relid)
 }
 
@@ -394,6 +427,9 @@ pub fn attach_shard_capture(
 /// refused with 0A000 before anything is made.
 pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResult<pg_sys::Oid> {
     privileges::require_select(source.relid)?;
+    privileges::require_no_row_security(roles::caller(), source.relid)?;
+    // A drop of the table waits, or makes this wait.
+    lock_source(source, "FOR KEY SHARE")?;
     let refuse = |what: &str| {
         Err(not_supported(
             format!("{what} over an event table distributed by Citus is not supported by this version of pg_eventview"),
@@ -421,13 +457,14 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     {
         return refuse(&format!("measure \"{}\"", m.name));
     }
+    let table_sql = source.table_sql()?;
     let view_id = catalog::next_view_id()?;
     let groups = format!("eventview.{}", quote::ident(&format!("_v{view_id}_groups")));
     let sql = ViewSql {
         def: &definition,
         view_id,
         source_id: 0,
-        source_scan: source.table_sql.clone(),
+        source_scan: table_sql.clone(),
         log_extremes: false,
         feeds_rollups: false,
         bucket_width: None,
@@ -447,7 +484,7 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     ])?;
     spi::run(
         "SELECT pg_catalog.create_distributed_table($1::regclass, '__shard', colocate_with => $2)",
-        &[groups.as_str().into(), source.table_sql.as_str().into()],
+        &[groups.as_str().into(), table_sql.as_str().into()],
     )?;
     let owner = roles::caller();
     let owner_ident = privileges::role_ident(owner)?;
@@ -494,14 +531,15 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
         &[view_id.into()],
     )?
     .unwrap_or_default();
-    on_every_shard(
-        source,
-        &[&source.table_sql, &groups],
-        &format!(
-            "eventview._attach_shard_view({{shard}}, {{value}}, {{shards}}, {view_id}, {})",
+    on_every_shard(source, &[&table_sql, &groups], |a| {
+        format!(
+            "eventview._attach_shard_view({}, {}, {}, {view_id}, {})",
+            a.shard,
+            a.value,
+            a.shards,
             quote::literal(&arguments)
-        ),
-    )?;
+        )
+    })?;
     Ok(relid)
 }
 
@@ -519,9 +557,7 @@ pub fn attach_shard_view(
     with_shard_access(|| {
         let (shard_id, names) = mapped_shards(registry_shard, shards)?;
         let (Some(event_shard), Some(groups_shard)) = (names.first(), names.get(1)) else {
-            return Err(EvError::invalid(format!(
-                "no view shards are listed for {registry_shard}"
-            )));
+            return Err(shard_not_found(registry_shard));
         };
         spi::run_all(&[format!(
             "ALTER TABLE {groups_shard} ALTER COLUMN __shard SET DEFAULT {}",
@@ -631,9 +667,7 @@ fn shard_view(registry_shard: &str, shards: &str) -> EvResult<Option<pg_sys::Oid
 pub fn refresh_shard_view(registry_shard: &str, shards: &str) -> EvResult<i64> {
     with_shard_access(|| {
         let Some(relid) = shard_view(registry_shard, shards)? else {
-            return Err(EvError::invalid(format!(
-                "no view of this node keeps the groups of {registry_shard}"
-            )));
+            return Err(shard_not_found(registry_shard));
         };
         crate::refresh::refresh_with_sources(relid, &relation::regclass_text(relid)?)
     })
@@ -656,15 +690,83 @@ pub fn detach_shard_view(registry_shard: &str, shards: &str) -> EvResult<i32> {
 /// and exactly once there; returns the changed events applied.
 pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     require_owner(view, "refresh")?;
-    on_every_shard(
-        &view.source,
-        &[&view.groups],
-        "eventview._refresh_shard_view({shard}, {shards})",
+    // Every shard's view is refreshed as the extension owner: the rights are the view owner's,
+    // checked here at each refresh as a view of this node has them checked.
+    privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
+    let applied = on_every_shard(&view.source, &[&view.groups], |a| {
+        format!("eventview._refresh_shard_view({}, {})", a.shard, a.shards)
+    })?;
+    spi::run(
+        "UPDATE eventview._distributed_views SET last_refresh_at = clock_timestamp(), last_error = NULL
+         WHERE view_id = $1",
+        &[view.view_id.into()],
+    )?;
+    Ok(applied)
+}
+
+/// `run_maintenance`'s work on the shards of the distributed event tables the caller's roles
+/// own: on every shard's node, the shard's field observer moves on and its changelog is pruned
+/// of what every view of the shard has applied. Returns the records pruned.
+pub fn maintain_shards() -> EvResult<i64> {
+    let tables = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT d.relid::oid FROM eventview._distributed_sources d
+                 JOIN pg_catalog.pg_class c ON c.oid = d.relid::oid
+                 WHERE pg_catalog.pg_has_role(c.relowner, 'MEMBER')
+                 ORDER BY d.relid::oid",
+                None,
+                &[],
+            )?
+            .map(|row| row.get::<pg_sys::Oid>(1))
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    let mut pruned = 0;
+    for relid in tables.into_iter().flatten() {
+        if let Some(source) = distributed_source(relid)? {
+            let table_sql = source.table_sql()?;
+            pruned += on_every_shard(&source, &[&table_sql], |a| {
+                format!("eventview._maintain_shard({}, {})", a.shard, a.shards)
+            })?;
+        }
+    }
+    Ok(pruned)
+}
+
+/// On a shard's node: the field observer of the event table shard co-located with registry
+/// shard `registry_shard` moves on, and its changelog is pruned; returns the records pruned.
+pub fn maintain_shard(registry_shard: &str, shards: &str) -> EvResult<i64> {
+    with_shard_access(|| {
+        let (_, names) = mapped_shards(registry_shard, shards)?;
+        let relid = relation::resolve(&names[0])?;
+        let Some(source) = catalog::source_by_relid(relid)? else {
+            return Ok(0);
+        };
+        crate::observer::observe(&source)?;
+        Ok(
+            spi::one::<i64>("SELECT eventview.prune($1)", &[names[0].as_str().into()])?
+                .unwrap_or(0),
+        )
+    })
+}
+
+/// The row of distributed event table `source` in the catalog, locked `FOR <lock>`: a drop of
+/// the table (`FOR UPDATE`) and the making of a view over it (`FOR KEY SHARE`) wait for each
+/// other.
+fn lock_source(source: &DistributedSource, lock: &str) -> EvResult<()> {
+    spi::run(
+        &format!("SELECT 1 FROM eventview._distributed_sources WHERE relid = $1::regclass {lock}"),
+        &[source.relid.into()],
     )
 }
 
+/// `action` (refresh, drop) of `view` by its owner (a member of the owner's role); a drop also
+/// by the owner of its event table, as for a view of this node.
 fn require_owner(view: &DistributedView, action: &str) -> EvResult<()> {
-    if privileges::caller_acts_as(view.owner) {
+    if privileges::caller_acts_as(view.owner)
+        || (action == "drop"
+            && privileges::caller_acts_as(privileges::table_owner(view.source.relid)?))
+    {
         return Ok(());
     }
     Err(EvError::new(
@@ -682,20 +784,79 @@ fn require_owner(view: &DistributedView, action: &str) -> EvResult<()> {
 pub fn drop_view(view: &DistributedView) -> EvResult<()> {
     require_owner(view, "drop")?;
     views::require_no_dependents(view.relid, "view")?;
-    on_every_shard(
-        &view.source,
-        &[&view.groups],
-        "eventview._detach_shard_view({shard}, {shards})",
-    )?;
+    // The DROP fires eventview._follow_drop, which forgets the view; forgotten here again in
+    // case event triggers did not fire (session_replication_role = replica).
+    // As the extension owner: the owner of the event table may drop the view of another role.
+    // (Citus made the relation on the coordinator only, and drops it there.)
+    let user_view = relation::qualified(view.relid)?;
+    spi::run_all(&[format!("DROP VIEW {user_view}")])?;
+    if spi::one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM eventview._distributed_views WHERE view_id = $1)",
+        &[view.view_id.into()],
+    )? == Some(true)
+    {
+        forget_view(view)?;
+    }
+    Ok(())
+}
+
+/// What a view over a distributed event table has besides its user relation: every shard's view
+/// on its node, its catalog row, and its partial groups (with the user relation, when that is
+/// still there: its event table was dropped).
+fn forget_view(view: &DistributedView) -> EvResult<()> {
+    on_every_shard(&view.source, &[&view.groups], |a| {
+        format!("eventview._detach_shard_view({}, {})", a.shard, a.shards)
+    })?;
     spi::run(
         "DELETE FROM eventview._distributed_views WHERE view_id = $1",
         &[view.view_id.into()],
     )?;
-    let user_view = relation::qualified(view.relid)?;
-    guc::with_setting(c"citus.enable_ddl_propagation", c"off", || {
-        roles::as_caller(|| spi::run_all(&[format!("DROP VIEW {user_view}")]))
+    spi::run_all(&[format!("DROP TABLE IF EXISTS {} CASCADE", view.groups)])
+}
+
+/// After a DROP took relation `relid` (called by `eventview._follow_drop`): a view over a
+/// distributed event table is forgotten (`forget_view`), and so is a distributed event table,
+/// with its views and its shard registry (Citus drops its shards, whose nodes forget them).
+pub fn forget_dropped(relid: pg_sys::Oid) -> EvResult<()> {
+    if let Some(view) = distributed_view(relid)? {
+        return forget_view(&view);
+    }
+    let Some(source) = distributed_source(relid)? else {
+        return Ok(());
+    };
+    for view in views_of(relid)? {
+        forget_view(&view)?;
+    }
+    forget_source(&source)
+}
+
+/// The views over distributed event table `relid`, oldest first.
+fn views_of(relid: pg_sys::Oid) -> EvResult<Vec<DistributedView>> {
+    let relids = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT relid::oid FROM eventview._distributed_views WHERE source = $1::regclass
+                 ORDER BY view_id",
+                None,
+                &[relid.into()],
+            )?
+            .map(|row| row.get::<pg_sys::Oid>(1))
+            .collect::<Result<Vec<_>, _>>()
     })?;
-    spi::run_all(&[format!("DROP TABLE {}", view.groups)])
+    let mut views = Vec::new();
+    for relid in relids.into_iter().flatten() {
+        views.extend(distributed_view(relid)?);
+    }
+    Ok(views)
+}
+
+/// A distributed event table's shard registry and catalog row.
+fn forget_source(source: &DistributedSource) -> EvResult<()> {
+    spi::run(
+        "DELETE FROM eventview._distributed_sources WHERE relid = $1::regclass",
+        &[source.relid.into()],
+    )?;
+    spi::run_all(&[format!("DROP TABLE IF EXISTS {}", source.shards)])
 }
 
 /// `drop_event_table` of a distributed event table: its views when `cascade` (2BP01
@@ -703,18 +864,14 @@ pub fn drop_view(view: &DistributedView) -> EvResult<()> {
 /// tables), the registry and the catalog row.
 pub fn drop_event_table(source: &DistributedSource, cascade: bool) -> EvResult<()> {
     privileges::require_table_owner(source.relid, "drop")?;
-    let views = Spi::connect(|client| {
-        client
-            .select(
-                "SELECT relid::oid FROM eventview._distributed_views WHERE source = $1::regclass
-                 ORDER BY view_id",
-                None,
-                &[source.relid.into()],
-            )?
-            .map(|row| row.get::<pg_sys::Oid>(1))
-            .collect::<Result<Vec<_>, _>>()
-    })?;
+    lock_source(source, "FOR UPDATE")?;
+    let views = views_of(source.relid)?;
     if !views.is_empty() && !cascade {
+        let names = views
+            .iter()
+            .map(|v| relation::regclass_text(v.relid))
+            .collect::<EvResult<Vec<_>>>()?
+            .join(", ");
         return Err(EvError::new(
             PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
             format!(
@@ -722,18 +879,17 @@ pub fn drop_event_table(source: &DistributedSource, cascade: bool) -> EvResult<(
                 relation::regclass_text(source.relid)?
             ),
         )
+        .with_detail(format!("Views reading it: {names}."))
         .with_hint("Drop the views first, or call drop_event_table with cascade => true."));
     }
-    for relid in views.into_iter().flatten() {
-        if let Some(view) = distributed_view(relid)? {
-            drop_view(&view)?;
-        }
+    for view in &views {
+        drop_view(view)?;
     }
     views::require_no_dependents(source.relid, "event table")?;
-    spi::run(
-        "DELETE FROM eventview._distributed_sources WHERE relid = $1::regclass",
-        &[source.relid.into()],
-    )?;
-    spi::run_all(&[format!("DROP TABLE {}", source.shards)])?;
-    roles::as_caller(|| spi::run_all(&[format!("DROP TABLE {}", source.table_sql)]))
+    forget_source(source)?;
+    // As the extension owner, as the rest of this transaction's work on the shards (Citus
+    // refuses a placement one role changed to another role in the same transaction); the
+    // caller's right to drop it was checked above.
+    let table_sql = source.table_sql()?;
+    spi::run_all(&[format!("DROP TABLE {table_sql}")])
 }

@@ -242,6 +242,125 @@ def test_distributed_by_key_keeps_keys_unique_across_shards(citus):
             conn.execute("SELECT eventview.drop_event_table('dkey', cascade => true)")
 
 
+CHANGELOG_RECORDS = (
+    "SELECT coalesce(sum((xpath('/row/c/text()', query_to_xml(format('SELECT count(*) AS c FROM eventview.%I', relname), "
+    "false, true, '')))[1]::text::bigint), 0) FROM pg_class WHERE relname ~ '^_changes_[0-9]+$' AND relkind = 'p'"
+)
+
+
+def test_run_maintenance_refreshes_scheduled_views_and_prunes_every_shard(citus):
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute(
+            "SELECT eventview.create_event_table('dmaint', delta_retention => '0 seconds', distribute_by => 'event_id')"
+        )
+        try:
+            conn.execute("""SELECT eventview.create_view('dmaint_n', 'dmaint', measures => '{"n": "count(*)"}')""")
+            conn.execute("""SELECT eventview.create_view('dmaint_other', 'dmaint', measures => '{"n": "count(*)"}')""")
+            conn.execute(
+                "INSERT INTO dmaint (event_type, payload) SELECT 'order', '{}' FROM generate_series(1, 50)"
+            )
+            assert sum(workers_count(conn, CHANGELOG_RECORDS)) > 0
+            state, _ = refusal(conn, "SELECT eventview.schedule('dmaint_n', '-1 second')")
+            assert state == "22023"
+            conn.execute("SELECT eventview.schedule('dmaint_n', '1 second')")
+            conn.execute("SELECT eventview.run_maintenance()")
+            assert conn.execute("SELECT n FROM dmaint_n").fetchone() == (50,)
+            # The unscheduled view is not refreshed, and holds back the prune.
+            assert conn.execute("SELECT n FROM dmaint_other").fetchall() == []
+            assert sum(workers_count(conn, CHANGELOG_RECORDS)) > 0
+            assert conn.execute(
+                "SELECT last_refresh_at IS NOT NULL, last_error FROM eventview._distributed_views v "
+                "WHERE relid = 'dmaint_n'::regclass"
+            ).fetchone() == (True, None)
+            # refresh_all takes the other; then every shard's changelog is pruned.
+            assert conn.execute("SELECT eventview.refresh_all()").fetchone()[0] == 50
+            conn.execute("SELECT eventview.run_maintenance()")
+            assert sum(workers_count(conn, CHANGELOG_RECORDS)) == 0
+            assert conn.execute("SELECT n FROM dmaint_other").fetchone() == (50,)
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('dmaint', cascade => true)")
+
+
+def test_a_plain_drop_forgets_distributed_views_and_tables(citus):
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("SELECT eventview.create_event_table('ddrop', distribute_by => 'event_id')")
+        conn.execute("INSERT INTO ddrop (event_type, payload) SELECT 'order', '{\"qty\": 1}' FROM generate_series(1, 20)")
+        for name in ("ddrop_a", "ddrop_b"):
+            conn.execute(f"""SELECT eventview.create_view('{name}', 'ddrop', measures => '{{"n": "count(*)"}}')""")
+        conn.execute("DROP VIEW ddrop_a")
+        assert conn.execute("SELECT count(*) FROM eventview._distributed_views").fetchone()[0] == 1
+        assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 4
+        conn.execute("SELECT eventview.refresh('ddrop_b')")
+        conn.execute("DROP TABLE ddrop CASCADE")
+        assert conn.execute("SELECT to_regclass('ddrop_b')").fetchone()[0] is None
+        assert conn.execute("SELECT count(*) FROM eventview._distributed_views").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM eventview._distributed_sources").fetchone()[0] == 0
+        assert conn.execute(
+            "SELECT count(*) FROM pg_class WHERE relnamespace = 'eventview'::regnamespace AND relname ~ '^_(v[0-9]|shards_)'"
+        ).fetchone()[0] == 0
+        assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 0
+        assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == 0
+
+
+def test_rights_on_distributed_views(citus):
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("CREATE ROLE dist_owner LOGIN")
+        conn.execute("CREATE ROLE dist_analyst LOGIN")
+        try:
+            conn.execute("GRANT CREATE ON SCHEMA public TO dist_owner, dist_analyst")
+            conn.execute("SET ROLE dist_owner")
+            conn.execute("SELECT eventview.create_event_table('dpriv', distribute_by => 'event_id')")
+            conn.execute("GRANT SELECT ON dpriv TO dist_analyst")
+            conn.execute("RESET ROLE")
+            assert conn.execute("SELECT relowner::regrole::text FROM pg_class WHERE oid = 'dpriv'::regclass").fetchone() == ("dist_owner",)
+            conn.execute(
+                """INSERT INTO dpriv (event_type, payload)
+                   SELECT 'order', jsonb_build_object('tag', CASE WHEN g % 3 = 0 THEN '{value}' ELSE '{shards}' END)
+                   FROM generate_series(1, 30) g"""
+            )
+            conn.execute("SET ROLE dist_analyst")
+            # Text that looks like the placeholders of the per-shard calls is the user's own.
+            conn.execute(
+                """SELECT eventview.create_view('dpriv_v', 'dpriv', filter => '{"$.tag": "{value}"}',
+                     measures => '{"n": "count(*)"}')"""
+            )
+            assert conn.execute("SELECT n FROM dpriv_v").fetchone() == (10,)
+            conn.execute("RESET ROLE")
+            conn.execute("ALTER TABLE dpriv ENABLE ROW LEVEL SECURITY")
+            conn.execute("SET ROLE dist_analyst")
+            state, _ = refusal(conn, """SELECT eventview.create_view('dpriv_w', 'dpriv', measures => '{"n": "count(*)"}')""")
+            assert state == "42501"
+            conn.execute("RESET ROLE")
+            conn.execute("ALTER TABLE dpriv DISABLE ROW LEVEL SECURITY")
+            conn.execute("REVOKE SELECT ON dpriv FROM dist_analyst")
+            conn.execute("SET ROLE dist_analyst")
+            state, _ = refusal(conn, "SELECT eventview.refresh('dpriv_v')")
+            assert state == "42501"
+            conn.execute("RESET ROLE")
+            # Another role may not drop it; the table's owner may.
+            conn.execute("SET ROLE dist_owner")
+            conn.execute("SELECT eventview.drop_event_table('dpriv', cascade => true)")
+            conn.execute("RESET ROLE")
+            assert conn.execute("SELECT count(*) FROM eventview._distributed_views").fetchone()[0] == 0
+        finally:
+            conn.execute("RESET ROLE")
+            conn.execute("DROP TABLE IF EXISTS dpriv CASCADE")
+            conn.execute("REVOKE CREATE ON SCHEMA public FROM dist_owner, dist_analyst")
+            conn.execute("DROP ROLE dist_analyst")
+            conn.execute("DROP ROLE dist_owner")
+
+
+def test_more_than_one_placement_per_shard_is_refused(citus):
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_replication_factor = 2")
+        state, got = refusal(conn, "SELECT eventview.create_event_table('drep', distribute_by => 'event_id')")
+        assert state == "0A000" and "more than one placement" in got
+        assert conn.execute("SELECT to_regclass('drep')").fetchone()[0] is None
+
+
 def test_what_is_not_distributed_yet_is_refused(citus):
     with citus.connect() as conn:
         conn.execute("SET citus.shard_count = 4")

@@ -1,7 +1,7 @@
-//! The work the coordinator runs on the node of each shard of an event table distributed by
-//! Citus (see `citus`). Not API calls: the coordinator's queries over a table's shard registry
-//! call them on every shard's node, as the extension owner (EXECUTE is revoked from PUBLIC in
-//! sql/api.sql).
+//! Event tables distributed by Citus (see `citus`): the work the coordinator runs on the node of
+//! each shard (not API calls: the coordinator's queries over a table's shard registry call them
+//! on every shard's node, as the extension owner; EXECUTE is revoked from PUBLIC in
+//! sql/api.sql), and what scheduling and maintenance call on the coordinator.
 
 use super::at_boundary;
 use pgrx::datum::Interval;
@@ -53,4 +53,31 @@ fn refresh_shard_view(registry_shard: &str, shards: pgrx::Json) -> Result<i64, E
 #[pg_extern(name = "_detach_shard_view", volatile, strict, parallel_unsafe)]
 fn detach_shard_view(registry_shard: &str, shards: pgrx::Json) -> Result<i32, ErrorReport> {
     at_boundary(|| crate::citus::detach_shard_view(registry_shard, &shards.0.to_string()))
+}
+
+/// Moves the field observer of the event table shard co-located with `registry_shard` on, and
+/// prunes its changelog.
+#[pg_extern(name = "_maintain_shard", volatile, strict, parallel_unsafe)]
+fn maintain_shard(registry_shard: &str, shards: pgrx::Json) -> Result<i64, ErrorReport> {
+    at_boundary(|| crate::citus::maintain_shard(registry_shard, &shards.0.to_string()))
+}
+
+/// `run_maintenance` on the coordinator: every shard of the distributed event tables of the
+/// caller's roles observed and pruned (see `citus::maintain_shards`).
+#[pg_extern(name = "_maintain_distributed", volatile, parallel_unsafe)]
+fn maintain_distributed() -> Result<i64, ErrorReport> {
+    at_boundary(crate::citus::maintain_shards)
+}
+
+/// The id of the view over a distributed event table named `name`; NULL for any other name.
+#[pg_extern(name = "_distributed_view_id", stable, parallel_safe)]
+fn distributed_view_id(name: &str) -> Result<Option<i32>, ErrorReport> {
+    at_boundary(|| Ok(crate::citus::distributed_view_named(name)?.map(|v| v.view_id)))
+}
+
+/// Forgets a view over a distributed event table, or a distributed event table, whose relation
+/// a DROP took (called by `eventview._follow_drop`, as the extension owner; nobody else).
+#[pg_extern(name = "_forget_distributed", volatile, strict, parallel_unsafe)]
+fn forget_distributed(relid: pg_sys::Oid) -> Result<(), ErrorReport> {
+    crate::api::lookup(|| crate::citus::forget_dropped(relid))
 }
