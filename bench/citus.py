@@ -41,7 +41,7 @@ ENVELOPE = """(
     payload       jsonb NOT NULL CHECK (jsonb_typeof(payload) = 'object'))"""
 
 # n events over ten days, 500 SKUs, 20 countries, three event types.
-EVENTS = """SELECT (ARRAY['view', 'cart', 'purchase'])[1 + (random() * 2.99)::int],
+EVENTS = """SELECT (ARRAY['view', 'cart', 'purchase'])[1 + floor(random() * 3)::int],
        timestamptz '2026-11-01' + random() * interval '10 days',
        jsonb_build_object('sku', 'SKU-' || lpad((random() * 499)::int::text, 3, '0'),
                           'qty', 1 + (random() * 9)::int,
