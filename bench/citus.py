@@ -12,8 +12,9 @@ three views over a single-node event table `ev_local` are the baseline of refres
 - Refresh: after 10k new events in each table, the refresh of the per-SKU view over `ev_dist`
   (every shard on its node) against the same view's refresh over `ev_local` (target: at most
   2x).
-- Point read: one SKU and day from the per-SKU view over `ev_dist` (its partial groups merged
-  across the shards) against the same read of the view over `ev_local` (target: at most 3x).
+- Point read: one SKU and day from the per-SKU view over `ev_dist` (the coordinator's storage
+  of the groups merged from every shard's) against the same read of the view over `ev_local`
+  (target: at most 3x).
 
 Paired rounds, alternating, after an untimed warm-up; medians. Every view is checked against
 its aggregate from scratch at the end. Results go to bench/out/citus_results.md with the
@@ -157,7 +158,7 @@ def main():
         (f"refresh of 10k new events, {args.shards} shards on 2 workers",
          "the same view's refresh over a single-node event table",
          med(refresh, "distributed"), med(refresh, "single node"), "<= 2x"),
-        ("point read of one SKU and day, partial groups merged on the coordinator",
+        ("point read of one SKU and day, from the groups merged on the coordinator",
          "the same read of the single-node view",
          med(reads, "distributed"), med(reads, "single node"), "<= 3x"),
     ]

@@ -34,7 +34,7 @@ CREATE FUNCTION eventview._attach_shard_capture(registry_shard text, shards json
 LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'attach_shard_capture_wrapper';
 CREATE FUNCTION eventview._attach_shard_view(registry_shard text, value text, shards json, view_id integer, arguments text) RETURNS integer
 LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'attach_shard_view_wrapper';
-CREATE FUNCTION eventview._refresh_shard_view(registry_shard text, shards json) RETURNS bigint
+CREATE FUNCTION eventview._refresh_shard_view(registry_shard text, shards json) RETURNS text
 LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'refresh_shard_view_wrapper';
 CREATE FUNCTION eventview._detach_shard_view(registry_shard text, shards json) RETURNS integer
 LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'detach_shard_view_wrapper';

@@ -5,8 +5,9 @@
 //! snapshot batching under that node's transaction ids. A view over the distributed table is,
 //! on every shard, a view over that shard whose storage is the co-located shard of
 //! `eventview._v<id>_groups`, a distributed table of partial groups (its column `__shard` holds
-//! one value of the shard's hash range, so the shard's rows stay on the shard). The user
-//! relation on the coordinator reads the partial groups merged (`Reads::Merged`).
+//! one value of the shard's hash range, so the shard's rows stay on the shard). The coordinator
+//! keeps the groups merged from every shard's in a storage table of its own, which the user
+//! relation reads as a stored view of one node reads its own (`sqlgen::distributed`).
 //!
 //! The coordinator runs the work of each shard on the shard's node, inside its own distributed
 //! transaction, through the table's shard registry `eventview._shards_<oid>`: a distributed
@@ -30,9 +31,9 @@ use crate::pg::spi;
 use crate::privileges;
 use crate::relation;
 use crate::views::{self, CreateViewArgs};
-use eventview_core::definition::{parse_definition, DefinitionInput};
-use eventview_core::sqlgen::{Reads, ViewSql};
-use eventview_core::{envelope_sql, quote};
+use eventview_core::definition::{parse_definition, DefinitionInput, ViewDefinition};
+use eventview_core::sqlgen::{self, Reads, ViewSql};
+use eventview_core::{envelope_sql, names, quote};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
@@ -217,6 +218,30 @@ fn on_every_shard(
         &[],
     )?
     .unwrap_or(0))
+}
+
+/// Runs the call `call` makes of `ShardArgs` once on the node of every shard of `source`, in
+/// this transaction; returns its results, one per shard (a call's NULL left out).
+fn each_shard(
+    source: &DistributedSource,
+    tables: &[&str],
+    call: impl FnOnce(&ShardArgs) -> String,
+) -> EvResult<Vec<String>> {
+    let args = ShardArgs {
+        shard: "tableoid::regclass::text",
+        value: "k::text",
+        shards: format!("{}::json", quote::literal(&shard_map(source, tables)?)),
+    };
+    let query = format!("SELECT ({})::text FROM {}", call(&args), source.shards);
+    Ok(Spi::connect(|client| {
+        client
+            .select(&query, None, &[])?
+            .map(|row| row.get::<String>(1))
+            .collect::<Result<Vec<_>, _>>()
+    })?
+    .into_iter()
+    .flatten()
+    .collect())
 }
 
 /// `{"<registry shard id>": ["<shard of tables[0]>", ...], ...}`: for every shard of the
@@ -460,17 +485,7 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     let table_sql = source.table_sql()?;
     let view_id = catalog::next_view_id()?;
     let groups = format!("eventview.{}", quote::ident(&format!("_v{view_id}_groups")));
-    let sql = ViewSql {
-        def: &definition,
-        view_id,
-        source_id: 0,
-        source_scan: table_sql.clone(),
-        log_extremes: false,
-        feeds_rollups: false,
-        bucket_width: None,
-        rollup_source: None,
-        data_table: Some(groups.clone()),
-    };
+    let sql = sql_for(&definition, view_id, &table_sql, Some(groups.clone()));
     let column = spi::one::<String>(
         "SELECT distribute_by FROM eventview._distributed_sources WHERE relid = $1::regclass",
         &[source.relid.into()],
@@ -486,18 +501,25 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
         "SELECT pg_catalog.create_distributed_table($1::regclass, '__shard', colocate_with => $2)",
         &[groups.as_str().into(), table_sql.as_str().into()],
     )?;
+    spi::run_all(&[format!("REVOKE ALL ON {groups} FROM PUBLIC")])?;
+    // The merged groups, on the coordinator: the view's storage, which its relation reads as a
+    // stored view of this node reads its own. Private to the owner, as any view's storage.
+    let merged = ViewSql {
+        data_table: None,
+        ..sql_for(&definition, view_id, &table_sql, None)
+    };
     let owner = roles::caller();
     let owner_ident = privileges::role_ident(owner)?;
-    spi::run_all(&[
-        format!("REVOKE ALL ON {groups} FROM PUBLIC"),
-        format!("GRANT SELECT ON {groups} TO {owner_ident}"),
-    ])?;
+    let data = names::view_data(view_id);
+    spi::run_all(&merged.create_merged_storage())?;
+    spi::run_all(&[format!("REVOKE ALL ON {data} FROM PUBLIC")])?;
+    spi::run_all(&sqlgen::storage_grants(&data, &owner_ident))?;
     // The relation is read on the coordinator only: Citus does not make it on the workers.
     let user_view = relation::qualified_for_create(args.name)?;
     guc::with_setting(c"citus.enable_ddl_propagation", c"off", || {
         roles::as_caller(|| {
             spi::run_all(&[
-                sql.create_user_view(&user_view, Reads::Merged),
+                merged.create_user_view(&user_view, Reads::Stored),
                 ViewSql::read_only_trigger(&user_view),
             ])
         })
@@ -540,7 +562,29 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
             quote::literal(&arguments)
         )
     })?;
+    spi::run_all(&merged.merge_all(&groups))?;
     Ok(relid)
+}
+
+/// The SQL generator of distributed view `view_id` on the coordinator: `data_table` the
+/// distributed partial groups, or None for the merged groups.
+fn sql_for<'d>(
+    definition: &'d ViewDefinition,
+    view_id: i32,
+    table_sql: &str,
+    data_table: Option<String>,
+) -> ViewSql<'d> {
+    ViewSql {
+        def: definition,
+        view_id,
+        source_id: 0,
+        source_scan: table_sql.to_string(),
+        log_extremes: false,
+        feeds_rollups: false,
+        bucket_width: None,
+        rollup_source: None,
+        data_table,
+    }
 }
 
 /// On a shard's node: the view of distributed view `view_id` over the event table shard
@@ -590,6 +634,12 @@ pub fn attach_shard_view(
             unnest: arguments.unnest.as_deref(),
             data_table: Some(groups_shard),
         })?;
+        // Its applies write the keys of the groups they change to its group changelog, which
+        // the coordinator's refresh takes (`take_changed_keys`).
+        let view = catalog::view_by_relid(relation::resolve(&name)?, true)?
+            .ok_or_else(|| shard_not_found(registry_shard))?;
+        spi::run_all(&crate::view_objects::sql_of(&view).create_changes())?;
+        catalog::set_feeds_rollups(view.view_id, true)?;
         Ok(1)
     })
 }
@@ -663,13 +713,22 @@ fn shard_view(registry_shard: &str, shards: &str) -> EvResult<Option<pg_sys::Oid
 }
 
 /// On a shard's node: refreshes the view keeping the groups shard co-located with registry
-/// shard `registry_shard`; returns the changed events it applied.
-pub fn refresh_shard_view(registry_shard: &str, shards: &str) -> EvResult<i64> {
+/// shard `registry_shard`; returns `{"applied": <changed events applied>, "changes": [<the
+/// group changes its group changelog held, taken>]}`.
+pub fn refresh_shard_view(registry_shard: &str, shards: &str) -> EvResult<String> {
     with_shard_access(|| {
         let Some(relid) = shard_view(registry_shard, shards)? else {
             return Err(shard_not_found(registry_shard));
         };
-        crate::refresh::refresh_with_sources(relid, &relation::regclass_text(relid)?)
+        let applied =
+            crate::refresh::refresh_with_sources(relid, &relation::regclass_text(relid)?)?;
+        let view =
+            catalog::view_by_relid(relid, false)?.ok_or_else(|| shard_not_found(registry_shard))?;
+        let changes = spi::one::<String>(&crate::view_objects::sql_of(&view).take_changes(), &[])?
+            .unwrap_or_else(|| "[]".into());
+        Ok(format!(
+            "{{\"applied\": {applied}, \"changes\": {changes}}}"
+        ))
     })
 }
 
@@ -693,15 +752,65 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     // Every shard's view is refreshed as the extension owner: the rights are the view owner's,
     // checked here at each refresh as a view of this node has them checked.
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
-    let applied = on_every_shard(&view.source, &[&view.groups], |a| {
+    // One refresh of the view at a time: each merges the groups its shards' refreshes changed.
+    spi::run(
+        "SELECT 1 FROM eventview._distributed_views WHERE view_id = $1 FOR UPDATE",
+        &[view.view_id.into()],
+    )?;
+    let results = each_shard(&view.source, &[&view.groups], |a| {
         format!("eventview._refresh_shard_view({}, {})", a.shard, a.shards)
     })?;
+    let mut applied = 0;
+    let mut changes = Vec::new();
+    for result in results {
+        let parsed: serde_json::Value = serde_json::from_str(&result)
+            .map_err(|e| EvError::invalid(format!("a shard's refresh answered {result}: {e}")))?;
+        applied += parsed["applied"].as_i64().unwrap_or(0);
+        if let Some(listed) = parsed["changes"].as_array() {
+            changes.extend(listed.iter().cloned());
+        }
+    }
+    if !changes.is_empty() {
+        // The shards' changes added to the merged groups; those that took a retraction
+        // recomputed from every shard's partial groups; those left without events gone.
+        let definition = definition_of(view)?;
+        let table_sql = view.source.table_sql()?;
+        let merged = sql_for(&definition, view.view_id, &table_sql, None);
+        let listed = serde_json::Value::Array(changes).to_string();
+        spi::run_all(&[merged.apply_changes(&quote::literal(&listed))])?;
+        let dirty = spi::one::<String>(&merged.dirty_keys(), &[])?.unwrap_or_else(|| "[]".into());
+        if dirty != "[]" {
+            spi::run_all(&merged.merge_keys(&view.groups, &quote::literal(&dirty)))?;
+        }
+        spi::run_all(&[merged.delete_empty()])?;
+    }
     spi::run(
         "UPDATE eventview._distributed_views SET last_refresh_at = clock_timestamp(), last_error = NULL
          WHERE view_id = $1",
         &[view.view_id.into()],
     )?;
     Ok(applied)
+}
+
+/// The definition of distributed view `view`, from the arguments it was made with.
+fn definition_of(view: &DistributedView) -> EvResult<ViewDefinition> {
+    let arguments = spi::one::<String>(
+        "SELECT arguments::text FROM eventview._distributed_views WHERE view_id = $1",
+        &[view.view_id.into()],
+    )?
+    .ok_or_else(|| EvError::invalid("a distributed view is not catalogued"))?;
+    let a = view_arguments(&arguments)?;
+    Ok(parse_definition(&DefinitionInput {
+        fields: &eventview_core::definition::NoFields,
+        group_by: &a.group_by,
+        measures: &a.measures,
+        event_types: a.event_types.map(|t| t.into_iter().map(Some).collect()),
+        bucketed: a.time_bucket.is_some(),
+        time_zone: a.time_zone.as_deref(),
+        unnest: a.unnest.as_deref(),
+        filter: a.filter.as_deref(),
+        on_type_error: &a.on_type_error,
+    })?)
 }
 
 /// `run_maintenance`'s work on the shards of the distributed event tables the caller's roles
@@ -801,8 +910,8 @@ pub fn drop_view(view: &DistributedView) -> EvResult<()> {
 }
 
 /// What a view over a distributed event table has besides its user relation: every shard's view
-/// on its node, its catalog row, and its partial groups (with the user relation, when that is
-/// still there: its event table was dropped).
+/// on its node, its catalog row, its partial groups and merged groups (with the user relation,
+/// when that is still there: its event table was dropped).
 fn forget_view(view: &DistributedView) -> EvResult<()> {
     on_every_shard(&view.source, &[&view.groups], |a| {
         format!("eventview._detach_shard_view({}, {})", a.shard, a.shards)
@@ -811,7 +920,13 @@ fn forget_view(view: &DistributedView) -> EvResult<()> {
         "DELETE FROM eventview._distributed_views WHERE view_id = $1",
         &[view.view_id.into()],
     )?;
-    spi::run_all(&[format!("DROP TABLE IF EXISTS {} CASCADE", view.groups)])
+    spi::run_all(&[
+        format!("DROP TABLE IF EXISTS {} CASCADE", view.groups),
+        format!(
+            "DROP TABLE IF EXISTS {} CASCADE",
+            names::view_data(view.view_id)
+        ),
+    ])
 }
 
 /// After a DROP took relation `relid` (called by `eventview._follow_drop`): a view over a

@@ -198,6 +198,15 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                 assert applied >= 0
                 conn.execute("SELECT eventview.refresh('dev_types')")
                 check(f"step {step}: {op}")
+            # A point read is a read of the coordinator's merged groups through their index.
+            conn.execute("SET enable_seqscan = off")
+            plan = "\n".join(
+                r[0] for r in conn.execute(
+                    "EXPLAIN SELECT * FROM dev_sku WHERE sku = 'A' AND bucket = '2026-03-02'"
+                ).fetchall()
+            )
+            conn.execute("RESET enable_seqscan")
+            assert "Index" in plan and "Citus" not in plan, plan
             # A refresh with nothing new applies nothing.
             assert conn.execute("SELECT eventview.refresh('dev_sku')").fetchone()[0] == 0
             # Every shard is an event table of its node, with one view per distributed view.

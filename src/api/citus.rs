@@ -45,7 +45,7 @@ fn attach_shard_view(
 
 /// Refreshes the view keeping the groups shard co-located with `registry_shard`.
 #[pg_extern(name = "_refresh_shard_view", volatile, strict, parallel_unsafe)]
-fn refresh_shard_view(registry_shard: &str, shards: pgrx::Json) -> Result<i64, ErrorReport> {
+fn refresh_shard_view(registry_shard: &str, shards: pgrx::Json) -> Result<String, ErrorReport> {
     at_boundary(|| crate::citus::refresh_shard_view(registry_shard, &shards.0.to_string()))
 }
 

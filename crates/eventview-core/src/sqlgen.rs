@@ -47,6 +47,7 @@ use super::definition::{AggKind, FieldRef, FieldVariant, Measure, TypePolicy, Vi
 use super::values::{value_sql, Use};
 use super::{batch, jsonpath, names, quote, sketch};
 
+mod distributed;
 mod rollup;
 
 /// Storage and multisets are updated in place by every refresh (a counter or a count per
@@ -147,10 +148,6 @@ pub enum Reads<'b> {
     /// The stored groups with the pending changes folded in; the view's bucket width as the
     /// text of an interval.
     Realtime { bucket_width: Option<&'b str> },
-    /// The partial groups of every shard (a view over an event table distributed by Citus,
-    /// `data_table` its distributed storage), merged: counters added, extremes combined. Only
-    /// for measures `merges_across_shards` accepts.
-    Merged,
 }
 
 impl<'a> ViewSql<'a> {
@@ -535,7 +532,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 AggKind::Min | AggKind::Max | AggKind::CountDistinct => format!("m{n}_val"),
                 AggKind::Percentile | AggKind::ApproxPercentile => match reads {
                     Reads::Realtime { .. } => format!("m{n}_val"),
-                    Reads::Stored | Reads::Merged => self.stored_percentile(n, m, &self.data()),
+                    Reads::Stored => self.stored_percentile(n, m, &self.data()),
                 },
             };
             cols.push(format!("{expr} AS {}", quote::ident(&m.name)));
@@ -550,12 +547,6 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 self.realtime_groups(bucket_width),
                 cols.join(",\n       ")
             )
-        } else if let Reads::Merged = reads {
-            format!(
-                "{create} {user_view} AS\nSELECT {}\nFROM ({}) merged\nWHERE __count > 0",
-                cols.join(",\n       "),
-                self.merged_partials()
-            )
         } else {
             // `WHERE __k` (always true) lets a filter on `bucket` alone use the key index.
             format!(
@@ -564,44 +555,6 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 self.data()
             )
         }
-    }
-
-    /// Whether measures of `kind` can be read from per-shard partial groups (`Reads::Merged`):
-    /// counts and sums add up, `avg` from the added sums and counts, min of minima, max of
-    /// maxima. The others need every shard's values at once.
-    pub fn merges_across_shards(kind: AggKind) -> bool {
-        matches!(
-            kind,
-            AggKind::CountStar
-                | AggKind::Count
-                | AggKind::Sum
-                | AggKind::Avg
-                | AggKind::Min
-                | AggKind::Max
-        )
-    }
-
-    /// The partial groups of every shard merged into one row per group, in the storage's
-    /// columns (`Reads::Merged`).
-    fn merged_partials(&self) -> String {
-        let mut cols = vec!["sum(__count)::bigint AS __count".to_string()];
-        for (n, m) in self.numbered_measures() {
-            for column in Self::stored_columns(n, m) {
-                let merged = match m.kind {
-                    AggKind::Min => format!("min({column})"),
-                    AggKind::Max => format!("max({column})"),
-                    _ if column.ends_with("_n") => format!("sum({column})::bigint"),
-                    _ => format!("sum({column})"),
-                };
-                cols.push(format!("{merged} AS {column}"));
-            }
-        }
-        let keys = self.key_list();
-        format!(
-            "SELECT {keys}, {}\n      FROM {}\n      GROUP BY {keys}",
-            cols.join(", "),
-            self.data()
-        )
     }
 
     /// Realtime read: `WITH ... merged`, the stored groups with the changes not yet applied

@@ -1,0 +1,327 @@
+//! A view over an event table distributed by Citus (the extension's `citus` module), on the
+//! coordinator. Each shard's view keeps its partial groups in its shard of
+//! `eventview._v<id>_groups` (one row per group and shard); the coordinator's storage holds every
+//! group merged from them, so that the view is read as any stored view of this node is, through
+//! its read index.
+//!
+//! Algorithm: the shards' views write the changes of the groups each apply changes to their
+//! group changelogs (as a view that rollups read does): counter deltas, the extremes of the
+//! additions, whether the group took a retraction. After the shards' refreshes, in the same
+//! transaction, the coordinator takes every shard's changes and adds them to the merged groups:
+//! counts and sums added, `avg` from the added sums and counts, extremes combined with the
+//! additions' (an extreme only moves outwards while nothing is retracted). A group that took a
+//! retraction is recomputed from the partial groups of every shard (min of minima, max of
+//! maxima), and a group whose count falls to 0 goes. Taking a shard's changes empties its group
+//! changelog in the transaction that applies them to the merged groups: each change is added
+//! exactly once.
+
+use super::*;
+
+impl<'a> ViewSql<'a> {
+    /// Whether measures of `kind` can be merged from per-shard partial groups. The others need
+    /// every shard's values at once.
+    pub fn merges_across_shards(kind: AggKind) -> bool {
+        matches!(
+            kind,
+            AggKind::CountStar
+                | AggKind::Count
+                | AggKind::Sum
+                | AggKind::Avg
+                | AggKind::Min
+                | AggKind::Max
+        )
+    }
+
+    /// DDL of the coordinator's storage of merged groups: the storage table with its key and
+    /// read indexes (no multisets: the extremes come merged from the shards).
+    pub fn create_merged_storage(&self) -> Vec<String> {
+        let data = self.data();
+        let mut out = vec![
+            self.create_data_table(&data),
+            format!(
+                "CREATE UNIQUE INDEX _v{}_data_key ON {data} ({})",
+                self.view_id,
+                self.key_list()
+            ),
+        ];
+        out.extend(self.create_read_index());
+        out
+    }
+
+    /// The storage columns a merge writes: the key, `__count`, the measures' counters.
+    fn merged_columns(&self) -> Vec<String> {
+        let mut columns = self.key_columns();
+        columns.push("__count".into());
+        columns.extend(self.measure_columns());
+        columns
+    }
+
+    /// `INSERT INTO <storage>` of the partial groups of `groups` merged, one row per group with
+    /// a count, of the groups `condition` (on `groups`' columns) keeps.
+    fn insert_merged(&self, groups: &str, condition: &str) -> String {
+        let mut merged = vec!["sum(__count)::bigint".to_string()];
+        for (n, m) in self.numbered_measures() {
+            for column in Self::stored_columns(n, m) {
+                merged.push(match m.kind {
+                    AggKind::Min => format!("min({column})"),
+                    AggKind::Max => format!("max({column})"),
+                    _ if column.ends_with("_n") => format!("sum({column})::bigint"),
+                    _ => format!("sum({column})"),
+                });
+            }
+        }
+        let keys = self.key_list();
+        format!(
+            "INSERT INTO {} ({})\nSELECT {keys}, {}\nFROM {groups}\nWHERE __k{condition}\nGROUP BY {keys}\nHAVING sum(__count) > 0",
+            self.data(),
+            self.merged_columns().join(", "),
+            merged.join(", ")
+        )
+    }
+
+    /// Every group merged anew from the partial groups of `groups` (the first fill).
+    pub fn merge_all(&self, groups: &str) -> Vec<String> {
+        vec![
+            format!("DELETE FROM {}", self.data()),
+            self.insert_merged(groups, ""),
+        ]
+    }
+
+    /// The groups `keys` lists (a JSON array of objects with the key columns, as
+    /// `dirty_keys` gives them; a quoted literal) merged anew from the partial groups
+    /// of `groups`.
+    pub fn merge_keys(&self, groups: &str, keys: &str) -> Vec<String> {
+        let columns: Vec<String> = self
+            .key_column_types()
+            .into_iter()
+            .map(|(name, type_name)| format!("{name} {type_name}"))
+            .collect();
+        let listed = format!(
+            "SELECT {} FROM pg_catalog.json_to_recordset({keys}::json) AS t({})",
+            self.key_list(),
+            columns.join(", ")
+        );
+        vec![
+            format!(
+                "DELETE FROM {} d USING ({listed}) t WHERE {}",
+                self.data(),
+                self.keys_equal("d", "t")
+            ),
+            self.insert_merged(groups, &format!(" AND ({}) IN ({listed})", self.key_list())),
+        ]
+    }
+
+    /// The merged measure columns a group change carries, with the SQL that adds two of them up
+    /// (`old` and `new` the two rows) and their types: counters add, extremes combine.
+    fn merged_changes(&self) -> Vec<(String, String, String)> {
+        let mut columns = vec![(
+            "__count".to_string(),
+            "{old}.__count + {new}.__count".to_string(),
+            "bigint".to_string(),
+        )];
+        for (n, m) in self.numbered_measures() {
+            for column in Self::stored_columns(n, m) {
+                let (combine, type_name) = match m.kind {
+                    AggKind::Min => ("LEAST", m.value_type().name().to_string()),
+                    AggKind::Max => ("GREATEST", m.value_type().name().to_string()),
+                    _ if column.ends_with("_n") => ("+", "bigint".to_string()),
+                    _ => ("+", "numeric".to_string()),
+                };
+                let sql = if combine == "+" {
+                    format!("{{old}}.{column} + {{new}}.{column}")
+                } else {
+                    format!("{combine}({{old}}.{column}, {{new}}.{column})")
+                };
+                columns.push((column, sql, type_name));
+            }
+        }
+        columns
+    }
+
+    /// The aggregate over a set of group changes of a merged column (`merged_changes`).
+    fn changes_aggregate(&self, column: &str) -> String {
+        let kind = self
+            .numbered_measures()
+            .find(|(n, m)| Self::stored_columns(*n, m).iter().any(|c| c == column))
+            .map(|(_, m)| m.kind);
+        match kind {
+            Some(AggKind::Min) => format!("min({column})"),
+            Some(AggKind::Max) => format!("max({column})"),
+            _ if column.ends_with("_n") || column == "__count" => format!("sum({column})::bigint"),
+            _ => format!("sum({column})"),
+        }
+    }
+
+    /// On a shard's node: the group changes the view's group changelog holds, one per group
+    /// (counters added, extremes of the additions combined, `__dirty` when any retracted), as
+    /// a JSON array of objects; the changelog emptied.
+    pub fn take_changes(&self) -> String {
+        let keys = self.key_list();
+        let mut columns: Vec<String> = self
+            .merged_changes()
+            .into_iter()
+            .map(|(column, _, _)| format!("{} AS {column}", self.changes_aggregate(&column)))
+            .collect();
+        columns.push("bool_or(__dirty) AS __dirty".into());
+        let taken: Vec<String> = self
+            .merged_changes()
+            .into_iter()
+            .map(|(column, _, _)| column)
+            .collect();
+        format!(
+            "WITH taken AS (DELETE FROM {} RETURNING {keys}, {}, __dirty)
+SELECT coalesce(pg_catalog.json_agg(c), '[]')::text
+FROM (SELECT {keys}, {} FROM taken GROUP BY {keys}) c",
+            self.changes_table(),
+            taken.join(", "),
+            columns.join(", ")
+        )
+    }
+
+    /// On the coordinator: the group changes `changes` lists (`take_changes` of every shard,
+    /// one JSON array; a quoted literal) added to the merged groups. A group that took a
+    /// retraction is marked `__dirty`: `dirty_keys` lists it for `merge_keys`, which recomputes
+    /// its extremes from the shards' partial groups.
+    pub fn apply_changes(&self, changes: &str) -> String {
+        let merged = self.merged_changes();
+        let mut record: Vec<String> = self
+            .key_column_types()
+            .into_iter()
+            .map(|(name, type_name)| format!("{name} {type_name}"))
+            .collect();
+        record.extend(merged.iter().map(|(c, _, t)| format!("{c} {t}")));
+        record.push("__dirty boolean".into());
+        let keys = self.key_list();
+        let mut sums: Vec<String> = merged
+            .iter()
+            .map(|(c, _, _)| format!("{} AS {c}", self.changes_aggregate(c)))
+            .collect();
+        sums.push("bool_or(__dirty) AS __dirty".into());
+        let columns: Vec<String> = merged.iter().map(|(c, _, _)| c.clone()).collect();
+        let mut updates: Vec<String> = merged
+            .iter()
+            .map(|(c, sql, _)| {
+                format!(
+                    "{c} = {}",
+                    sql.replace("{old}", "t").replace("{new}", "EXCLUDED")
+                )
+            })
+            .collect();
+        updates.push("__dirty = t.__dirty OR EXCLUDED.__dirty".into());
+        format!(
+            "INSERT INTO {data} AS t ({keys}, {}, __dirty)
+SELECT {keys}, {}
+FROM pg_catalog.json_to_recordset({changes}::json) AS c({})
+GROUP BY {keys}
+ON CONFLICT ({keys}) DO UPDATE SET {}",
+            columns.join(", "),
+            sums.join(", "),
+            record.join(", "),
+            updates.join(", "),
+            data = self.data()
+        )
+    }
+
+    /// The keys of the merged groups marked `__dirty`, as a JSON array for `merge_keys`.
+    pub fn dirty_keys(&self) -> String {
+        format!(
+            "SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {} FROM {} WHERE __dirty) k",
+            self.key_list(),
+            self.data()
+        )
+    }
+
+    /// The merged groups left without events.
+    pub fn delete_empty(&self) -> String {
+        format!("DELETE FROM {} WHERE __count <= 0", self.data())
+    }
+
+    /// The key columns with their types: `__k`, `bucket`, `g<i>` and `g<i>_null`.
+    fn key_column_types(&self) -> Vec<(String, String)> {
+        let mut columns = vec![("__k".to_string(), "boolean".to_string())];
+        if self.def.bucketed {
+            columns.push(("bucket".into(), "timestamptz".into()));
+        }
+        for (i, g) in self.def.group_by.iter().enumerate() {
+            columns.push((format!("g{}", i + 1), g.sql_type().name().to_string()));
+            columns.push((format!("g{}_null", i + 1), "boolean".into()));
+        }
+        columns
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::definition::{parse_definition, DefinitionInput, NoFields};
+
+    fn def(measures: &str) -> ViewDefinition {
+        parse_definition(&DefinitionInput {
+            fields: &NoFields,
+            group_by: r#"{"sku": "$.sku"}"#,
+            measures,
+            event_types: None,
+            bucketed: true,
+            time_zone: None,
+            unnest: None,
+            filter: None,
+            on_type_error: "quarantine",
+        })
+        .unwrap()
+    }
+
+    fn sql(d: &ViewDefinition) -> ViewSql<'_> {
+        ViewSql {
+            def: d,
+            view_id: 7,
+            source_id: 0,
+            source_scan: "ONLY \"ev\"".into(),
+            log_extremes: false,
+            feeds_rollups: false,
+            bucket_width: None,
+            rollup_source: None,
+            data_table: None,
+        }
+    }
+
+    #[test]
+    fn merging_adds_counters_and_combines_extremes() {
+        let d = def(
+            r#"{"n": "count(*)", "q": "sum($.q)", "a": "avg($.q)", "hi": "max($.p)", "lo": "min($.p)"}"#,
+        );
+        let all = sql(&d).merge_all("eventview._v7_groups").join(";\n");
+        assert!(all.starts_with("DELETE FROM eventview._v7_data;\nINSERT INTO eventview._v7_data (__k, bucket, g1, g1_null, __count, m2_n, m2_sum, m3_n, m3_sum, m4_val, m5_val)"));
+        assert!(all.contains("SELECT __k, bucket, g1, g1_null, sum(__count)::bigint, sum(m2_n)::bigint, sum(m2_sum), sum(m3_n)::bigint, sum(m3_sum), max(m4_val), min(m5_val)"));
+        assert!(all.ends_with("FROM eventview._v7_groups\nWHERE __k\nGROUP BY __k, bucket, g1, g1_null\nHAVING sum(__count) > 0"));
+        assert!(!ViewSql::merges_across_shards(AggKind::CountDistinct));
+        assert!(!ViewSql::merges_across_shards(AggKind::Percentile));
+    }
+
+    #[test]
+    fn a_merge_of_keys_recomputes_exactly_the_listed_groups() {
+        let d = def(r#"{"n": "count(*)"}"#);
+        let keys = quote::literal(
+            r#"[{"__k": true, "bucket": "2026-01-01T00:00:00+00:00", "g1": "it's", "g1_null": false}]"#,
+        );
+        let merge = sql(&d).merge_keys("eventview._v7_groups", &keys);
+        let listed = format!("SELECT __k, bucket, g1, g1_null FROM pg_catalog.json_to_recordset({keys}::json) AS t(__k boolean, bucket timestamptz, g1 text, g1_null boolean)");
+        assert_eq!(
+            merge[0],
+            format!("DELETE FROM eventview._v7_data d USING ({listed}) t WHERE d.__k = t.__k AND d.bucket = t.bucket AND d.g1 = t.g1 AND d.g1_null = t.g1_null")
+        );
+        assert!(merge[1].contains(&format!(
+            "WHERE __k AND (__k, bucket, g1, g1_null) IN ({listed})"
+        )));
+    }
+
+    #[test]
+    fn changes_add_counters_and_combine_extremes_of_additions() {
+        let d = def(r#"{"n": "count(*)", "q": "sum($.q)", "hi": "max($.p)"}"#);
+        let take = sql(&d).take_changes();
+        assert!(take.starts_with("WITH taken AS (DELETE FROM eventview._v7_changes RETURNING __k, bucket, g1, g1_null, __count, m2_n, m2_sum, m3_val, __dirty)"));
+        assert!(take.contains("SELECT __k, bucket, g1, g1_null, sum(__count)::bigint AS __count, sum(m2_n)::bigint AS m2_n, sum(m2_sum) AS m2_sum, max(m3_val) AS m3_val, bool_or(__dirty) AS __dirty FROM taken GROUP BY __k, bucket, g1, g1_null"));
+        let apply = sql(&d).apply_changes("'[]'");
+        assert!(apply.contains("AS c(__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m2_n bigint, m2_sum numeric, m3_val numeric, __dirty boolean)"));
+        assert!(apply.ends_with("ON CONFLICT (__k, bucket, g1, g1_null) DO UPDATE SET __count = t.__count + EXCLUDED.__count, m2_n = t.m2_n + EXCLUDED.m2_n, m2_sum = t.m2_sum + EXCLUDED.m2_sum, m3_val = GREATEST(t.m3_val, EXCLUDED.m3_val), __dirty = t.__dirty OR EXCLUDED.__dirty"));
+    }
+}
