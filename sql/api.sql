@@ -83,16 +83,22 @@ DECLARE
     v record;
     total bigint := 0;
 BEGIN
-    -- The caller's views, each in its own subtransaction: one that fails (its owner may no
-    -- longer read the table, its type policy is 'fail') keeps its error in last_error, applies
-    -- nothing, and the others go on.
+    -- The caller's views (those over event tables distributed by Citus too), each in its own
+    -- subtransaction: one that fails (its owner may no longer read the table, its type policy
+    -- is 'fail') keeps its error in last_error, applies nothing, and the others go on.
     FOR v IN
-        SELECT w.view_id, format('%I.%I', n.nspname, c.relname) AS name
+        SELECT w.view_id, false AS distributed, format('%I.%I', n.nspname, c.relname) AS name
         FROM eventview._views w
         JOIN pg_class c ON c.oid = w.relid::oid
         JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE pg_has_role(w.owner::oid, 'MEMBER')
-        ORDER BY w.view_id
+        UNION ALL
+        SELECT d.view_id, true, format('%I.%I', n.nspname, c.relname)
+        FROM eventview._distributed_views d
+        JOIN pg_class c ON c.oid = d.relid::oid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE pg_has_role(d.owner::oid, 'MEMBER')
+        ORDER BY 2, 1
     LOOP
         BEGIN
             total := total + eventview._refresh(v.name);
@@ -100,25 +106,11 @@ BEGIN
             -- Dropped or renamed since the list was read: not a failure of the view.
             NULL;
         WHEN others THEN
-            UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
-            RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
-        END;
-    END LOOP;
-    -- The caller's views over event tables distributed by Citus.
-    FOR v IN
-        SELECT d.view_id, format('%I.%I', n.nspname, c.relname) AS name
-        FROM eventview._distributed_views d
-        JOIN pg_class c ON c.oid = d.relid::oid
-        JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE pg_has_role(d.owner::oid, 'MEMBER')
-        ORDER BY d.view_id
-    LOOP
-        BEGIN
-            total := total + eventview._refresh(v.name);
-        EXCEPTION WHEN undefined_table THEN
-            NULL;
-        WHEN others THEN
-            UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            IF v.distributed THEN
+                UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            ELSE
+                UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            END IF;
             RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
         END;
     END LOOP;

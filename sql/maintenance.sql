@@ -4,30 +4,25 @@
 CREATE FUNCTION eventview.schedule(name text, every interval) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+    -- A view over an event table distributed by Citus, or a view of this node.
     v_distributed integer := eventview._distributed_view_id(name);
-    v_view_id integer;
+    v_view_id integer := CASE WHEN v_distributed IS NULL THEN eventview._view_id(name) END;
+    v_owner regrole := coalesce(
+        (SELECT owner FROM eventview._distributed_views WHERE view_id = v_distributed),
+        (SELECT owner FROM eventview._views WHERE view_id = v_view_id));
 BEGIN
+    IF NOT pg_catalog.pg_has_role(v_owner::oid, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to schedule view %: it belongs to role %', name, v_owner
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only members of the view''s owner role (and superusers) may do this.';
+    END IF;
     IF every IS NOT NULL AND every <= interval '0' THEN
         RAISE EXCEPTION 'invalid schedule: % is not a positive interval', every
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL to unschedule.';
     END IF;
     IF v_distributed IS NOT NULL THEN
-        -- A view over an event table distributed by Citus.
-        IF NOT pg_catalog.pg_has_role((SELECT owner::oid FROM eventview._distributed_views WHERE view_id = v_distributed), 'MEMBER') THEN
-            RAISE EXCEPTION 'permission denied to schedule view %: it belongs to role %',
-                name, (SELECT owner FROM eventview._distributed_views WHERE view_id = v_distributed)
-                USING ERRCODE = 'insufficient_privilege',
-                      HINT = 'Only members of the view''s owner role (and superusers) may do this.';
-        END IF;
         UPDATE eventview._distributed_views SET schedule = every WHERE view_id = v_distributed;
         RETURN;
-    END IF;
-    v_view_id := eventview._view_id(name);
-    IF NOT pg_catalog.pg_has_role((SELECT owner::oid FROM eventview._views WHERE view_id = v_view_id), 'MEMBER') THEN
-        RAISE EXCEPTION 'permission denied to schedule view %: it belongs to role %',
-            name, (SELECT owner FROM eventview._views WHERE view_id = v_view_id)
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'Only members of the view''s owner role (and superusers) may do this.';
     END IF;
     -- A new schedule starts afresh: no backoff left from failures under the old one (a retry
     -- time of 'infinity' from a schedule of 100 years or more would outlive it).

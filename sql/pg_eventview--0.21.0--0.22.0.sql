@@ -76,16 +76,22 @@ DECLARE
     v record;
     total bigint := 0;
 BEGIN
-    -- The caller's views, each in its own subtransaction: one that fails (its owner may no
-    -- longer read the table, its type policy is 'fail') keeps its error in last_error, applies
-    -- nothing, and the others go on.
+    -- The caller's views (those over event tables distributed by Citus too), each in its own
+    -- subtransaction: one that fails (its owner may no longer read the table, its type policy
+    -- is 'fail') keeps its error in last_error, applies nothing, and the others go on.
     FOR v IN
-        SELECT w.view_id, format('%I.%I', n.nspname, c.relname) AS name
+        SELECT w.view_id, false AS distributed, format('%I.%I', n.nspname, c.relname) AS name
         FROM eventview._views w
         JOIN pg_class c ON c.oid = w.relid::oid
         JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE pg_has_role(w.owner::oid, 'MEMBER')
-        ORDER BY w.view_id
+        UNION ALL
+        SELECT d.view_id, true, format('%I.%I', n.nspname, c.relname)
+        FROM eventview._distributed_views d
+        JOIN pg_class c ON c.oid = d.relid::oid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE pg_has_role(d.owner::oid, 'MEMBER')
+        ORDER BY 2, 1
     LOOP
         BEGIN
             total := total + eventview._refresh(v.name);
@@ -93,25 +99,11 @@ BEGIN
             -- Dropped or renamed since the list was read: not a failure of the view.
             NULL;
         WHEN others THEN
-            UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
-            RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
-        END;
-    END LOOP;
-    -- The caller's views over event tables distributed by Citus.
-    FOR v IN
-        SELECT d.view_id, format('%I.%I', n.nspname, c.relname) AS name
-        FROM eventview._distributed_views d
-        JOIN pg_class c ON c.oid = d.relid::oid
-        JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE pg_has_role(d.owner::oid, 'MEMBER')
-        ORDER BY d.view_id
-    LOOP
-        BEGIN
-            total := total + eventview._refresh(v.name);
-        EXCEPTION WHEN undefined_table THEN
-            NULL;
-        WHEN others THEN
-            UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            IF v.distributed THEN
+                UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            ELSE
+                UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            END IF;
             RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
         END;
     END LOOP;
@@ -127,30 +119,25 @@ $$;
 CREATE OR REPLACE FUNCTION eventview.schedule(name text, every interval) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+    -- A view over an event table distributed by Citus, or a view of this node.
     v_distributed integer := eventview._distributed_view_id(name);
-    v_view_id integer;
+    v_view_id integer := CASE WHEN v_distributed IS NULL THEN eventview._view_id(name) END;
+    v_owner regrole := coalesce(
+        (SELECT owner FROM eventview._distributed_views WHERE view_id = v_distributed),
+        (SELECT owner FROM eventview._views WHERE view_id = v_view_id));
 BEGIN
+    IF NOT pg_catalog.pg_has_role(v_owner::oid, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to schedule view %: it belongs to role %', name, v_owner
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only members of the view''s owner role (and superusers) may do this.';
+    END IF;
     IF every IS NOT NULL AND every <= interval '0' THEN
         RAISE EXCEPTION 'invalid schedule: % is not a positive interval', every
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL to unschedule.';
     END IF;
     IF v_distributed IS NOT NULL THEN
-        -- A view over an event table distributed by Citus.
-        IF NOT pg_catalog.pg_has_role((SELECT owner::oid FROM eventview._distributed_views WHERE view_id = v_distributed), 'MEMBER') THEN
-            RAISE EXCEPTION 'permission denied to schedule view %: it belongs to role %',
-                name, (SELECT owner FROM eventview._distributed_views WHERE view_id = v_distributed)
-                USING ERRCODE = 'insufficient_privilege',
-                      HINT = 'Only members of the view''s owner role (and superusers) may do this.';
-        END IF;
         UPDATE eventview._distributed_views SET schedule = every WHERE view_id = v_distributed;
         RETURN;
-    END IF;
-    v_view_id := eventview._view_id(name);
-    IF NOT pg_catalog.pg_has_role((SELECT owner::oid FROM eventview._views WHERE view_id = v_view_id), 'MEMBER') THEN
-        RAISE EXCEPTION 'permission denied to schedule view %: it belongs to role %',
-            name, (SELECT owner FROM eventview._views WHERE view_id = v_view_id)
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'Only members of the view''s owner role (and superusers) may do this.';
     END IF;
     -- A new schedule starts afresh: no backoff left from failures under the old one (a retry
     -- time of 'infinity' from a schedule of 100 years or more would outlive it).

@@ -196,6 +196,24 @@ struct ShardArgs {
     shards: String,
 }
 
+/// The result of `local`, a call on a view or event table of this node, unless it refused its
+/// name as a view over a distributed event table or such a table (0A000, from
+/// `catalog::view_by_name` and `catalog::source_by_name`): then that of `distributed` on what
+/// `lookup` finds by that name. The common call pays nothing for the lookup.
+pub fn or_distributed<T, D>(
+    local: EvResult<T>,
+    lookup: impl FnOnce() -> EvResult<Option<D>>,
+    distributed: impl FnOnce(&D) -> EvResult<T>,
+) -> EvResult<T> {
+    match local {
+        Err(e) if e.code == PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED => match lookup()? {
+            Some(found) => distributed(&found),
+            None => Err(e),
+        },
+        done => done,
+    }
+}
+
 /// Runs the call `call` makes of `ShardArgs` once on the node of every shard of `source`, in
 /// this transaction; returns the sum of its results. Everything in the call is a literal:
 /// Citus plans no query over a distributed table with parameters.
@@ -204,11 +222,7 @@ fn on_every_shard(
     tables: &[&str],
     call: impl FnOnce(&ShardArgs) -> String,
 ) -> EvResult<i64> {
-    let args = ShardArgs {
-        shard: "tableoid::regclass::text",
-        value: "k::text",
-        shards: format!("{}::json", quote::literal(&shard_map(source, tables)?)),
-    };
+    let args = shard_args(source, tables)?;
     Ok(spi::one::<i64>(
         &format!(
             "SELECT coalesce(sum({}), 0)::bigint FROM {}",
@@ -227,11 +241,7 @@ fn each_shard(
     tables: &[&str],
     call: impl FnOnce(&ShardArgs) -> String,
 ) -> EvResult<Vec<String>> {
-    let args = ShardArgs {
-        shard: "tableoid::regclass::text",
-        value: "k::text",
-        shards: format!("{}::json", quote::literal(&shard_map(source, tables)?)),
-    };
+    let args = shard_args(source, tables)?;
     let query = format!("SELECT ({})::text FROM {}", call(&args), source.shards);
     Ok(Spi::connect(|client| {
         client
@@ -242,6 +252,19 @@ fn each_shard(
     .into_iter()
     .flatten()
     .collect())
+}
+
+/// The arguments of a per-shard call over the registry of `source`, after every registry shard
+/// is written in this transaction: Citus commits the nodes a transaction wrote with two-phase
+/// commit, and the per-shard work (which it sees as a read of the registry) then commits or
+/// aborts with the coordinator's transaction on every node.
+fn shard_args(source: &DistributedSource, tables: &[&str]) -> EvResult<ShardArgs> {
+    spi::run_all(&[format!("UPDATE {} SET k = k", source.shards)])?;
+    Ok(ShardArgs {
+        shard: "tableoid::regclass::text",
+        value: "k::text",
+        shards: format!("{}::json", quote::literal(&shard_map(source, tables)?)),
+    })
 }
 
 /// `{"<registry shard id>": ["<shard of tables[0]>", ...], ...}`: for every shard of the
@@ -635,7 +658,7 @@ pub fn attach_shard_view(
             data_table: Some(groups_shard),
         })?;
         // Its applies write the keys of the groups they change to its group changelog, which
-        // the coordinator's refresh takes (`take_changed_keys`).
+        // the coordinator's refresh takes (`take_changes`).
         let view = catalog::view_by_relid(relation::resolve(&name)?, true)?
             .ok_or_else(|| shard_not_found(registry_shard))?;
         spi::run_all(&crate::view_objects::sql_of(&view).create_changes())?;
@@ -772,17 +795,18 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     }
     if !changes.is_empty() {
         // The shards' changes added to the merged groups; those that took a retraction
-        // recomputed from every shard's partial groups; those left without events gone.
+        // recomputed from every shard's partial groups (and gone when left without events).
         let definition = definition_of(view)?;
         let table_sql = view.source.table_sql()?;
         let merged = sql_for(&definition, view.view_id, &table_sql, None);
+        // (A local statement: the changes are a parameter, not text to parse.)
         let listed = serde_json::Value::Array(changes).to_string();
-        spi::run_all(&[merged.apply_changes(&quote::literal(&listed))])?;
-        let dirty = spi::one::<String>(&merged.dirty_keys(), &[])?.unwrap_or_else(|| "[]".into());
+        spi::run(&merged.apply_changes("$1::json"), &[listed.as_str().into()])?;
+        let dirty = spi::one::<String>(&merged.dirty_keys("$1::json"), &[listed.as_str().into()])?
+            .unwrap_or_else(|| "[]".into());
         if dirty != "[]" {
             spi::run_all(&merged.merge_keys(&view.groups, &quote::literal(&dirty)))?;
         }
-        spi::run_all(&[merged.delete_empty()])?;
     }
     spi::run(
         "UPDATE eventview._distributed_views SET last_refresh_at = clock_timestamp(), last_error = NULL

@@ -100,16 +100,17 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
     if let Some(source_view) = catalog::view_id_named(args.source)? {
         return create_rollup(&args, source_view);
     }
-    let source = match catalog::source_by_name(args.source) {
-        // A distributed event table is no event table of this node (looked up only then).
-        Err(e) if e.code == PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED => {
-            match citus::distributed_source_named(args.source)? {
-                Some(distributed) => return citus::create_view(&args, &distributed),
-                None => return Err(e),
-            }
+    let source = catalog::source_by_name(args.source);
+    if source
+        .as_ref()
+        .is_err_and(|e| e.code == PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED)
+    {
+        // Refused as a distributed event table: a view over it is made there.
+        if let Some(distributed) = citus::distributed_source_named(args.source)? {
+            return citus::create_view(&args, &distributed);
         }
-        found => found?,
-    };
+    }
+    let source = source?;
     privileges::require_select(source.relid)?;
     privileges::require_no_row_security(roles::caller(), source.relid)?;
     catalog::lock_source(&source, catalog::SourceLock::AddsRows)?;

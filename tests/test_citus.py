@@ -163,8 +163,10 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                 assert got == want, step
 
             check("after the first fill")
-            for step in range(12):
-                op = rng.choice(["insert", "copy", "update", "delete", "rollback", "transaction", "single"])
+            for step in range(16):
+                op = rng.choice(
+                    ["insert", "copy", "update", "delete", "rollback", "transaction", "single", "refresh_rolled_back"]
+                )
                 if op == "insert":
                     insert_orders(conn, "dev", rng, rng.randint(1, 300))
                 elif op == "copy":
@@ -188,6 +190,13 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                     with conn.transaction():
                         insert_orders(conn, "dev", rng, 30)
                         conn.execute("UPDATE dev SET payload = payload - 'price' WHERE event_id % 17 = 3")
+                elif op == "refresh_rolled_back":
+                    # A refresh whose transaction rolls back takes nothing from any shard.
+                    insert_orders(conn, "dev", rng, 60)
+                    with pytest.raises(psycopg.errors.RaiseException):
+                        with conn.transaction():
+                            conn.execute("SELECT eventview.refresh('dev_sku')")
+                            conn.execute("DO $$ BEGIN RAISE EXCEPTION 'roll back'; END $$")
                 else:
                     for _ in range(5):
                         conn.execute(

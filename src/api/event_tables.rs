@@ -154,15 +154,12 @@ fn register_event_table(
 
 #[pg_extern(name = "_drop_event_table", volatile, parallel_unsafe)]
 fn drop_event_table(name: &str, cascade: bool) -> Result<(), ErrorReport> {
-    at_boundary(|| match crate::teardown::drop_event_table(name, cascade) {
-        // A distributed event table is no event table of this node (looked up only then).
-        Err(e) if e.code == PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED => {
-            match crate::citus::distributed_source_named(name)? {
-                Some(source) => crate::citus::drop_event_table(&source, cascade),
-                None => Err(e),
-            }
-        }
-        dropped => dropped,
+    at_boundary(|| {
+        crate::citus::or_distributed(
+            crate::teardown::drop_event_table(name, cascade),
+            || crate::citus::distributed_source_named(name),
+            |source| crate::citus::drop_event_table(source, cascade),
+        )
     })
 }
 

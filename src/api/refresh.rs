@@ -7,16 +7,12 @@ use pgrx::prelude::*;
 
 #[pg_extern(name = "_refresh", volatile, parallel_unsafe)]
 fn refresh_view(name: &str) -> Result<i64, ErrorReport> {
-    at_boundary(|| match crate::refresh::refresh(name) {
-        // A view over a distributed event table is no view of this node (looked up only
-        // then: the common refresh pays nothing for it).
-        Err(e) if e.code == PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED => {
-            match crate::citus::distributed_view_named(name)? {
-                Some(view) => crate::citus::refresh(&view),
-                None => Err(e),
-            }
-        }
-        applied => applied,
+    at_boundary(|| {
+        crate::citus::or_distributed(
+            crate::refresh::refresh(name),
+            || crate::citus::distributed_view_named(name),
+            crate::citus::refresh,
+        )
     })
 }
 

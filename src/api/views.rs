@@ -40,15 +40,12 @@ fn create_view(
 
 #[pg_extern(name = "_drop_view", volatile, parallel_unsafe)]
 fn drop_view(name: &str) -> Result<(), ErrorReport> {
-    at_boundary(|| match crate::views::drop_view(name) {
-        // A view over a distributed event table is no view of this node (looked up only then).
-        Err(e) if e.code == PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED => {
-            match crate::citus::distributed_view_named(name)? {
-                Some(view) => crate::citus::drop_view(&view),
-                None => Err(e),
-            }
-        }
-        dropped => dropped,
+    at_boundary(|| {
+        crate::citus::or_distributed(
+            crate::views::drop_view(name),
+            || crate::citus::distributed_view_named(name),
+            crate::citus::drop_view,
+        )
     })
 }
 

@@ -11,7 +11,7 @@
 //! counts and sums added, `avg` from the added sums and counts, extremes combined with the
 //! additions' (an extreme only moves outwards while nothing is retracted). A group that took a
 //! retraction is recomputed from the partial groups of every shard (min of minima, max of
-//! maxima), and a group whose count falls to 0 goes. Taking a shard's changes empties its group
+//! maxima), and goes when its count fell to 0 (only a retraction lowers a count). Taking a shard's changes empties its group
 //! changelog in the transaction that applies them to the merged groups: each change is added
 //! exactly once.
 
@@ -179,9 +179,10 @@ FROM (SELECT {keys}, {} FROM taken GROUP BY {keys}) c",
     }
 
     /// On the coordinator: the group changes `changes` lists (`take_changes` of every shard,
-    /// one JSON array; a quoted literal) added to the merged groups. A group that took a
-    /// retraction is marked `__dirty`: `dirty_keys` lists it for `merge_keys`, which recomputes
-    /// its extremes from the shards' partial groups.
+    /// one JSON array: the SQL of a `json` value) added to the merged groups. A group that
+    /// took a retraction is marked `__dirty`, and `dirty_keys` lists it for `merge_keys`,
+    /// which recomputes it from the shards' partial groups (and drops it when its count fell
+    /// to 0, which only a retraction does).
     pub fn apply_changes(&self, changes: &str) -> String {
         let merged = self.merged_changes();
         let mut record: Vec<String> = self
@@ -211,7 +212,7 @@ FROM (SELECT {keys}, {} FROM taken GROUP BY {keys}) c",
         format!(
             "INSERT INTO {data} AS t ({keys}, {}, __dirty)
 SELECT {keys}, {}
-FROM pg_catalog.json_to_recordset({changes}::json) AS c({})
+FROM pg_catalog.json_to_recordset({changes}) AS c({})
 GROUP BY {keys}
 ON CONFLICT ({keys}) DO UPDATE SET {}",
             columns.join(", "),
@@ -222,18 +223,21 @@ ON CONFLICT ({keys}) DO UPDATE SET {}",
         )
     }
 
-    /// The keys of the merged groups marked `__dirty`, as a JSON array for `merge_keys`.
-    pub fn dirty_keys(&self) -> String {
+    /// The keys of the groups `changes` (as for `apply_changes`) has taking a retraction, as a
+    /// JSON array for `merge_keys`.
+    pub fn dirty_keys(&self, changes: &str) -> String {
+        let keys = self.key_list();
+        let record: Vec<String> = self
+            .key_column_types()
+            .into_iter()
+            .map(|(name, type_name)| format!("{name} {type_name}"))
+            .collect();
         format!(
-            "SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {} FROM {} WHERE __dirty) k",
-            self.key_list(),
-            self.data()
+            "SELECT coalesce(pg_catalog.json_agg(k), '[]')::text
+FROM (SELECT {keys} FROM pg_catalog.json_to_recordset({changes}) AS c({}, __dirty boolean)
+      GROUP BY {keys} HAVING bool_or(__dirty)) k",
+            record.join(", ")
         )
-    }
-
-    /// The merged groups left without events.
-    pub fn delete_empty(&self) -> String {
-        format!("DELETE FROM {} WHERE __count <= 0", self.data())
     }
 
     /// The key columns with their types: `__k`, `bucket`, `g<i>` and `g<i>_null`.
@@ -320,7 +324,7 @@ mod tests {
         let take = sql(&d).take_changes();
         assert!(take.starts_with("WITH taken AS (DELETE FROM eventview._v7_changes RETURNING __k, bucket, g1, g1_null, __count, m2_n, m2_sum, m3_val, __dirty)"));
         assert!(take.contains("SELECT __k, bucket, g1, g1_null, sum(__count)::bigint AS __count, sum(m2_n)::bigint AS m2_n, sum(m2_sum) AS m2_sum, max(m3_val) AS m3_val, bool_or(__dirty) AS __dirty FROM taken GROUP BY __k, bucket, g1, g1_null"));
-        let apply = sql(&d).apply_changes("'[]'");
+        let apply = sql(&d).apply_changes("$1::json");
         assert!(apply.contains("AS c(__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m2_n bigint, m2_sum numeric, m3_val numeric, __dirty boolean)"));
         assert!(apply.ends_with("ON CONFLICT (__k, bucket, g1, g1_null) DO UPDATE SET __count = t.__count + EXCLUDED.__count, m2_n = t.m2_n + EXCLUDED.m2_n, m2_sum = t.m2_sum + EXCLUDED.m2_sum, m3_val = GREATEST(t.m3_val, EXCLUDED.m3_val), __dirty = t.__dirty OR EXCLUDED.__dirty"));
     }
