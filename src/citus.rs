@@ -657,7 +657,7 @@ pub fn attach_shard_view(
             unnest: arguments.unnest.as_deref(),
             data_table: Some(groups_shard),
         })?;
-        // Its applies write the keys of the groups they change to its group changelog, which
+        // Its applies write the changes of the groups they change to its group changelog, which
         // the coordinator's refresh takes (`take_changes`).
         let view = catalog::view_by_relid(relation::resolve(&name)?, true)?
             .ok_or_else(|| shard_not_found(registry_shard))?;
@@ -775,7 +775,7 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     // Every shard's view is refreshed as the extension owner: the rights are the view owner's,
     // checked here at each refresh as a view of this node has them checked.
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
-    // One refresh of the view at a time: each merges the groups its shards' refreshes changed.
+    // One refresh of the view at a time: each adds the changes its shards' refreshes took.
     spi::run(
         "SELECT 1 FROM eventview._distributed_views WHERE view_id = $1 FOR UPDATE",
         &[view.view_id.into()],
