@@ -38,7 +38,7 @@ use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
 /// Whether the Citus extension is installed in this database.
-pub fn installed() -> EvResult<bool> {
+fn installed() -> EvResult<bool> {
     Ok(spi::one::<bool>(
         "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')",
         &[],
@@ -48,7 +48,7 @@ pub fn installed() -> EvResult<bool> {
 
 /// Whether Citus manages `relid`: a distributed, reference or Citus local table, whose rows
 /// live in shards that capture on the table itself never sees.
-pub fn manages(relid: pg_sys::Oid) -> EvResult<bool> {
+fn manages(relid: pg_sys::Oid) -> EvResult<bool> {
     if !installed()? {
         return Ok(false);
     }
