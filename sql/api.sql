@@ -192,9 +192,9 @@ REVOKE EXECUTE ON FUNCTION eventview._changelog_free(integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._follow_partition_tree(integer) FROM PUBLIC;
 -- Run on every shard's node by the coordinator's queries over a shard registry (src/citus.rs).
 REVOKE EXECUTE ON FUNCTION eventview._attach_shard_capture(text, json, interval) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION eventview._attach_shard_view(text, text, json, integer, text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION eventview._refresh_shard_view(text, json) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION eventview._attach_shard_view(text, text, json, integer, text, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION eventview._refresh_shard_view(text, text, json, integer, text, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._detach_shard_view(text, json) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION eventview._maintain_shard(text, json) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION eventview._maintain_shard(text, json, interval) FROM PUBLIC;
 -- Called by eventview._follow_drop (as the extension owner); nobody else.
 REVOKE EXECUTE ON FUNCTION eventview._forget_distributed(oid) FROM PUBLIC;

@@ -117,9 +117,12 @@ COMMENT ON TABLE eventview._views IS 'pg_eventview: incremental views (see event
 -- which the coordinator runs the work of each shard on the shard's node, inside its own
 -- distributed transaction.
 CREATE TABLE eventview._distributed_sources (
-    relid         regclass PRIMARY KEY,
-    distribute_by text NOT NULL,
-    shards        regclass NOT NULL
+    relid           regclass PRIMARY KEY,
+    distribute_by   text NOT NULL,
+    shards          regclass NOT NULL,
+    -- create_event_table's delta_retention, with which a shard Citus moved or split onto a
+    -- node is registered there.
+    delta_retention interval NOT NULL DEFAULT '7 days'
 );
 COMMENT ON TABLE eventview._distributed_sources IS 'pg_eventview: event tables distributed by Citus';
 

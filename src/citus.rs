@@ -103,6 +103,11 @@ pub struct DistributedSource {
     pub relid: pg_sys::Oid,
     /// The shard registry, quoted and qualified.
     pub shards: String,
+    /// The distribution column.
+    pub distribute_by: String,
+    /// The delta retention of every shard's changelog, as interval text (a literal in the
+    /// per-shard calls, which register a shard that Citus moved or split onto a node).
+    pub delta_retention: String,
 }
 
 impl DistributedSource {
@@ -114,14 +119,32 @@ impl DistributedSource {
 
 /// The distributed event table `relid`, if it is one.
 pub fn distributed_source(relid: pg_sys::Oid) -> EvResult<Option<DistributedSource>> {
-    let Some(shards) = spi::one::<String>(
-        "SELECT shards::text FROM eventview._distributed_sources WHERE relid = $1::regclass",
-        &[relid.into()],
-    )?
-    else {
+    let row = Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT shards::text, distribute_by, delta_retention::text
+             FROM eventview._distributed_sources WHERE relid = $1::regclass",
+            Some(1),
+            &[relid.into()],
+        )?;
+        if rows.is_empty() {
+            return Ok::<_, pgrx::spi::SpiError>(None);
+        }
+        let t = rows.first();
+        Ok(Some((
+            t.get::<String>(1)?,
+            t.get::<String>(2)?,
+            t.get::<String>(3)?,
+        )))
+    })?;
+    let Some((Some(shards), Some(distribute_by), Some(delta_retention))) = row else {
         return Ok(None);
     };
-    Ok(Some(DistributedSource { relid, shards }))
+    Ok(Some(DistributedSource {
+        relid,
+        shards,
+        distribute_by,
+        delta_retention,
+    }))
 }
 
 /// The distributed event table named `name`, if the name resolves to one.
@@ -194,6 +217,8 @@ struct ShardArgs {
     /// The JSON object mapping each registry shard's id to the names of the co-located shards
     /// of the tables named (`shard_map`), as a literal.
     shards: String,
+    /// The delta retention of the table's changelogs, as an interval literal.
+    delta_retention: String,
 }
 
 /// The result of `local`, a call on a view or event table of this node, unless it refused its
@@ -259,11 +284,36 @@ fn each_shard(
 /// commit, and the per-shard work (which it sees as a read of the registry) then commits or
 /// aborts with the coordinator's transaction on every node.
 fn shard_args(source: &DistributedSource, tables: &[&str]) -> EvResult<ShardArgs> {
-    spi::run_all(&[format!("UPDATE {} SET k = k", source.shards)])?;
+    // One per-shard call on a table at a time: two would write the registry's shards in
+    // orders of their own, and wait for each other across nodes.
+    lock_source(source, "FOR NO KEY UPDATE")?;
+    let written = Spi::connect_mut(|client| {
+        Ok::<_, pgrx::spi::SpiError>(
+            client
+                .update(
+                    &format!("UPDATE {} SET k = k RETURNING 1", source.shards),
+                    None,
+                    &[],
+                )?
+                .len(),
+        )
+    })?;
+    let shard_count = spi::one::<i64>(
+        "SELECT count(*) FROM pg_catalog.pg_dist_shard WHERE logicalrelid = $1::regclass",
+        &[source.shards.as_str().into()],
+    )?
+    .unwrap_or(0);
+    if written as i64 != shard_count {
+        // Split since: a new shard has no row yet. One row per shard again (which writes
+        // every registry shard too).
+        spi::run_all(&[format!("DELETE FROM {}", source.shards)])?;
+        fill_shard_registry(source.relid, &source.shards, &source.distribute_by)?;
+    }
     Ok(ShardArgs {
         shard: "tableoid::regclass::text",
         value: "k::text",
         shards: format!("{}::json", quote::literal(&shard_map(source, tables)?)),
+        delta_retention: format!("{}::interval", quote::literal(&source.delta_retention)),
     })
 }
 
@@ -306,14 +356,16 @@ fn mapped_shards(registry_shard: &str, shards: &str) -> EvResult<(i64, Vec<Strin
     Ok((id, names))
 }
 
-/// A shard that the coordinator's metadata and this node do not agree on: moved, split or
-/// rebalanced, which this version does not follow.
+/// A registry shard that the coordinator's metadata, as the call read it, does not list: a
+/// shard split that committed after the call read the metadata.
 fn shard_not_found(registry_shard: &str) -> EvError {
     EvError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-        format!("the shards of {registry_shard} are not where pg_eventview placed them"),
+        format!(
+            "the shard {registry_shard} is not in the coordinator's metadata as this call read it"
+        ),
     )
-    .with_hint("Shard moves, splits and rebalancing are not followed by this version of pg_eventview: drop the distributed event table's views and create them again.")
+    .with_hint("A shard split ran at the same time: run the call again.")
 }
 
 /// `create_event_table(..., distribute_by)`: the event table, distributed by Citus on
@@ -379,40 +431,54 @@ pub fn create_distributed_event_table(
     let relid = relation::created(&quoted)?;
     let shards = make_shard_registry(relid, &quoted, column)?;
     spi::run(
-        "INSERT INTO eventview._distributed_sources (relid, distribute_by, shards)
-         VALUES ($1::regclass, $2, $3::regclass)",
-        &[relid.into(), column.into(), shards.as_str().into()],
+        "INSERT INTO eventview._distributed_sources (relid, distribute_by, shards, delta_retention)
+         VALUES ($1::regclass, $2, $3::regclass, $4)",
+        &[
+            relid.into(),
+            column.into(),
+            shards.as_str().into(),
+            delta_retention.into(),
+        ],
     )?;
-    let source = DistributedSource { relid, shards };
-    let delta_retention =
-        spi::one::<String>("SELECT $1::text", &[delta_retention.into()])?.unwrap_or_default();
+    let source = distributed_source(relid)?
+        .ok_or_else(|| EvError::invalid("the distributed event table is not catalogued"))?;
     on_every_shard(&source, &[&quoted], |a| {
         format!(
-            "eventview._attach_shard_capture({}, {}, {}::interval)",
-            a.shard,
-            a.shards,
-            quote::literal(&delta_retention)
+            "eventview._attach_shard_capture({}, {}, {})",
+            a.shard, a.shards, a.delta_retention
         )
     })?;
     Ok(relid)
 }
 
 /// The shard registry of distributed event table `relid` (`table`, distributed by `column`):
-/// co-located with it, one row per shard, `k` a value that Citus hashes into that shard.
+/// co-located with it, one row per shard, `k` a value that Citus hashes into that shard. Its
+/// primary key lets Citus move its shards by logical replication, as those of the table.
 fn make_shard_registry(relid: pg_sys::Oid, table: &str, column: &str) -> EvResult<String> {
-    let (type_name, from_i) = envelope_sql::distribution_value_of(column)
+    let (type_name, _) = envelope_sql::distribution_value_of(column)
         .ok_or_else(|| EvError::invalid("no distribution column"))?;
     let shards = format!(
         "eventview.{}",
         quote::ident(&format!("_shards_{}", relid.to_u32()))
     );
-    spi::run_all(&[format!("CREATE TABLE {shards} (k {type_name} NOT NULL)")])?;
+    spi::run_all(&[format!("CREATE TABLE {shards} (k {type_name} PRIMARY KEY)")])?;
     spi::run(
         "SELECT pg_catalog.create_distributed_table($1::regclass, 'k', colocate_with => $2)",
         &[shards.as_str().into(), table.into()],
     )?;
-    // The first of 0, 1, 2, ... that falls in each shard's hash range (a few tries each: the
-    // ranges split the hash space evenly).
+    fill_shard_registry(relid, &shards, column)?;
+    let owner = privileges::role_ident(privileges::table_owner(relid)?)?;
+    spi::run_all(&[format!("GRANT SELECT ON {shards} TO {owner}")])?;
+    Ok(shards)
+}
+
+/// One row in shard registry `shards` of distributed event table `relid` (distributed by
+/// `column`) for each of the table's shards: the first of 0, 1, 2, ... (as a value of the
+/// column) that Citus hashes into the shard's range (a few tries each: the ranges split the
+/// hash space evenly, and a split halves one).
+fn fill_shard_registry(relid: pg_sys::Oid, shards: &str, column: &str) -> EvResult<()> {
+    let (_, from_i) = envelope_sql::distribution_value_of(column)
+        .ok_or_else(|| EvError::invalid("no distribution column"))?;
     spi::run(
         &format!(
             "INSERT INTO {shards} (k)
@@ -424,10 +490,7 @@ fn make_shard_registry(relid: pg_sys::Oid, table: &str, column: &str) -> EvResul
             relid.to_u32()
         ),
         &[],
-    )?;
-    let owner = privileges::role_ident(privileges::table_owner(relid)?)?;
-    spi::run_all(&[format!("GRANT SELECT ON {shards} TO {owner}")])?;
-    Ok(shards)
+    )
 }
 
 /// Runs `f` on a Citus node with access to the shards there: shards shown to this session
@@ -441,8 +504,7 @@ fn with_shard_access<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
 }
 
 /// On a shard's node: registers the event table shard co-located with registry shard
-/// `registry_shard` (listed in `shards`) as an event table of this node (capture, changelog),
-/// with the unique indexes on `event_id` and `event_key` the distributed table cannot have.
+/// `registry_shard` (listed in `shards`) as an event table of this node (`capture_shard`).
 /// Returns 1, or 0 when it is registered already.
 pub fn attach_shard_capture(
     registry_shard: &str,
@@ -451,22 +513,30 @@ pub fn attach_shard_capture(
 ) -> EvResult<i32> {
     with_shard_access(|| {
         let (shard_id, names) = mapped_shards(registry_shard, shards)?;
-        let shard = &names[0];
-        let relid = relation::resolve(shard)?;
-        if catalog::source_by_relid(relid)?.is_some() {
-            return Ok(0);
-        }
-        for column in ["event_id", "event_key"] {
-            if !catalog::has_unique_index_on(relid, column)? {
-                let index = quote::ident(&format!("_eventview_{column}_{shard_id}"));
-                roles::as_role(privileges::table_owner(relid)?, || {
-                    spi::run_all(&[format!("CREATE UNIQUE INDEX {index} ON {shard} ({column})")])
-                })?;
-            }
-        }
-        crate::event_tables::register_event_table(shard, None, Some(delta_retention))?;
-        Ok(1)
+        Ok(capture_shard(shard_id, &names[0], delta_retention)?.into())
     })
+}
+
+/// On a shard's node: event table shard `shard` (of shard id `shard_id`) registered as an event
+/// table of this node (capture, changelog), with the unique indexes on `event_id` and
+/// `event_key` the distributed table cannot have, unless it is registered already. Every
+/// per-shard call starts here: a shard that Citus moved or split onto this node arrives
+/// without them. Whether it registered the shard.
+fn capture_shard(shard_id: i64, shard: &str, delta_retention: Interval) -> EvResult<bool> {
+    let relid = relation::resolve(shard)?;
+    if catalog::source_by_relid(relid)?.is_some() {
+        return Ok(false);
+    }
+    for column in ["event_id", "event_key"] {
+        if !catalog::has_unique_index_on(relid, column)? {
+            let index = quote::ident(&format!("_eventview_{column}_{shard_id}"));
+            roles::as_role(privileges::table_owner(relid)?, || {
+                spi::run_all(&[format!("CREATE UNIQUE INDEX {index} ON {shard} ({column})")])
+            })?;
+        }
+    }
+    crate::event_tables::register_event_table(shard, None, Some(delta_retention))?;
+    Ok(true)
 }
 
 /// `create_view` over a distributed event table: the distributed table of partial groups,
@@ -516,10 +586,7 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     .ok_or_else(|| EvError::invalid("the distributed event table is not catalogued"))?;
     let (type_name, _) = envelope_sql::distribution_value_of(&column)
         .ok_or_else(|| EvError::invalid("no distribution column"))?;
-    spi::run_all(&[
-        sql.create_data_table(&groups),
-        format!("ALTER TABLE {groups} ADD COLUMN __shard {type_name}"),
-    ])?;
+    spi::run_all(&sql.create_partial_groups(&groups, type_name))?;
     spi::run(
         "SELECT pg_catalog.create_distributed_table($1::regclass, '__shard', colocate_with => $2)",
         &[groups.as_str().into(), table_sql.as_str().into()],
@@ -578,11 +645,12 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     .unwrap_or_default();
     on_every_shard(source, &[&table_sql, &groups], |a| {
         format!(
-            "eventview._attach_shard_view({}, {}, {}, {view_id}, {})",
+            "eventview._attach_shard_view({}, {}, {}, {view_id}, {}, {})",
             a.shard,
             a.value,
             a.shards,
-            quote::literal(&arguments)
+            quote::literal(&arguments),
+            a.delta_retention
         )
     })?;
     spi::run_all(&merged.merge_all(&groups))?;
@@ -610,59 +678,100 @@ fn sql_for<'d>(
     }
 }
 
-/// On a shard's node: the view of distributed view `view_id` over the event table shard
-/// co-located with registry shard `registry_shard`, keeping its groups in the co-located shard
-/// of its partial groups (both listed in `shards`; `__shard` there defaults to `value`), filled
-/// from the shard's events. Its definition is the coordinator's `arguments`. Returns 1.
-pub fn attach_shard_view(
-    registry_shard: &str,
-    value: &str,
-    shards: &str,
-    view_id: i32,
-    arguments: &DistributedViewArguments,
-) -> EvResult<i32> {
-    with_shard_access(|| {
-        let (shard_id, names) = mapped_shards(registry_shard, shards)?;
+/// The work of a per-shard call on a view: the coordinator's view, and what a shard's node
+/// needs to make its view of a shard that arrived since (`ShardView::of`).
+pub struct ShardViewCall<'a> {
+    pub registry_shard: &'a str,
+    /// The registry shard's value, which `__shard` of the groups shard defaults to.
+    pub value: &'a str,
+    pub shards: &'a str,
+    pub view_id: i32,
+    pub arguments: &'a DistributedViewArguments,
+    pub delta_retention: Interval,
+}
+
+/// On a shard's node: the shards of a per-shard call on a view, with the event table shard
+/// registered here (`capture_shard`).
+struct ShardView {
+    shard_id: i64,
+    event_shard: String,
+    groups_shard: String,
+}
+
+impl ShardView {
+    fn of(call: &ShardViewCall) -> EvResult<ShardView> {
+        let (shard_id, names) = mapped_shards(call.registry_shard, call.shards)?;
         let (Some(event_shard), Some(groups_shard)) = (names.first(), names.get(1)) else {
-            return Err(shard_not_found(registry_shard));
+            return Err(shard_not_found(call.registry_shard));
         };
+        capture_shard(shard_id, event_shard, call.delta_retention)?;
+        Ok(ShardView {
+            shard_id,
+            event_shard: event_shard.clone(),
+            groups_shard: groups_shard.clone(),
+        })
+    }
+
+    /// This node's view keeping the groups shard: its user relation, if there is one.
+    fn relid(&self) -> EvResult<Option<pg_sys::Oid>> {
+        spi::one::<pg_sys::Oid>(
+            "SELECT relid::oid FROM eventview._views WHERE data_relation = $1::regclass",
+            &[self.groups_shard.as_str().into()],
+        )
+    }
+
+    /// Makes this node's view over the event table shard, keeping its groups in the groups
+    /// shard (whose `__shard` defaults to the registry shard's value), filled from the shard's
+    /// events. Its applies write the changes of the groups they change to its group changelog,
+    /// which the coordinator's refresh takes (`take_changes`).
+    fn make(&self, call: &ShardViewCall) -> EvResult<pg_sys::Oid> {
         spi::run_all(&[format!(
-            "ALTER TABLE {groups_shard} ALTER COLUMN __shard SET DEFAULT {}",
-            quote::literal(value)
+            "ALTER TABLE {} ALTER COLUMN __shard SET DEFAULT {}",
+            self.groups_shard,
+            quote::literal(call.value)
         )])?;
         let schema = spi::one::<String>(
             "SELECT quote_ident(n.nspname) FROM pg_catalog.pg_class c
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass",
-            &[event_shard.as_str().into()],
+            &[self.event_shard.as_str().into()],
         )?
         .unwrap_or_else(|| "public".into());
         let name = format!(
             "{schema}.{}",
-            quote::ident(&format!("_eventview_v{view_id}_{shard_id}"))
+            quote::ident(&format!("_eventview_v{}_{}", call.view_id, self.shard_id))
         );
+        let a = call.arguments;
         views::create_view(CreateViewArgs {
             name: &name,
-            source: event_shard,
-            group_by: &arguments.group_by,
-            measures: &arguments.measures,
-            event_types: arguments
+            source: &self.event_shard,
+            group_by: &a.group_by,
+            measures: &a.measures,
+            event_types: a
                 .event_types
                 .clone()
                 .map(|types| types.into_iter().map(Some).collect()),
-            time_bucket: arguments.time_bucket,
-            filter: arguments.filter.as_deref(),
+            time_bucket: a.time_bucket,
+            filter: a.filter.as_deref(),
             realtime: false,
-            on_type_error: &arguments.on_type_error,
-            time_zone: arguments.time_zone.as_deref(),
-            unnest: arguments.unnest.as_deref(),
-            data_table: Some(groups_shard),
+            on_type_error: &a.on_type_error,
+            time_zone: a.time_zone.as_deref(),
+            unnest: a.unnest.as_deref(),
+            data_table: Some(&self.groups_shard),
         })?;
-        // Its applies write the changes of the groups they change to its group changelog, which
-        // the coordinator's refresh takes (`take_changes`).
-        let view = catalog::view_by_relid(relation::resolve(&name)?, true)?
-            .ok_or_else(|| shard_not_found(registry_shard))?;
+        let relid = relation::resolve(&name)?;
+        let view = catalog::view_by_relid(relid, true)?
+            .ok_or_else(|| shard_not_found(call.registry_shard))?;
         spi::run_all(&crate::view_objects::sql_of(&view).create_changes())?;
         catalog::set_feeds_rollups(view.view_id, true)?;
+        Ok(relid)
+    }
+}
+
+/// On a shard's node: makes the view of distributed view `call.view_id` over the event table
+/// shard co-located with the registry shard (`ShardView::make`). Returns 1.
+pub fn attach_shard_view(call: &ShardViewCall) -> EvResult<i32> {
+    with_shard_access(|| {
+        ShardView::of(call)?.make(call)?;
         Ok(1)
     })
 }
@@ -677,6 +786,26 @@ pub struct DistributedViewArguments {
     pub on_type_error: String,
     pub time_zone: Option<String>,
     pub unnest: Option<String>,
+}
+
+impl DistributedViewArguments {
+    /// The view's definition, as every node parses it (logical fields are not distributed).
+    pub fn definition(&self) -> EvResult<ViewDefinition> {
+        Ok(parse_definition(&DefinitionInput {
+            fields: &eventview_core::definition::NoFields,
+            group_by: &self.group_by,
+            measures: &self.measures,
+            event_types: self
+                .event_types
+                .clone()
+                .map(|t| t.into_iter().map(Some).collect()),
+            bucketed: self.time_bucket.is_some(),
+            time_zone: self.time_zone.as_deref(),
+            unnest: self.unnest.as_deref(),
+            filter: self.filter.as_deref(),
+            on_type_error: &self.on_type_error,
+        })?)
+    }
 }
 
 /// A distributed view's definition from the text of its `arguments` (as
@@ -725,28 +854,43 @@ pub fn view_arguments(arguments: &str) -> EvResult<DistributedViewArguments> {
     })
 }
 
-/// The view of this node keeping the groups shard co-located with registry shard
-/// `registry_shard` (listed in `shards`): its user relation.
-fn shard_view(registry_shard: &str, shards: &str) -> EvResult<Option<pg_sys::Oid>> {
-    let (_, names) = mapped_shards(registry_shard, shards)?;
-    spi::one::<pg_sys::Oid>(
-        "SELECT relid::oid FROM eventview._views WHERE data_relation = $1::regclass",
-        &[names[0].as_str().into()],
-    )
-}
-
-/// On a shard's node: refreshes the view keeping the groups shard co-located with registry
-/// shard `registry_shard`; returns `{"applied": <changed events applied>, "changes": [<the
-/// group changes its group changelog held, taken>]}`.
-pub fn refresh_shard_view(registry_shard: &str, shards: &str) -> EvResult<String> {
+/// On a shard's node: refreshes the view keeping the groups shard co-located with the registry
+/// shard; returns `{"applied": <changed events applied>, "changes": [<the group changes its
+/// group changelog held, taken>]}`.
+///
+/// A shard that Citus moved or split onto this node since the last refresh has no view here
+/// yet (its groups shard came with it, filled by the view of the node it left, whose changes
+/// pending there are gone with it). Its view is made then, filled from the shard's events, and
+/// every group the groups shard held before or holds after is a change that marks it dirty:
+/// the coordinator merges those groups anew from every shard's partial groups.
+pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
     with_shard_access(|| {
-        let Some(relid) = shard_view(registry_shard, shards)? else {
-            return Err(shard_not_found(registry_shard));
+        let shard = ShardView::of(call)?;
+        let definition = call.arguments.definition()?;
+        let sql = sql_for(
+            &definition,
+            call.view_id,
+            "",
+            Some(shard.groups_shard.clone()),
+        );
+        let Some(relid) = shard.relid()? else {
+            let before = spi::one::<String>(&sql.groups_as_dirty(), &[])?;
+            spi::run_all(&[format!("DELETE FROM {}", shard.groups_shard)])?;
+            shard.make(call)?;
+            let after = spi::one::<String>(&sql.groups_as_dirty(), &[])?;
+            let mut changes = Vec::new();
+            for listed in before.into_iter().chain(after) {
+                changes.extend(parse_changes(&listed)?);
+            }
+            return Ok(format!(
+                "{{\"applied\": 0, \"changes\": {}}}",
+                serde_json::Value::Array(changes)
+            ));
         };
         let applied =
             crate::refresh::refresh_with_sources(relid, &relation::regclass_text(relid)?)?;
-        let view =
-            catalog::view_by_relid(relid, false)?.ok_or_else(|| shard_not_found(registry_shard))?;
+        let view = catalog::view_by_relid(relid, false)?
+            .ok_or_else(|| shard_not_found(call.registry_shard))?;
         let changes = spi::one::<String>(&crate::view_objects::sql_of(&view).take_changes(), &[])?
             .unwrap_or_else(|| "[]".into());
         Ok(format!(
@@ -755,12 +899,30 @@ pub fn refresh_shard_view(registry_shard: &str, shards: &str) -> EvResult<String
     })
 }
 
+/// The group changes of a JSON array's text.
+fn parse_changes(listed: &str) -> EvResult<Vec<serde_json::Value>> {
+    match serde_json::from_str(listed) {
+        Ok(serde_json::Value::Array(changes)) => Ok(changes),
+        _ => Err(EvError::invalid(format!(
+            "a shard's group changes are not a JSON array: {listed}"
+        ))),
+    }
+}
+
 /// On a shard's node: drops the view keeping the groups shard co-located with registry shard
 /// `registry_shard` (not that shard, which goes with its distributed table). Returns 1, or 0
 /// when there is none.
 pub fn detach_shard_view(registry_shard: &str, shards: &str) -> EvResult<i32> {
     with_shard_access(|| {
-        let Some(relid) = shard_view(registry_shard, shards)? else {
+        let (_, names) = mapped_shards(registry_shard, shards)?;
+        let Some(groups_shard) = names.first() else {
+            return Ok(0);
+        };
+        let Some(relid) = spi::one::<pg_sys::Oid>(
+            "SELECT relid::oid FROM eventview._views WHERE data_relation = $1::regclass",
+            &[groups_shard.as_str().into()],
+        )?
+        else {
             return Ok(0);
         };
         views::drop_view_by_relid(relid)?;
@@ -780,8 +942,18 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
         "SELECT 1 FROM eventview._distributed_views WHERE view_id = $1 FOR UPDATE",
         &[view.view_id.into()],
     )?;
-    let results = each_shard(&view.source, &[&view.groups], |a| {
-        format!("eventview._refresh_shard_view({}, {})", a.shard, a.shards)
+    let (arguments, definition) = definition_of(view)?;
+    let table_sql = view.source.table_sql()?;
+    let results = each_shard(&view.source, &[&table_sql, &view.groups], |a| {
+        format!(
+            "eventview._refresh_shard_view({}, {}, {}, {}, {}, {})",
+            a.shard,
+            a.value,
+            a.shards,
+            view.view_id,
+            quote::literal(&arguments),
+            a.delta_retention
+        )
     })?;
     let mut applied = 0;
     let mut changes = Vec::new();
@@ -796,8 +968,6 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     if !changes.is_empty() {
         // The shards' changes added to the merged groups; those that took a retraction
         // recomputed from every shard's partial groups (and gone when left without events).
-        let definition = definition_of(view)?;
-        let table_sql = view.source.table_sql()?;
         let merged = sql_for(&definition, view.view_id, &table_sql, None);
         // (A local statement: the changes are a parameter, not text to parse.)
         let listed = serde_json::Value::Array(changes).to_string();
@@ -816,25 +986,16 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     Ok(applied)
 }
 
-/// The definition of distributed view `view`, from the arguments it was made with.
-fn definition_of(view: &DistributedView) -> EvResult<ViewDefinition> {
+/// The arguments distributed view `view` was made with (as `_distributed_views` keeps them),
+/// and its definition.
+fn definition_of(view: &DistributedView) -> EvResult<(String, ViewDefinition)> {
     let arguments = spi::one::<String>(
         "SELECT arguments::text FROM eventview._distributed_views WHERE view_id = $1",
         &[view.view_id.into()],
     )?
     .ok_or_else(|| EvError::invalid("a distributed view is not catalogued"))?;
-    let a = view_arguments(&arguments)?;
-    Ok(parse_definition(&DefinitionInput {
-        fields: &eventview_core::definition::NoFields,
-        group_by: &a.group_by,
-        measures: &a.measures,
-        event_types: a.event_types.map(|t| t.into_iter().map(Some).collect()),
-        bucketed: a.time_bucket.is_some(),
-        time_zone: a.time_zone.as_deref(),
-        unnest: a.unnest.as_deref(),
-        filter: a.filter.as_deref(),
-        on_type_error: &a.on_type_error,
-    })?)
+    let definition = view_arguments(&arguments)?.definition()?;
+    Ok((arguments, definition))
 }
 
 /// `run_maintenance`'s work on the shards of the distributed event tables the caller's roles
@@ -859,7 +1020,10 @@ pub fn maintain_shards() -> EvResult<i64> {
         if let Some(source) = distributed_source(relid)? {
             let table_sql = source.table_sql()?;
             pruned += on_every_shard(&source, &[&table_sql], |a| {
-                format!("eventview._maintain_shard({}, {})", a.shard, a.shards)
+                format!(
+                    "eventview._maintain_shard({}, {}, {})",
+                    a.shard, a.shards, a.delta_retention
+                )
             })?;
         }
     }
@@ -868,9 +1032,14 @@ pub fn maintain_shards() -> EvResult<i64> {
 
 /// On a shard's node: the field observer of the event table shard co-located with registry
 /// shard `registry_shard` moves on, and its changelog is pruned; returns the records pruned.
-pub fn maintain_shard(registry_shard: &str, shards: &str) -> EvResult<i64> {
+pub fn maintain_shard(
+    registry_shard: &str,
+    shards: &str,
+    delta_retention: Interval,
+) -> EvResult<i64> {
     with_shard_access(|| {
-        let (_, names) = mapped_shards(registry_shard, shards)?;
+        let (shard_id, names) = mapped_shards(registry_shard, shards)?;
+        capture_shard(shard_id, &names[0], delta_retention)?;
         let relid = relation::resolve(&names[0])?;
         let Some(source) = catalog::source_by_relid(relid)? else {
             return Ok(0);
@@ -885,7 +1054,7 @@ pub fn maintain_shard(registry_shard: &str, shards: &str) -> EvResult<i64> {
 
 /// The row of distributed event table `source` in the catalog, locked `FOR <lock>`: a drop of
 /// the table (`FOR UPDATE`) and the making of a view over it (`FOR KEY SHARE`) wait for each
-/// other.
+/// other, and per-shard calls on the table (`FOR NO KEY UPDATE`) wait for each other.
 fn lock_source(source: &DistributedSource, lock: &str) -> EvResult<()> {
     spi::run(
         &format!("SELECT 1 FROM eventview._distributed_sources WHERE relid = $1::regclass {lock}"),

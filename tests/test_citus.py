@@ -11,10 +11,12 @@ deletes, rolled back and multi-statement transactions), the refusals of what is 
 distributed yet, the cleanup of every node, and event tables on the coordinator beside them.
 """
 
+import contextlib
 import random
-
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -66,6 +68,7 @@ def citus():
                 conn.execute("SELECT citus_add_node('127.0.0.1', %s)", (node.port,))
             # Propagated to the workers by Citus.
             conn.execute("CREATE EXTENSION pg_eventview")
+        coordinator.workers = nodes[1:]
         yield coordinator
     finally:
         for node in nodes:
@@ -110,6 +113,60 @@ SKU_FROM_SCRATCH = """
 SKU_READ = """
     SELECT bucket, sku, n, qty, round(avg_qty, 10), top, low, priced
     FROM {view} ORDER BY 1, 2 NULLS FIRST"""
+
+
+def start_node(port: int) -> Cluster:
+    """A new PostgreSQL cluster for a Citus node, with citus created (not yet in the cluster)."""
+    directory = f"/tmp/pg_eventview_citus_{port}"
+    subprocess.run(
+        ["bash", str(CLUSTER_SH), "start", directory, str(port), "shared_preload_libraries = 'citus'",
+         "wal_level = logical", "max_prepared_transactions = 50", "max_connections = 100"],
+        check=True,
+    )
+    node = Cluster(directory, port)
+    with node.connect() as conn:
+        conn.execute("CREATE EXTENSION citus")
+    return node
+
+
+def worker_nodes(conn) -> list[tuple[int, int]]:
+    """(nodeid, port) of every worker (the coordinator is group 0)."""
+    return conn.execute(
+        "SELECT nodeid, nodeport FROM pg_dist_node WHERE groupid <> 0 AND noderole = 'primary' ORDER BY nodeport"
+    ).fetchall()
+
+
+def move_a_shard(conn, table: str, rng: random.Random) -> None:
+    """One shard of `table` (with its co-located shards) moved to another worker, by logical
+    replication (Citus's default), and the placements it left dropped."""
+    shard, port = rng.choice(
+        conn.execute(
+            "SELECT shardid, nodeport FROM citus_shards WHERE table_name = %s::regclass ORDER BY 1", (table,)
+        ).fetchall()
+    )
+    to = rng.choice([p for _, p in worker_nodes(conn) if p != port])
+    conn.execute("SELECT citus_move_shard_placement(%s, '127.0.0.1', %s, '127.0.0.1', %s)", (shard, port, to))
+    conn.execute("CALL citus_cleanup_orphaned_resources()")
+
+
+def split_a_shard(conn, table: str, rng: random.Random) -> None:
+    """One shard of `table` (with its co-located shards) split in two at the middle of its
+    range, the halves on the workers. (With writes blocked: a split by logical replication
+    decodes with the output plugin `citus`, which this PostgreSQL allows only when
+    `output_plugin_libraries` lists it.)"""
+    shard, low, high = rng.choice(
+        conn.execute(
+            "SELECT shardid, shardminvalue::bigint, shardmaxvalue::bigint FROM pg_dist_shard "
+            "WHERE logicalrelid = %s::regclass AND shardmaxvalue::bigint - shardminvalue::bigint > 1 ORDER BY 1",
+            (table,),
+        ).fetchall()
+    )
+    nodes = [n for n, _ in worker_nodes(conn)]
+    conn.execute(
+        "SELECT citus_split_shard_by_split_points(%s, ARRAY[%s], ARRAY[%s, %s], 'block_writes')",
+        (shard, str((low + high) // 2), nodes[0], nodes[-1]),
+    )
+    conn.execute("CALL citus_cleanup_orphaned_resources()")
 
 
 def insert_orders(conn, table: str, rng: random.Random, count: int) -> None:
@@ -163,11 +220,20 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                 assert got == want, step
 
             check("after the first fill")
-            for step in range(16):
-                op = rng.choice(
+            for step in range(18):
+                # A shard moved and a shard split, each with changes pending on it.
+                op = {5: "move", 11: "split"}.get(step) or rng.choice(
                     ["insert", "copy", "update", "delete", "rollback", "transaction", "single", "refresh_rolled_back"]
                 )
-                if op == "insert":
+                if op in ("move", "split"):
+                    insert_orders(conn, "dev", rng, 120)
+                    conn.execute("DELETE FROM dev WHERE event_id %% 7 = %s", (rng.randint(0, 6),))
+                    conn.execute(
+                        "UPDATE dev SET payload = payload || '{\"qty\": 50, \"price\": 101}' WHERE event_id %% 19 = %s",
+                        (rng.randint(0, 18),),
+                    )
+                    (move_a_shard if op == "move" else split_a_shard)(conn, "dev", rng)
+                elif op == "insert":
                     insert_orders(conn, "dev", rng, rng.randint(1, 300))
                 elif op == "copy":
                     with conn.cursor().copy("COPY dev (event_type, payload) FROM STDIN") as copy:
@@ -218,12 +284,15 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
             assert "Index" in plan and "Citus" not in plan, plan
             # A refresh with nothing new applies nothing.
             assert conn.execute("SELECT eventview.refresh('dev_sku')").fetchone()[0] == 0
-            # Every shard is an event table of its node, with one view per distributed view.
-            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == 4
-            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 8
+            # Every shard is an event table of its node, with one view per distributed view (the
+            # node a shard left forgot it).
+            shards = conn.execute("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'dev'::regclass").fetchone()[0]
+            assert shards == 5
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == shards
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 2 * shards
             conn.execute("SELECT eventview.drop_view('dev_types')")
             assert conn.execute("SELECT to_regclass('dev_types')").fetchone()[0] is None
-            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 4
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == shards
         finally:
             conn.execute("SELECT eventview.drop_event_table('dev', cascade => true)")
         assert conn.execute("SELECT to_regclass('dev_sku')").fetchone()[0] is None
@@ -458,3 +527,192 @@ def test_event_tables_on_the_coordinator_keep_working(citus):
             assert got == want and len(got) == 3
         finally:
             conn.execute("SELECT eventview.drop_event_table('local_ev', cascade => true)")
+
+
+def sku_check(conn, table: str, view: str, step: str) -> None:
+    got = conn.execute(SKU_READ.format(view=view)).fetchall()
+    want = conn.execute(SKU_FROM_SCRATCH.format(table=table)).fetchall()
+    assert got == want, step
+
+
+def test_views_follow_a_rebalance_onto_a_new_worker_and_a_drain(citus):
+    rng = random.Random(264)
+    node = None
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 6")
+        conn.execute("SELECT eventview.create_event_table('dreb', distribute_by => 'event_id')")
+        try:
+            conn.execute(
+                "SELECT eventview.create_view('dreb_sku', 'dreb', event_types => ARRAY['order'], "
+                "group_by => %s, measures => %s, time_bucket => '1 day')",
+                (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
+            )
+            insert_orders(conn, "dreb", rng, 400)
+            conn.execute("SELECT eventview.refresh('dreb_sku')")
+            # Changes pending on every shard when the shards move.
+            insert_orders(conn, "dreb", rng, 200)
+            conn.execute("DELETE FROM dreb WHERE event_id % 9 = 2")
+            node = start_node(BASE_PORT + 3)
+            conn.execute("SELECT citus_add_node('127.0.0.1', %s)", (node.port,))
+            conn.execute("SELECT citus_rebalance_start()")
+            conn.execute("SELECT citus_rebalance_wait()")
+            conn.execute("CALL citus_cleanup_orphaned_resources()")
+            arrived = conn.execute(
+                "SELECT count(*) FROM citus_shards WHERE table_name = 'dreb'::regclass AND nodeport = %s", (node.port,)
+            ).fetchone()[0]
+            assert arrived > 0
+            # Maintenance registers the shards that arrived, before any refresh; what is written
+            # to them from then on is captured there.
+            conn.execute("SELECT eventview.run_maintenance()")
+            with node.connect() as worker:
+                assert worker.execute("SELECT count(*) FROM eventview._sources").fetchone()[0] == arrived
+                assert worker.execute("SELECT count(*) FROM eventview._views").fetchone()[0] == 0
+            insert_orders(conn, "dreb", rng, 100)
+            conn.execute("UPDATE dreb SET payload = payload || '{\"qty\": 40}' WHERE event_id % 5 = 1")
+            conn.execute("SELECT eventview.refresh('dreb_sku')")
+            sku_check(conn, "dreb", "dreb_sku", "after the rebalance")
+            with node.connect() as worker:
+                assert worker.execute("SELECT count(*) FROM eventview._views").fetchone()[0] == arrived
+            # Drained, the node's shards move back to the others.
+            insert_orders(conn, "dreb", rng, 100)
+            conn.execute("SELECT citus_drain_node('127.0.0.1', %s)", (node.port,))
+            conn.execute("CALL citus_cleanup_orphaned_resources()")
+            conn.execute("SELECT eventview.refresh('dreb_sku')")
+            sku_check(conn, "dreb", "dreb_sku", "after the drain")
+            with node.connect() as worker:
+                assert worker.execute("SELECT count(*) FROM eventview._sources").fetchone()[0] == 0
+                assert worker.execute("SELECT count(*) FROM eventview._views").fetchone()[0] == 0
+            conn.execute("SELECT citus_remove_node('127.0.0.1', %s)", (node.port,))
+            shards = conn.execute("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'dreb'::regclass").fetchone()[0]
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == shards
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('dreb', cascade => true)")
+            if node is not None:
+                conn.execute(
+                    "SELECT citus_remove_node('127.0.0.1', %s) FROM pg_dist_node WHERE nodeport = %s",
+                    (node.port, node.port),
+                )
+                subprocess.run(["bash", str(CLUSTER_SH), "stop", node.dir], check=False)
+                shutil.rmtree(node.dir, ignore_errors=True)
+
+
+def test_concurrent_refreshes_and_writes_leave_views_exact(citus):
+    rng = random.Random(2626)
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("SELECT eventview.create_event_table('dconc', distribute_by => 'event_id')")
+        try:
+            for name in ("dconc_a", "dconc_b"):
+                conn.execute(
+                    f"SELECT eventview.create_view('{name}', 'dconc', event_types => ARRAY['order'], "
+                    "group_by => %s, measures => %s, time_bucket => '1 day')",
+                    (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
+                )
+            errors = []
+
+            def refresher(view: str, rounds: int) -> None:
+                try:
+                    with citus.connect() as c:
+                        for _ in range(rounds):
+                            c.execute("SELECT eventview.refresh(%s)", (view,))
+                except Exception as e:  # reported below
+                    errors.append(e)
+
+            def writer(seed: int) -> None:
+                try:
+                    local = random.Random(seed)
+                    with citus.connect() as c:
+                        for _ in range(12):
+                            insert_orders(c, "dconc", local, local.randint(1, 60))
+                            c.execute("DELETE FROM dconc WHERE event_id %% 23 = %s", (local.randint(0, 22),))
+                except Exception as e:  # reported below
+                    errors.append(e)
+
+            threads = [
+                threading.Thread(target=refresher, args=("dconc_a", 10)),
+                threading.Thread(target=refresher, args=("dconc_a", 10)),
+                threading.Thread(target=refresher, args=("dconc_b", 10)),
+                threading.Thread(target=writer, args=(rng.randint(0, 10**6),)),
+                threading.Thread(target=writer, args=(rng.randint(0, 10**6),)),
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert errors == []
+            for view in ("dconc_a", "dconc_b"):
+                conn.execute("SELECT eventview.refresh(%s)", (view,))
+                sku_check(conn, "dconc", view, view)
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('dconc', cascade => true)")
+
+
+def pg_ctl(node: Cluster, *args: str) -> None:
+    subprocess.run(
+        ["runuser", "-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl", "-D", node.dir, *args],
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_a_worker_crash_mid_refresh_leaves_views_consistent(citus):
+    rng = random.Random(2662)
+    worker = citus.workers[0]
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("SELECT eventview.create_event_table('dcrash', distribute_by => 'event_id')")
+        conn.execute(
+            "SELECT eventview.create_view('dcrash_sku', 'dcrash', event_types => ARRAY['order'], "
+            "group_by => %s, measures => %s, time_bucket => '1 day')",
+            (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
+        )
+        insert_orders(conn, "dcrash", rng, 300)
+        conn.execute("SELECT eventview.refresh('dcrash_sku')")
+        insert_orders(conn, "dcrash", rng, 200)
+        conn.execute("DELETE FROM dcrash WHERE event_id % 6 = 1")
+        before = conn.execute(SKU_READ.format(view="dcrash_sku")).fetchall()
+    failed = []
+
+    def refresh() -> None:
+        try:
+            with citus.connect() as c:
+                c.execute("SELECT eventview.refresh('dcrash_sku')")
+        except psycopg.Error as e:
+            failed.append(e)
+
+    # The first worker's part of the refresh waits for its views' rows, held by a session there,
+    # while the other worker's part is done; then the first worker crashes.
+    holder = worker.connect(autocommit=False)
+    try:
+        holder.execute("SELECT 1 FROM eventview._views FOR UPDATE")
+        refreshing = threading.Thread(target=refresh)
+        refreshing.start()
+        waiting = 0
+        with worker.connect() as watcher:
+            for _ in range(300):
+                waiting = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE '%_refresh_shard_view%'"
+                ).fetchone()[0]
+                if waiting:
+                    break
+                time.sleep(0.05)
+        assert waiting, "the refresh never waited on the first worker"
+        pg_ctl(worker, "-m", "immediate", "stop")
+        refreshing.join()
+        assert len(failed) == 1, failed
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            holder.close()
+        if not Path(worker.dir, "postmaster.pid").exists():
+            pg_ctl(worker, "-l", f"{worker.dir}/server.log", "-w", "start")
+    with citus.connect() as conn:
+        try:
+            # Nothing of the failed refresh stayed; the next one converges.
+            conn.execute("SELECT recover_prepared_transactions()")
+            assert conn.execute(SKU_READ.format(view="dcrash_sku")).fetchall() == before
+            insert_orders(conn, "dcrash", rng, 50)
+            conn.execute("SELECT eventview.refresh('dcrash_sku')")
+            sku_check(conn, "dcrash", "dcrash_sku", "after the crash")
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('dcrash', cascade => true)")

@@ -30,23 +30,43 @@ fn attach_shard_view(
     shards: pgrx::Json,
     view_id: i32,
     arguments: &str,
+    delta_retention: Interval,
 ) -> Result<i32, ErrorReport> {
     at_boundary(|| {
         let arguments = crate::citus::view_arguments(arguments)?;
-        crate::citus::attach_shard_view(
+        crate::citus::attach_shard_view(&crate::citus::ShardViewCall {
             registry_shard,
             value,
-            &shards.0.to_string(),
+            shards: &shards.0.to_string(),
             view_id,
-            &arguments,
-        )
+            arguments: &arguments,
+            delta_retention,
+        })
     })
 }
 
-/// Refreshes the view keeping the groups shard co-located with `registry_shard`.
+/// Refreshes the view keeping the groups shard co-located with `registry_shard` (made first,
+/// when the shard arrived on this node since).
 #[pg_extern(name = "_refresh_shard_view", volatile, strict, parallel_unsafe)]
-fn refresh_shard_view(registry_shard: &str, shards: pgrx::Json) -> Result<String, ErrorReport> {
-    at_boundary(|| crate::citus::refresh_shard_view(registry_shard, &shards.0.to_string()))
+fn refresh_shard_view(
+    registry_shard: &str,
+    value: &str,
+    shards: pgrx::Json,
+    view_id: i32,
+    arguments: &str,
+    delta_retention: Interval,
+) -> Result<String, ErrorReport> {
+    at_boundary(|| {
+        let arguments = crate::citus::view_arguments(arguments)?;
+        crate::citus::refresh_shard_view(&crate::citus::ShardViewCall {
+            registry_shard,
+            value,
+            shards: &shards.0.to_string(),
+            view_id,
+            arguments: &arguments,
+            delta_retention,
+        })
+    })
 }
 
 /// Drops the view keeping the groups shard co-located with `registry_shard`.
@@ -58,8 +78,14 @@ fn detach_shard_view(registry_shard: &str, shards: pgrx::Json) -> Result<i32, Er
 /// Moves the field observer of the event table shard co-located with `registry_shard` on, and
 /// prunes its changelog.
 #[pg_extern(name = "_maintain_shard", volatile, strict, parallel_unsafe)]
-fn maintain_shard(registry_shard: &str, shards: pgrx::Json) -> Result<i64, ErrorReport> {
-    at_boundary(|| crate::citus::maintain_shard(registry_shard, &shards.0.to_string()))
+fn maintain_shard(
+    registry_shard: &str,
+    shards: pgrx::Json,
+    delta_retention: Interval,
+) -> Result<i64, ErrorReport> {
+    at_boundary(|| {
+        crate::citus::maintain_shard(registry_shard, &shards.0.to_string(), delta_retention)
+    })
 }
 
 /// `run_maintenance` on the coordinator: every shard of the distributed event tables of the

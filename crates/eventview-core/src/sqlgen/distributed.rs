@@ -32,6 +32,47 @@ impl<'a> ViewSql<'a> {
         )
     }
 
+    /// DDL of the distributed table of every shard's partial groups, `groups` (before Citus
+    /// distributes it by `__shard`, of type `shard_type`): a storage table with `__shard` and a
+    /// primary key on `__shard` and the group key, which lets Citus move its shards by logical
+    /// replication. Each shard's view adds the key index its applies upsert through.
+    pub fn create_partial_groups(&self, groups: &str, shard_type: &str) -> Vec<String> {
+        vec![
+            self.create_data_table(groups),
+            format!("ALTER TABLE {groups} ADD COLUMN __shard {shard_type} NOT NULL"),
+            format!(
+                "ALTER TABLE {groups} ADD PRIMARY KEY (__shard, {})",
+                self.key_list()
+            ),
+        ]
+    }
+
+    /// On a shard's node: every group of the storage as a change that marks it `__dirty` and
+    /// adds nothing (counters 0, extremes NULL), as a JSON array as `take_changes` gives: the
+    /// coordinator merges those groups anew from every shard's partial groups.
+    pub fn groups_as_dirty(&self) -> String {
+        let keys = self.key_list();
+        let mut columns: Vec<String> = self
+            .merged_changes()
+            .into_iter()
+            .map(|(column, combine, type_name)| {
+                // LEAST and GREATEST leave out a NULL; a counter adds 0.
+                if combine.starts_with("LEAST") || combine.starts_with("GREATEST") {
+                    format!("NULL::{type_name} AS {column}")
+                } else {
+                    format!("0::{type_name} AS {column}")
+                }
+            })
+            .collect();
+        columns.push("true AS __dirty".into());
+        format!(
+            "SELECT coalesce(pg_catalog.json_agg(c), '[]')::text
+FROM (SELECT DISTINCT {keys}, {} FROM {}) c",
+            columns.join(", "),
+            self.data()
+        )
+    }
+
     /// DDL of the coordinator's storage of merged groups: the storage table with its key and
     /// read indexes (no multisets: the extremes come merged from the shards).
     pub fn create_merged_storage(&self) -> Vec<String> {
@@ -327,5 +368,27 @@ mod tests {
         let apply = sql(&d).apply_changes("$1::json");
         assert!(apply.contains("AS c(__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m2_n bigint, m2_sum numeric, m3_val numeric, __dirty boolean)"));
         assert!(apply.ends_with("ON CONFLICT (__k, bucket, g1, g1_null) DO UPDATE SET __count = t.__count + EXCLUDED.__count, m2_n = t.m2_n + EXCLUDED.m2_n, m2_sum = t.m2_sum + EXCLUDED.m2_sum, m3_val = GREATEST(t.m3_val, EXCLUDED.m3_val), __dirty = t.__dirty OR EXCLUDED.__dirty"));
+    }
+
+    #[test]
+    fn a_shard_that_arrived_marks_its_groups_dirty_and_adds_nothing() {
+        let d = def(r#"{"n": "count(*)", "q": "sum($.q)", "hi": "max($.p)"}"#);
+        let view = ViewSql {
+            data_table: Some("eventview._v7_groups_102".into()),
+            ..sql(&d)
+        };
+        assert_eq!(
+            view.groups_as_dirty(),
+            "SELECT coalesce(pg_catalog.json_agg(c), '[]')::text
+FROM (SELECT DISTINCT __k, bucket, g1, g1_null, 0::bigint AS __count, 0::bigint AS m2_n, 0::numeric AS m2_sum, NULL::numeric AS m3_val, true AS __dirty FROM eventview._v7_groups_102) c"
+        );
+        let ddl = sql(&d).create_partial_groups("eventview._v7_groups", "bigint");
+        assert_eq!(
+            ddl[1..],
+            [
+                "ALTER TABLE eventview._v7_groups ADD COLUMN __shard bigint NOT NULL".to_string(),
+                "ALTER TABLE eventview._v7_groups ADD PRIMARY KEY (__shard, __k, bucket, g1, g1_null)".to_string(),
+            ]
+        );
     }
 }
