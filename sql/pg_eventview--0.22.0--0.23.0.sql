@@ -12,7 +12,7 @@ ALTER TABLE eventview._distributed_sources
 DROP FUNCTION eventview._attach_shard_view(text, text, json, integer, text);
 DROP FUNCTION eventview._refresh_shard_view(text, json);
 DROP FUNCTION eventview._maintain_shard(text, json);
-CREATE FUNCTION eventview._attach_shard_view(registry_shard text, value text, shards json, view_id integer, arguments text, delta_retention interval) RETURNS integer
+CREATE FUNCTION eventview._attach_shard_view(registry_shard text, value text, shards json, view_id integer, arguments text, delta_retention interval) RETURNS text
 LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'attach_shard_view_wrapper';
 CREATE FUNCTION eventview._refresh_shard_view(registry_shard text, value text, shards json, view_id integer, arguments text, delta_retention interval) RETURNS text
 LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'refresh_shard_view_wrapper';

@@ -551,7 +551,7 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     let refuse = |what: &str| {
         Err(not_supported(
             format!("{what} over an event table distributed by Citus is not supported by this version of pg_eventview"),
-            "Use count(*), count, sum, avg, min and max of JSONPaths or envelope columns, in a view that is not realtime.",
+            "Use count(*), count, sum, avg, min, max and count_distinct of JSONPaths or envelope columns, in a view that is not realtime.",
         ))
     };
     if args.realtime {
@@ -602,8 +602,10 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     let owner_ident = privileges::role_ident(owner)?;
     let data = names::view_data(view_id);
     spi::run_all(&merged.create_merged_storage())?;
-    spi::run_all(&[format!("REVOKE ALL ON {data} FROM PUBLIC")])?;
-    spi::run_all(&sqlgen::storage_grants(&data, &owner_ident))?;
+    for table in std::iter::once(data.clone()).chain(merged.merged_values_tables()) {
+        spi::run_all(&[format!("REVOKE ALL ON {table} FROM PUBLIC")])?;
+        spi::run_all(&sqlgen::storage_grants(&table, &owner_ident))?;
+    }
     // The relation is read on the coordinator only: Citus does not make it on the workers.
     let user_view = relation::qualified_for_create(args.name)?;
     guc::with_setting(c"citus.enable_ddl_propagation", c"off", || {
@@ -643,7 +645,7 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
         &[view_id.into()],
     )?
     .unwrap_or_default();
-    on_every_shard(source, &[&table_sql, &groups], |a| {
+    let values = each_shard(source, &[&table_sql, &groups], |a| {
         format!(
             "eventview._attach_shard_view({}, {}, {}, {view_id}, {}, {})",
             a.shard,
@@ -654,6 +656,17 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
         )
     })?;
     spi::run_all(&merged.merge_all(&groups))?;
+    if !merged.merged_values_tables().is_empty() {
+        let mut listed = Vec::new();
+        for shard_values in &values {
+            listed.extend(parse_changes(shard_values)?);
+        }
+        let listed = serde_json::Value::Array(listed).to_string();
+        for statement in merged.apply_value_changes() {
+            spi::run(&statement, &[listed.as_str().into()])?;
+        }
+        spi::run_all(&merged.count_distinct_of(None))?;
+    }
     Ok(relid)
 }
 
@@ -768,12 +781,25 @@ impl ShardView {
 }
 
 /// On a shard's node: makes the view of distributed view `call.view_id` over the event table
-/// shard co-located with the registry shard (`ShardView::make`). Returns 1.
-pub fn attach_shard_view(call: &ShardViewCall) -> EvResult<i32> {
+/// shard co-located with the registry shard (`ShardView::make`). Returns the values of its
+/// count_distinct measures (`values_of_shard`).
+pub fn attach_shard_view(call: &ShardViewCall) -> EvResult<String> {
     with_shard_access(|| {
-        ShardView::of(call)?.make(call)?;
-        Ok(1)
+        let relid = ShardView::of(call)?.make(call)?;
+        values_of_shard(relid, call)
     })
+}
+
+/// The values of the count_distinct measures of this node's view `relid`, tagged with the
+/// registry shard's value, as a JSON array of value changes that add them.
+fn values_of_shard(relid: pg_sys::Oid, call: &ShardViewCall) -> EvResult<String> {
+    let view = catalog::view_by_relid(relid, false)?
+        .ok_or_else(|| shard_not_found(call.registry_shard))?;
+    Ok(spi::one::<String>(
+        &crate::view_objects::sql_of(&view).values_of_shard(&quote::literal(call.value)),
+        &[],
+    )?
+    .unwrap_or_else(|| "[]".into()))
 }
 
 /// A distributed view's definition, as `_distributed_views.arguments` keeps it.
@@ -875,27 +901,44 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
         );
         let Some(relid) = shard.relid()? else {
             let before = spi::one::<String>(&sql.groups_as_dirty(), &[])?;
+            // The shards whose values the coordinator holds for these groups: this one's, or,
+            // after a split, the shard it was split from.
+            let replaces = spi::one::<Vec<String>>(
+                &format!(
+                    "SELECT ARRAY(SELECT DISTINCT __shard::text FROM {})",
+                    shard.groups_shard
+                ),
+                &[],
+            )?
+            .unwrap_or_default();
             spi::run_all(&[format!("DELETE FROM {}", shard.groups_shard)])?;
-            shard.make(call)?;
+            let relid = shard.make(call)?;
             let after = spi::one::<String>(&sql.groups_as_dirty(), &[])?;
             let mut changes = Vec::new();
             for listed in before.into_iter().chain(after) {
                 changes.extend(parse_changes(&listed)?);
             }
-            return Ok(format!(
-                "{{\"applied\": 0, \"changes\": {}}}",
-                serde_json::Value::Array(changes)
-            ));
+            return Ok(serde_json::json!({
+                "applied": 0,
+                "changes": changes,
+                "values": parse_changes(&values_of_shard(relid, call)?)?,
+                "replaces": replaces,
+            })
+            .to_string());
         };
         let applied =
             crate::refresh::refresh_with_sources(relid, &relation::regclass_text(relid)?)?;
         let view = catalog::view_by_relid(relid, false)?
             .ok_or_else(|| shard_not_found(call.registry_shard))?;
-        let changes = spi::one::<String>(&crate::view_objects::sql_of(&view).take_changes(), &[])?
-            .unwrap_or_else(|| "[]".into());
-        Ok(format!(
-            "{{\"applied\": {applied}, \"changes\": {changes}}}"
-        ))
+        let taken = spi::one::<String>(
+            &crate::view_objects::sql_of(&view).take_changes(&quote::literal(call.value)),
+            &[],
+        )?
+        .unwrap_or_else(|| "{}".into());
+        let mut result: serde_json::Value = serde_json::from_str(&taken)
+            .map_err(|e| EvError::invalid(format!("a shard's changes are not JSON: {e}")))?;
+        result["applied"] = applied.into();
+        Ok(result.to_string())
     })
 }
 
@@ -956,34 +999,92 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
         )
     })?;
     let mut applied = 0;
-    let mut changes = Vec::new();
+    let mut taken = ShardChanges::default();
     for result in results {
         let parsed: serde_json::Value = serde_json::from_str(&result)
             .map_err(|e| EvError::invalid(format!("a shard's refresh answered {result}: {e}")))?;
         applied += parsed["applied"].as_i64().unwrap_or(0);
-        if let Some(listed) = parsed["changes"].as_array() {
-            changes.extend(listed.iter().cloned());
-        }
+        taken.add(&parsed);
     }
-    if !changes.is_empty() {
-        // The shards' changes added to the merged groups; those that took a retraction
-        // recomputed from every shard's partial groups (and gone when left without events).
-        let merged = sql_for(&definition, view.view_id, &table_sql, None);
-        // (A local statement: the changes are a parameter, not text to parse.)
-        let listed = serde_json::Value::Array(changes).to_string();
-        spi::run(&merged.apply_changes("$1::json"), &[listed.as_str().into()])?;
-        let dirty = spi::one::<String>(&merged.dirty_keys("$1::json"), &[listed.as_str().into()])?
-            .unwrap_or_else(|| "[]".into());
-        if dirty != "[]" {
-            spi::run_all(&merged.merge_keys(&view.groups, &quote::literal(&dirty)))?;
-        }
-    }
+    let merged = sql_for(&definition, view.view_id, &table_sql, None);
+    taken.merge_into(&merged, &view.groups)?;
     spi::run(
         "UPDATE eventview._distributed_views SET last_refresh_at = clock_timestamp(), last_error = NULL
          WHERE view_id = $1",
         &[view.view_id.into()],
     )?;
     Ok(applied)
+}
+
+/// What the shards' refreshes of a view took: their group changes, the value changes of its
+/// count_distinct measures, and the shards whose values are replaced (made anew on a node
+/// they arrived on).
+#[derive(Default)]
+struct ShardChanges {
+    changes: Vec<serde_json::Value>,
+    values: Vec<serde_json::Value>,
+    replaces: Vec<serde_json::Value>,
+}
+
+impl ShardChanges {
+    /// A shard's answer (`refresh_shard_view`) added.
+    fn add(&mut self, answer: &serde_json::Value) {
+        for (into, member) in [
+            (&mut self.changes, "changes"),
+            (&mut self.values, "values"),
+            (&mut self.replaces, "replaces"),
+        ] {
+            if let Some(listed) = answer[member].as_array() {
+                into.extend(listed.iter().cloned());
+            }
+        }
+    }
+
+    /// Merged into the coordinator's storage of view `merged` (its partial groups `groups`):
+    /// the group changes added, the groups that took a retraction merged anew from every
+    /// shard's partial groups (gone when left without events), the value changes added, and
+    /// the distinct counts of every group changed counted anew. Every value is a parameter of
+    /// a local statement, or a literal where the statement reads the distributed groups.
+    fn merge_into(self, merged: &ViewSql, groups: &str) -> EvResult<()> {
+        if !self.changes.is_empty() {
+            let listed = serde_json::Value::Array(self.changes.clone()).to_string();
+            spi::run(&merged.apply_changes("$1::json"), &[listed.as_str().into()])?;
+            let dirty =
+                spi::one::<String>(&merged.dirty_keys("$1::json"), &[listed.as_str().into()])?
+                    .unwrap_or_else(|| "[]".into());
+            if dirty != "[]" {
+                spi::run_all(&merged.merge_keys(groups, &quote::literal(&dirty)))?;
+            }
+        }
+        if merged.merged_values_tables().is_empty() {
+            return Ok(());
+        }
+        if !self.replaces.is_empty() {
+            let replaced: Vec<String> = self
+                .replaces
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect();
+            for statement in merged.replace_shards_values() {
+                spi::run(&statement, &[replaced.clone().into()])?;
+            }
+        }
+        if !self.values.is_empty() {
+            let listed = serde_json::Value::Array(self.values.clone()).to_string();
+            for statement in merged.apply_value_changes() {
+                spi::run(&statement, &[listed.as_str().into()])?;
+            }
+        }
+        if !self.changes.is_empty() || !self.values.is_empty() {
+            let keys =
+                serde_json::Value::Array(self.changes.into_iter().chain(self.values).collect())
+                    .to_string();
+            for statement in merged.count_distinct_of(Some("$1::json")) {
+                spi::run(&statement, &[keys.as_str().into()])?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The arguments distributed view `view` was made with (as `_distributed_views` keeps them),
@@ -1109,6 +1210,8 @@ fn forget_view(view: &DistributedView) -> EvResult<()> {
     on_every_shard(&view.source, &[&view.groups], |a| {
         format!("eventview._detach_shard_view({}, {})", a.shard, a.shards)
     })?;
+    let (_, definition) = definition_of(view)?;
+    let values = sql_for(&definition, view.view_id, "", None).merged_values_tables();
     spi::run(
         "DELETE FROM eventview._distributed_views WHERE view_id = $1",
         &[view.view_id.into()],
@@ -1119,7 +1222,13 @@ fn forget_view(view: &DistributedView) -> EvResult<()> {
             "DROP TABLE IF EXISTS {} CASCADE",
             names::view_data(view.view_id)
         ),
-    ])
+    ])?;
+    spi::run_all(
+        &values
+            .into_iter()
+            .map(|table| format!("DROP TABLE IF EXISTS {table}"))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// After a DROP took relation `relid` (called by `eventview._follow_drop`): a view over a

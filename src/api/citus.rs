@@ -22,7 +22,8 @@ fn attach_shard_capture(
 }
 
 /// Makes the view of distributed view `view_id` over the event table shard co-located with
-/// `registry_shard`, its groups kept in the co-located groups shard.
+/// `registry_shard`, its groups kept in the co-located groups shard; returns the values of its
+/// count_distinct measures.
 #[pg_extern(name = "_attach_shard_view", volatile, strict, parallel_unsafe)]
 fn attach_shard_view(
     registry_shard: &str,
@@ -31,7 +32,7 @@ fn attach_shard_view(
     view_id: i32,
     arguments: &str,
     delta_retention: Interval,
-) -> Result<i32, ErrorReport> {
+) -> Result<String, ErrorReport> {
     at_boundary(|| {
         let arguments = crate::citus::view_arguments(arguments)?;
         crate::citus::attach_shard_view(&crate::citus::ShardViewCall {

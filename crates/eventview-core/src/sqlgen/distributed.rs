@@ -29,7 +29,15 @@ impl<'a> ViewSql<'a> {
                 | AggKind::Avg
                 | AggKind::Min
                 | AggKind::Max
+                | AggKind::CountDistinct
         )
+    }
+
+    /// The count_distinct measures with their numbers: the coordinator keeps each one's values
+    /// per group and shard (`create_merged_values`) and counts them (`count_distinct_of`).
+    fn distinct_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
+        self.numbered_measures()
+            .filter(|(_, m)| m.kind == AggKind::CountDistinct)
     }
 
     /// DDL of the distributed table of every shard's partial groups, `groups` (before Citus
@@ -86,7 +94,42 @@ FROM (SELECT DISTINCT {keys}, {} FROM {}) c",
             ),
         ];
         out.extend(self.create_read_index());
+        out.extend(self.create_merged_values());
         out
+    }
+
+    /// DDL of the coordinator's value multiset of each count_distinct measure: how many events
+    /// of each group on each shard (`__shard`, the value of its registry row, as text) have
+    /// each value. A group's distinct count is the number of its values (`count_distinct_of`);
+    /// a shard's rows are replaced when the shard's view is made anew on a node it arrived on.
+    pub fn create_merged_values(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (n, _) in self.distinct_measures() {
+            let values = names::view_values(self.view_id, n);
+            let mut columns = self.key_column_ddl();
+            columns.extend([
+                "__shard text NOT NULL".to_string(),
+                "v jsonb NOT NULL".to_string(),
+                "n bigint NOT NULL".to_string(),
+            ]);
+            out.push(format!(
+                "CREATE TABLE {values} (\n    {}\n) WITH (fillfactor = {STORAGE_FILLFACTOR})",
+                columns.join(",\n    ")
+            ));
+            out.push(format!(
+                "CREATE UNIQUE INDEX _v{}_m{n}_key ON {values} ({}, v, __shard)",
+                self.view_id,
+                self.key_list()
+            ));
+        }
+        out
+    }
+
+    /// The coordinator's value multisets (`create_merged_values`), qualified.
+    pub fn merged_values_tables(&self) -> Vec<String> {
+        self.distinct_measures()
+            .map(|(n, _)| names::view_values(self.view_id, n))
+            .collect()
     }
 
     /// The storage columns a merge writes: the key, `__count`, the measures' counters.
@@ -106,6 +149,8 @@ FROM (SELECT DISTINCT {keys}, {} FROM {}) c",
                 merged.push(match m.kind {
                     AggKind::Min => format!("min({column})"),
                     AggKind::Max => format!("max({column})"),
+                    // Counted from the merged values afterwards (`count_distinct_of`).
+                    AggKind::CountDistinct => "0".to_string(),
                     _ if column.ends_with("_n") => format!("sum({column})::bigint"),
                     _ => format!("sum({column})"),
                 });
@@ -132,15 +177,10 @@ FROM (SELECT DISTINCT {keys}, {} FROM {}) c",
     /// `dirty_keys` gives them; a quoted literal) merged anew from the partial groups
     /// of `groups`.
     pub fn merge_keys(&self, groups: &str, keys: &str) -> Vec<String> {
-        let columns: Vec<String> = self
-            .key_column_types()
-            .into_iter()
-            .map(|(name, type_name)| format!("{name} {type_name}"))
-            .collect();
         let listed = format!(
             "SELECT {} FROM pg_catalog.json_to_recordset({keys}::json) AS t({})",
             self.key_list(),
-            columns.join(", ")
+            self.key_record().join(", ")
         );
         vec![
             format!(
@@ -160,7 +200,10 @@ FROM (SELECT DISTINCT {keys}, {} FROM {}) c",
             "{old}.__count + {new}.__count".to_string(),
             "bigint".to_string(),
         )];
-        for (n, m) in self.numbered_measures() {
+        for (n, m) in self
+            .numbered_measures()
+            .filter(|(_, m)| m.kind != AggKind::CountDistinct)
+        {
             for column in Self::stored_columns(n, m) {
                 let (combine, type_name) = match m.kind {
                     AggKind::Min => ("LEAST", m.value_type().name().to_string()),
@@ -194,9 +237,11 @@ FROM (SELECT DISTINCT {keys}, {} FROM {}) c",
     }
 
     /// On a shard's node: the group changes the view's group changelog holds, one per group
-    /// (counters added, extremes of the additions combined, `__dirty` when any retracted), as
-    /// a JSON array of objects; the changelog emptied.
-    pub fn take_changes(&self) -> String {
+    /// (counters added, extremes of the additions combined, `__dirty` when any retracted), and
+    /// the value changes of its count_distinct measures (`value_rows`), as a JSON object
+    /// `{"changes": [...], "values": [...]}`; the changelog emptied. `shard` (a literal) tags
+    /// the value changes.
+    pub fn take_changes(&self, shard: &str) -> String {
         let keys = self.key_list();
         let mut columns: Vec<String> = self
             .merged_changes()
@@ -204,19 +249,137 @@ FROM (SELECT DISTINCT {keys}, {} FROM {}) c",
             .map(|(column, _, _)| format!("{} AS {column}", self.changes_aggregate(&column)))
             .collect();
         columns.push("bool_or(__dirty) AS __dirty".into());
-        let taken: Vec<String> = self
+        let mut taken: Vec<String> = self
             .merged_changes()
             .into_iter()
             .map(|(column, _, _)| column)
             .collect();
+        taken.push("__dirty".into());
+        let mut values = Vec::new();
+        for (n, _) in self.distinct_measures() {
+            taken.push(format!("m{n}_vs, m{n}_ns"));
+            values.push(format!(
+                "SELECT {keys}, {n} AS m, {shard} AS __shard, u.v, sum(u.n)::bigint AS n
+      FROM taken CROSS JOIN LATERAL unnest(taken.m{n}_vs, taken.m{n}_ns) AS u(v, n)
+      GROUP BY {keys}, u.v HAVING sum(u.n) <> 0"
+            ));
+        }
         format!(
-            "WITH taken AS (DELETE FROM {} RETURNING {keys}, {}, __dirty)
-SELECT coalesce(pg_catalog.json_agg(c), '[]')::text
-FROM (SELECT {keys}, {} FROM taken GROUP BY {keys}) c",
+            "WITH taken AS (DELETE FROM {} RETURNING {keys}, {})
+SELECT pg_catalog.json_build_object(
+    'changes', (SELECT coalesce(pg_catalog.json_agg(c), '[]') FROM (SELECT {keys}, {} FROM taken GROUP BY {keys}) c),
+    'values', {})::text",
             self.changes_table(),
             taken.join(", "),
-            columns.join(", ")
+            columns.join(", "),
+            Self::json_rows(&values)
         )
+    }
+
+    /// `(SELECT coalesce(json_agg(x), '[]') FROM (<selects, UNION ALL>) x)`: the rows of
+    /// `selects` as a JSON array (`'[]'` without any).
+    fn json_rows(selects: &[String]) -> String {
+        if selects.is_empty() {
+            return "'[]'::json".into();
+        }
+        format!(
+            "(SELECT coalesce(pg_catalog.json_agg(x), '[]') FROM (\n      {}) x)",
+            selects.join("\n      UNION ALL\n      ")
+        )
+    }
+
+    /// On a shard's node, for a view of this node: the values of its count_distinct measures
+    /// as value changes that add them (`{<keys>, "m": <measure>, "__shard": <shard>, "v":
+    /// <value>, "n": <events>}` each; `shard` a literal), as a JSON array: how the coordinator
+    /// learns a shard's values when the shard's view is made.
+    pub fn values_of_shard(&self, shard: &str) -> String {
+        let keys = self.key_list();
+        let selects: Vec<String> = self
+            .distinct_measures()
+            .map(|(n, _)| {
+                format!(
+                    "SELECT {keys}, {n} AS m, {shard} AS __shard, v, n FROM {} WHERE n <> 0",
+                    names::view_values(self.view_id, n)
+                )
+            })
+            .collect();
+        format!("SELECT {}::text", Self::json_rows(&selects))
+    }
+
+    /// On the coordinator: every value of the shards `$1` (a `text[]` of `__shard` values)
+    /// taken out of the merged value multisets, before their views' values come anew.
+    pub fn replace_shards_values(&self) -> Vec<String> {
+        self.merged_values_tables()
+            .into_iter()
+            .map(|values| format!("DELETE FROM {values} WHERE __shard = ANY($1::text[])"))
+            .collect()
+    }
+
+    /// On the coordinator: the value changes `$1` lists (a JSON array, as `take_changes` and
+    /// `values_of_shard` give them) added to the merged value multisets; a value's row goes
+    /// when its count falls to 0.
+    pub fn apply_value_changes(&self) -> Vec<String> {
+        let keys = self.key_list();
+        let mut record = self.key_record();
+        record.extend(["m integer", "__shard text", "v jsonb", "n bigint"].map(String::from));
+        let listed = format!(
+            "pg_catalog.json_to_recordset($1::json) AS c({})",
+            record.join(", ")
+        );
+        let mut out = Vec::new();
+        for (n, values) in self
+            .distinct_measures()
+            .map(|(n, _)| n)
+            .zip(self.merged_values_tables())
+        {
+            out.push(format!(
+                "INSERT INTO {values} AS t ({keys}, __shard, v, n)
+SELECT {keys}, __shard, v, sum(n)::bigint FROM {listed} WHERE m = {n}
+GROUP BY {keys}, __shard, v
+ON CONFLICT ({keys}, v, __shard) DO UPDATE SET n = t.n + EXCLUDED.n"
+            ));
+            out.push(format!(
+                "DELETE FROM {values} t USING (SELECT DISTINCT {keys} FROM {listed} WHERE m = {n}) c
+WHERE {} AND t.n = 0",
+                self.keys_equal("t", "c")
+            ));
+        }
+        out
+    }
+
+    /// On the coordinator: each count_distinct measure of the merged groups counted from the
+    /// merged values, for the groups `keys` lists (the SQL of a JSON array of objects with
+    /// the key columns; others ignored), or every group.
+    pub fn count_distinct_of(&self, keys: Option<&str>) -> Vec<String> {
+        let data = self.data();
+        self.distinct_measures()
+            .map(|(n, _)| {
+                let count = format!(
+                    "(SELECT count(DISTINCT ms.v) FROM {} ms WHERE {} AND ms.n > 0)",
+                    names::view_values(self.view_id, n),
+                    self.keys_equal("ms", "d")
+                );
+                match keys {
+                    None => format!("UPDATE {data} d SET m{n}_val = {count}"),
+                    Some(keys) => format!(
+                        "UPDATE {data} d SET m{n}_val = {count}
+FROM (SELECT DISTINCT {} FROM pg_catalog.json_to_recordset({keys}) AS c({})) c
+WHERE {}",
+                        self.key_list(),
+                        self.key_record().join(", "),
+                        self.keys_equal("d", "c")
+                    ),
+                }
+            })
+            .collect()
+    }
+
+    /// The key columns with their types, as a record definition (`__k boolean, ...`).
+    fn key_record(&self) -> Vec<String> {
+        self.key_column_types()
+            .into_iter()
+            .map(|(name, type_name)| format!("{name} {type_name}"))
+            .collect()
     }
 
     /// On the coordinator: the group changes `changes` lists (`take_changes` of every shard,
@@ -226,11 +389,7 @@ FROM (SELECT {keys}, {} FROM taken GROUP BY {keys}) c",
     /// to 0, which only a retraction does).
     pub fn apply_changes(&self, changes: &str) -> String {
         let merged = self.merged_changes();
-        let mut record: Vec<String> = self
-            .key_column_types()
-            .into_iter()
-            .map(|(name, type_name)| format!("{name} {type_name}"))
-            .collect();
+        let mut record = self.key_record();
         record.extend(merged.iter().map(|(c, _, t)| format!("{c} {t}")));
         record.push("__dirty boolean".into());
         let keys = self.key_list();
@@ -239,7 +398,8 @@ FROM (SELECT {keys}, {} FROM taken GROUP BY {keys}) c",
             .map(|(c, _, _)| format!("{} AS {c}", self.changes_aggregate(c)))
             .collect();
         sums.push("bool_or(__dirty) AS __dirty".into());
-        let columns: Vec<String> = merged.iter().map(|(c, _, _)| c.clone()).collect();
+        let mut columns: Vec<String> = merged.iter().map(|(c, _, _)| c.clone()).collect();
+        columns.push("__dirty".into());
         let mut updates: Vec<String> = merged
             .iter()
             .map(|(c, sql, _)| {
@@ -250,8 +410,13 @@ FROM (SELECT {keys}, {} FROM taken GROUP BY {keys}) c",
             })
             .collect();
         updates.push("__dirty = t.__dirty OR EXCLUDED.__dirty".into());
+        for (n, _) in self.distinct_measures() {
+            // Counted from the merged values afterwards (`count_distinct_of`).
+            columns.push(format!("m{n}_val"));
+            sums.push("0".into());
+        }
         format!(
-            "INSERT INTO {data} AS t ({keys}, {}, __dirty)
+            "INSERT INTO {data} AS t ({keys}, {})
 SELECT {keys}, {}
 FROM pg_catalog.json_to_recordset({changes}) AS c({})
 GROUP BY {keys}
@@ -268,16 +433,11 @@ ON CONFLICT ({keys}) DO UPDATE SET {}",
     /// JSON array for `merge_keys`.
     pub fn dirty_keys(&self, changes: &str) -> String {
         let keys = self.key_list();
-        let record: Vec<String> = self
-            .key_column_types()
-            .into_iter()
-            .map(|(name, type_name)| format!("{name} {type_name}"))
-            .collect();
         format!(
             "SELECT coalesce(pg_catalog.json_agg(k), '[]')::text
 FROM (SELECT {keys} FROM pg_catalog.json_to_recordset({changes}) AS c({}, __dirty boolean)
       GROUP BY {keys} HAVING bool_or(__dirty)) k",
-            record.join(", ")
+            self.key_record().join(", ")
         )
     }
 
@@ -338,8 +498,41 @@ mod tests {
         assert!(all.starts_with("DELETE FROM eventview._v7_data;\nINSERT INTO eventview._v7_data (__k, bucket, g1, g1_null, __count, m2_n, m2_sum, m3_n, m3_sum, m4_val, m5_val)"));
         assert!(all.contains("SELECT __k, bucket, g1, g1_null, sum(__count)::bigint, sum(m2_n)::bigint, sum(m2_sum), sum(m3_n)::bigint, sum(m3_sum), max(m4_val), min(m5_val)"));
         assert!(all.ends_with("FROM eventview._v7_groups\nWHERE __k\nGROUP BY __k, bucket, g1, g1_null\nHAVING sum(__count) > 0"));
-        assert!(!ViewSql::merges_across_shards(AggKind::CountDistinct));
+        assert!(ViewSql::merges_across_shards(AggKind::CountDistinct));
         assert!(!ViewSql::merges_across_shards(AggKind::Percentile));
+    }
+
+    #[test]
+    fn distinct_values_travel_per_shard_and_are_counted_on_the_coordinator() {
+        let d = def(r#"{"n": "count(*)", "users": "count_distinct($.user)"}"#);
+        let view = sql(&d);
+        // A shard's changes carry its value changes, tagged with the shard.
+        let take = view.take_changes("'17'");
+        assert!(take.starts_with("WITH taken AS (DELETE FROM eventview._v7_changes RETURNING __k, bucket, g1, g1_null, __count, __dirty, m2_vs, m2_ns)"), "{take}");
+        assert!(take.contains("SELECT __k, bucket, g1, g1_null, 2 AS m, '17' AS __shard, u.v, sum(u.n)::bigint AS n
+      FROM taken CROSS JOIN LATERAL unnest(taken.m2_vs, taken.m2_ns) AS u(v, n)
+      GROUP BY __k, bucket, g1, g1_null, u.v HAVING sum(u.n) <> 0"), "{take}");
+        // The coordinator adds them up per (group, value, shard), and counts a group's values.
+        let apply = view.apply_value_changes();
+        assert!(apply[0].starts_with(
+            "INSERT INTO eventview._v7_m2 AS t (__k, bucket, g1, g1_null, __shard, v, n)"
+        ));
+        assert!(apply[0].ends_with(
+            "ON CONFLICT (__k, bucket, g1, g1_null, v, __shard) DO UPDATE SET n = t.n + EXCLUDED.n"
+        ));
+        assert!(apply[1].ends_with("AND t.n = 0"));
+        assert_eq!(
+            view.count_distinct_of(None),
+            ["UPDATE eventview._v7_data d SET m2_val = (SELECT count(DISTINCT ms.v) FROM eventview._v7_m2 ms WHERE ms.__k = d.__k AND ms.bucket = d.bucket AND ms.g1 = d.g1 AND ms.g1_null = d.g1_null AND ms.n > 0)"]
+        );
+        // Merges and changes leave the count to it.
+        assert!(view.apply_changes("$1::json").contains("INSERT INTO eventview._v7_data AS t (__k, bucket, g1, g1_null, __count, __dirty, m2_val)\nSELECT __k, bucket, g1, g1_null, sum(__count)::bigint AS __count, bool_or(__dirty) AS __dirty, 0\n"));
+        assert!(view.merge_all("g")[1]
+            .contains("SELECT __k, bucket, g1, g1_null, sum(__count)::bigint, 0\n"));
+        assert_eq!(
+            view.replace_shards_values(),
+            ["DELETE FROM eventview._v7_m2 WHERE __shard = ANY($1::text[])"]
+        );
     }
 
     #[test]
@@ -362,9 +555,10 @@ mod tests {
     #[test]
     fn changes_add_counters_and_combine_extremes_of_additions() {
         let d = def(r#"{"n": "count(*)", "q": "sum($.q)", "hi": "max($.p)"}"#);
-        let take = sql(&d).take_changes();
+        let take = sql(&d).take_changes("'17'");
         assert!(take.starts_with("WITH taken AS (DELETE FROM eventview._v7_changes RETURNING __k, bucket, g1, g1_null, __count, m2_n, m2_sum, m3_val, __dirty)"));
         assert!(take.contains("SELECT __k, bucket, g1, g1_null, sum(__count)::bigint AS __count, sum(m2_n)::bigint AS m2_n, sum(m2_sum) AS m2_sum, max(m3_val) AS m3_val, bool_or(__dirty) AS __dirty FROM taken GROUP BY __k, bucket, g1, g1_null"));
+        assert!(take.ends_with("'values', '[]'::json)::text"), "{take}");
         let apply = sql(&d).apply_changes("$1::json");
         assert!(apply.contains("AS c(__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m2_n bigint, m2_sum numeric, m3_val numeric, __dirty boolean)"));
         assert!(apply.ends_with("ON CONFLICT (__k, bucket, g1, g1_null) DO UPDATE SET __count = t.__count + EXCLUDED.__count, m2_n = t.m2_n + EXCLUDED.m2_n, m2_sum = t.m2_sum + EXCLUDED.m2_sum, m3_val = GREATEST(t.m3_val, EXCLUDED.m3_val), __dirty = t.__dirty OR EXCLUDED.__dirty"));
