@@ -22,6 +22,13 @@
 //! Refresh applies each shard's changes exactly once: it is that node's refresh of that
 //! shard's view, under its row lock and with its snapshots; a distributed transaction's
 //! parts on other nodes are applied by their own nodes' refreshes, as they become visible there.
+//!
+//! Citus moves and splits shards (a rebalance, a drained node): the shard's rows and its
+//! co-located shards go to a node where pg_eventview has nothing of it. Every per-shard call
+//! first registers an event table shard its node does not know (`capture_shard`), and a
+//! view's refresh makes the shard's view there from the shard's events, after which the
+//! coordinator merges every group anew (`refresh_shard_view`). The registry gets a row for
+//! each shard a split made (`shard_args`).
 
 use crate::catalog;
 use crate::errors::{EvError, EvResult};
@@ -63,19 +70,117 @@ pub fn not_supported(message: impl Into<String>, hint: &str) -> EvError {
     EvError::new(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, message).with_hint(hint)
 }
 
-/// `register_event_table` of a table Citus manages: 0A000 (an event table is distributed by
-/// `create_event_table(..., distribute_by)`).
-pub fn refuse_managed(relid: pg_sys::Oid) -> EvResult<()> {
+/// `register_event_table` of a table Citus manages, if `relid` is one: the table, distributed
+/// by hash on an envelope column with one placement per shard, becomes a distributed event
+/// table as `create_event_table(..., distribute_by)` makes one (a shard registry, capture on
+/// every shard). 0A000 for a reference or Citus local table, for more than one placement per
+/// shard and with `retention`; 22023 for a table distributed by another column, without the
+/// envelope, or without a unique index on `event_id` (with the distribution column).
+pub fn register_managed(
+    relid: pg_sys::Oid,
+    retention: &Option<Interval>,
+    delta_retention: Option<Interval>,
+) -> EvResult<Option<pg_sys::Oid>> {
     if !manages(relid)? {
-        return Ok(());
+        return Ok(None);
     }
-    Err(not_supported(
+    let name = relation::regclass_text(relid)?;
+    if distributed_source(relid)?.is_some() {
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
+            format!("{name} is an event table already"),
+        )
+        .with_hint("Its capture runs; create views over it with eventview.create_view."));
+    }
+    let (method, column) = Spi::connect(|client| {
+        let t = client
+            .select(
+                "SELECT partmethod::text, pg_catalog.column_to_column_name(logicalrelid, partkey)
+                 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1",
+                Some(1),
+                &[relid.into()],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::SpiError>((t.get::<String>(1)?, t.get::<String>(2)?))
+    })?;
+    if method.as_deref() != Some("h") {
+        return Err(not_supported(
+            format!("cannot register {name}: it is a Citus reference or local table, which pg_eventview does not capture"),
+            "Distribute it by an envelope column (create_distributed_table(..., 'event_id')), or create the event table with eventview.create_event_table(..., distribute_by => ...).",
+        ));
+    }
+    let column = column.unwrap_or_default();
+    let Some(column) = envelope_sql::distribution_column(&column) else {
+        return Err(EvError::invalid(format!(
+            "cannot register {name} as an event table: it is distributed by column \"{column}\", which is not an envelope column an event table can be distributed by"
+        ))
+        .with_hint("Distribute it by one of event_id, event_key, event_type, event_version, producer, occurred_at or ingested_at (alter_distributed_table(..., distribution_column => ...))."));
+    };
+    if retention.is_some() {
+        return Err(not_supported(
+            "retention of an event table distributed by Citus is not supported by this version of pg_eventview",
+            "Leave retention out: the distributed table keeps its events.",
+        ));
+    }
+    if spi::one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_shard s
+                        JOIN pg_catalog.pg_dist_placement p USING (shardid)
+                        WHERE s.logicalrelid = $1 GROUP BY s.shardid HAVING count(*) > 1)",
+        &[relid.into()],
+    )? == Some(true)
+    {
+        return Err(not_supported(
+            format!("cannot register {name}: its shards have more than one placement, which pg_eventview does not capture"),
+            "Keep one placement per shard (citus.shard_replication_factor = 1).",
+        ));
+    }
+    let table = relation::qualified(relid)?;
+    if spi::one::<String>(
+        "SELECT relkind::text FROM pg_catalog.pg_class WHERE oid = $1",
+        &[relid.into()],
+    )?
+    .as_deref()
+        != Some("r")
+    {
+        return Err(not_supported(
+            format!("cannot register {name}: a partitioned table distributed by Citus is not supported by this version of pg_eventview"),
+            "Register a distributed table that is not partitioned.",
+        ));
+    }
+    let columns = catalog::table_columns(relid)?;
+    if let Some(problem) = envelope_sql::envelope_problem(&columns) {
+        return Err(EvError::invalid(format!("cannot register {name} as an event table: {problem}"))
+            .with_hint("An event table has the envelope columns of create_event_table, with those names, types and NOT NULL constraints; other columns are allowed."));
+    }
+    if !catalog::has_unique_index_leading(relid, "event_id", &["event_id", column])? {
+        return Err(EvError::invalid(format!(
+            "cannot register {name} as an event table: no unique index on event_id (with its distribution column {column})"
+        ))
+        .with_hint(format!(
+            "Refreshes read events by event_id: ALTER TABLE {table} ADD PRIMARY KEY (event_id{}).",
+            if column == "event_id" { String::new() } else { format!(", {column}") }
+        )));
+    }
+    let shards = make_shard_registry(relid, &table, column)?;
+    spi::run(
+        "INSERT INTO eventview._distributed_sources (relid, distribute_by, shards, delta_retention)
+         VALUES ($1::regclass, $2, $3::regclass, coalesce($4, '7 days'))",
+        &[
+            relid.into(),
+            column.into(),
+            shards.as_str().into(),
+            delta_retention.into(),
+        ],
+    )?;
+    let source = distributed_source(relid)?
+        .ok_or_else(|| EvError::invalid("the distributed event table is not catalogued"))?;
+    on_every_shard(&source, &[&table], Registry::Filled, |a| {
         format!(
-            "cannot register {}: it is a Citus table, and registering a table Citus manages is not supported by this version of pg_eventview",
-            relation::regclass_text(relid)?
-        ),
-        "Create the event table with eventview.create_event_table(..., distribute_by => ...) instead.",
-    ))
+            "eventview._attach_shard_capture({}, {}, {})",
+            a.shard, a.shards, a.delta_retention
+        )
+    })?;
+    Ok(Some(relid))
 }
 
 /// The distribution column `distribute_by` names (folded as PostgreSQL folds a column name), or
@@ -212,13 +317,25 @@ pub fn distributed_view_named(name: &str) -> EvResult<Option<DistributedView>> {
 struct ShardArgs {
     /// The registry shard (`tableoid` as text).
     shard: &'static str,
-    /// Its value (`k` as text).
-    value: &'static str,
+    /// Its value (`k` as text the same on every node: `envelope_sql::canonical_text`).
+    value: String,
     /// The JSON object mapping each registry shard's id to the names of the co-located shards
     /// of the tables named (`shard_map`), as a literal.
     shards: String,
     /// The delta retention of the table's changelogs, as an interval literal.
     delta_retention: String,
+}
+
+/// Whether a per-shard call first gives every shard of the registry its row (after a split).
+#[derive(PartialEq, Clone, Copy)]
+enum Registry {
+    /// One row per shard, refilled when a split left a shard without one: the calls that make
+    /// or refresh what lives on every shard.
+    Filled,
+    /// As it is: the drops, which reach every shard that has something of theirs (a shard
+    /// without a row has had no call since it was made, hence nothing) and must go on where
+    /// no row fits a shard's range.
+    AsItIs,
 }
 
 /// The result of `local`, a call on a view or event table of this node, unless it refused its
@@ -245,9 +362,10 @@ pub fn or_distributed<T, D>(
 fn on_every_shard(
     source: &DistributedSource,
     tables: &[&str],
+    registry: Registry,
     call: impl FnOnce(&ShardArgs) -> String,
 ) -> EvResult<i64> {
-    let args = shard_args(source, tables)?;
+    let args = shard_args(source, tables, registry)?;
     Ok(spi::one::<i64>(
         &format!(
             "SELECT coalesce(sum({}), 0)::bigint FROM {}",
@@ -266,7 +384,7 @@ fn each_shard(
     tables: &[&str],
     call: impl FnOnce(&ShardArgs) -> String,
 ) -> EvResult<Vec<String>> {
-    let args = shard_args(source, tables)?;
+    let args = shard_args(source, tables, Registry::Filled)?;
     let query = format!("SELECT ({})::text FROM {}", call(&args), source.shards);
     Ok(Spi::connect(|client| {
         client
@@ -283,7 +401,11 @@ fn each_shard(
 /// is written in this transaction: Citus commits the nodes a transaction wrote with two-phase
 /// commit, and the per-shard work (which it sees as a read of the registry) then commits or
 /// aborts with the coordinator's transaction on every node.
-fn shard_args(source: &DistributedSource, tables: &[&str]) -> EvResult<ShardArgs> {
+fn shard_args(
+    source: &DistributedSource,
+    tables: &[&str],
+    registry: Registry,
+) -> EvResult<ShardArgs> {
     // One per-shard call on a table at a time: two would write the registry's shards in
     // orders of their own, and wait for each other across nodes.
     lock_source(source, "FOR NO KEY UPDATE")?;
@@ -303,15 +425,17 @@ fn shard_args(source: &DistributedSource, tables: &[&str]) -> EvResult<ShardArgs
         &[source.shards.as_str().into()],
     )?
     .unwrap_or(0);
-    if written as i64 != shard_count {
+    if written as i64 != shard_count && registry == Registry::Filled {
         // Split since: a new shard has no row yet. One row per shard again (which writes
         // every registry shard too).
         spi::run_all(&[format!("DELETE FROM {}", source.shards)])?;
         fill_shard_registry(source.relid, &source.shards, &source.distribute_by)?;
     }
+    let (type_name, _) = envelope_sql::distribution_value_of(&source.distribute_by)
+        .ok_or_else(|| EvError::invalid("no distribution column"))?;
     Ok(ShardArgs {
         shard: "tableoid::regclass::text",
-        value: "k::text",
+        value: envelope_sql::canonical_text("k", type_name),
         shards: format!("{}::json", quote::literal(&shard_map(source, tables)?)),
         delta_retention: format!("{}::interval", quote::literal(&source.delta_retention)),
     })
@@ -442,7 +566,7 @@ pub fn create_distributed_event_table(
     )?;
     let source = distributed_source(relid)?
         .ok_or_else(|| EvError::invalid("the distributed event table is not catalogued"))?;
-    on_every_shard(&source, &[&quoted], |a| {
+    on_every_shard(&source, &[&quoted], Registry::Filled, |a| {
         format!(
             "eventview._attach_shard_capture({}, {}, {})",
             a.shard, a.shards, a.delta_retention
@@ -479,18 +603,50 @@ fn make_shard_registry(relid: pg_sys::Oid, table: &str, column: &str) -> EvResul
 fn fill_shard_registry(relid: pg_sys::Oid, shards: &str, column: &str) -> EvResult<()> {
     let (_, from_i) = envelope_sql::distribution_value_of(column)
         .ok_or_else(|| EvError::invalid("no distribution column"))?;
-    spi::run(
-        &format!(
-            "INSERT INTO {shards} (k)
-             SELECT (SELECT v FROM pg_catalog.generate_series(0, 100000000) i,
-                                   LATERAL (SELECT {from_i} AS v) x
-                     WHERE pg_catalog.worker_hash(v) BETWEEN s.shardminvalue::integer AND s.shardmaxvalue::integer
-                     LIMIT 1)
-             FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = {}::oid",
-            relid.to_u32()
-        ),
-        &[],
-    )
+    // Ten million tries find a value for a range of a thousandth of the hash space or more
+    // almost surely; a shard that Citus narrowed to a few hash values (a tenant isolated) has
+    // none, and is refused below rather than left without per-shard calls.
+    let (found, narrow) = Spi::connect(|client| {
+        let t = client
+            .select(
+                &format!(
+                    "WITH found AS (
+                         SELECT s.shardid,
+                                (SELECT i FROM pg_catalog.generate_series(0, 10000000) i
+                                 WHERE pg_catalog.worker_hash({from_i}) BETWEEN s.shardminvalue::integer AND s.shardmaxvalue::integer
+                                 LIMIT 1) AS i
+                         FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1)
+                     SELECT coalesce(array_agg(i) FILTER (WHERE i IS NOT NULL), '{{}}'),
+                            min(shardid) FILTER (WHERE i IS NULL)
+                     FROM found"
+                ),
+                Some(1),
+                &[relid.into()],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::SpiError>((t.get::<Vec<i32>>(1)?, t.get::<i64>(2)?))
+    })?;
+    let found: Vec<String> = found
+        .unwrap_or_default()
+        .iter()
+        .map(i32::to_string)
+        .collect();
+    // (A literal: Citus plans no insert into a distributed table from parameters.)
+    spi::run_all(&[format!(
+        "INSERT INTO {shards} (k) SELECT {from_i} FROM pg_catalog.unnest({}::integer[]) i",
+        quote::literal(&format!("{{{}}}", found.join(",")))
+    )])?;
+    match narrow {
+        None => Ok(()),
+        Some(shard) => Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "shard {shard} of {} covers too narrow a hash range for pg_eventview to reach it",
+                relation::regclass_text(relid)?
+            ),
+        )
+        .with_hint("Tenant isolation (isolate_tenant_to_new_shard) and split points a few hash values apart are not supported by this version of pg_eventview; views and tables can still be dropped.")),
+    }
 }
 
 /// Runs `f` on a Citus node with access to the shards there: shards shown to this session
@@ -529,6 +685,27 @@ fn capture_shard(shard_id: i64, shard: &str, delta_retention: Interval) -> EvRes
     }
     for column in ["event_id", "event_key"] {
         if !catalog::has_unique_index_on(relid, column)? {
+            // Written while the shard had no index of its own here: between Citus placing it
+            // on this node and the first per-shard call there.
+            if let Some(twice) = spi::one::<String>(
+                &format!(
+                    "SELECT {column}::text FROM {shard} WHERE {column} IS NOT NULL
+                     GROUP BY {column} HAVING count(*) > 1 LIMIT 1"
+                ),
+                &[],
+            )? {
+                return Err(EvError::new(
+                    PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION,
+                    format!(
+                        "cannot capture shard {shard}: its {column} {} is there twice",
+                        quote::literal(&twice)
+                    ),
+                )
+                .with_hint(format!(
+                    "It was written after Citus moved or split the shard onto this node and before pg_eventview's next call there (run_maintenance makes one). Delete one of the two events (their {column} is {}) through the distributed table, then call again.",
+                    quote::literal(&twice)
+                )));
+            }
             let index = quote::ident(&format!("_eventview_{column}_{shard_id}"));
             roles::as_role(privileges::table_owner(relid)?, || {
                 spi::run_all(&[format!("CREATE UNIQUE INDEX {index} ON {shard} ({column})")])
@@ -540,22 +717,19 @@ fn capture_shard(shard_id: i64, shard: &str, delta_retention: Interval) -> EvRes
 }
 
 /// `create_view` over a distributed event table: the distributed table of partial groups,
-/// the view over every shard (filled from the shard's events), and the user relation that
-/// merges them. What cannot be merged from partial groups, or is not distributed yet, is
-/// refused with 0A000 before anything is made.
+/// the view over every shard (filled from the shard's events), the coordinator's merged groups
+/// and values, and the user relation that reads them. A realtime view is refused with 0A000
+/// before anything is made.
 pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResult<pg_sys::Oid> {
     privileges::require_select(source.relid)?;
     privileges::require_no_row_security(roles::caller(), source.relid)?;
     // A drop of the table waits, or makes this wait.
     lock_source(source, "FOR KEY SHARE")?;
-    let refuse = |what: &str| {
-        Err(not_supported(
-            format!("{what} over an event table distributed by Citus is not supported by this version of pg_eventview"),
-            "Use count(*), count, sum, avg, min, max and count_distinct of JSONPaths or envelope columns, in a view that is not realtime.",
-        ))
-    };
     if args.realtime {
-        return refuse("a realtime view");
+        return Err(not_supported(
+            "a realtime view over an event table distributed by Citus is not supported by this version of pg_eventview",
+            "Make the view without realtime: a refresh keeps it fresh.",
+        ));
     }
     let definition = parse_definition(&DefinitionInput {
         fields: &eventview_core::definition::NoFields,
@@ -568,13 +742,6 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
         filter: args.filter,
         on_type_error: args.on_type_error,
     })?;
-    if let Some(m) = definition
-        .measures
-        .iter()
-        .find(|m| !ViewSql::merges_across_shards(m.kind))
-    {
-        return refuse(&format!("measure \"{}\"", m.name));
-    }
     let table_sql = source.table_sql()?;
     let view_id = catalog::next_view_id()?;
     let groups = format!("eventview.{}", quote::ident(&format!("_v{view_id}_groups")));
@@ -737,12 +904,33 @@ impl ShardView {
     /// shard (whose `__shard` defaults to the registry shard's value), filled from the shard's
     /// events. Its applies write the changes of the groups they change to its group changelog,
     /// which the coordinator's refresh takes (`take_changes`).
+    /// The type of `__shard` in the groups shard, as `canonical_text` names it.
+    fn tag_type(&self) -> EvResult<String> {
+        Ok(spi::one::<String>(
+            "SELECT t.typname::text FROM pg_catalog.pg_attribute a
+             JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+             WHERE a.attrelid = $1::regclass AND a.attname = '__shard'",
+            &[self.groups_shard.as_str().into()],
+        )?
+        .unwrap_or_default())
+    }
+
     fn make(&self, call: &ShardViewCall) -> EvResult<pg_sys::Oid> {
         spi::run_all(&[format!(
             "ALTER TABLE {} ALTER COLUMN __shard SET DEFAULT {}",
             self.groups_shard,
             quote::literal(call.value)
         )])?;
+        // The indexes a view of this node made before (`rebuild` drops it and makes it anew)
+        // go: the new view makes its own.
+        let left = spi::one::<Vec<String>>(
+            "SELECT ARRAY(SELECT pg_catalog.format('DROP INDEX %s', i.indexrelid::regclass)
+                          FROM pg_catalog.pg_index i
+                          WHERE i.indrelid = $1::regclass AND NOT i.indisprimary)",
+            &[self.groups_shard.as_str().into()],
+        )?
+        .unwrap_or_default();
+        spi::run_all(&left)?;
         let schema = spi::one::<String>(
             "SELECT quote_ident(n.nspname) FROM pg_catalog.pg_class c
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass",
@@ -773,7 +961,7 @@ impl ShardView {
         })?;
         let relid = relation::resolve(&name)?;
         let view = catalog::view_by_relid(relid, true)?
-            .ok_or_else(|| shard_not_found(call.registry_shard))?;
+            .ok_or_else(|| shard_view_gone(&self.groups_shard))?;
         spi::run_all(&crate::view_objects::sql_of(&view).create_changes())?;
         catalog::set_feeds_rollups(view.view_id, true)?;
         Ok(relid)
@@ -794,7 +982,7 @@ pub fn attach_shard_view(call: &ShardViewCall) -> EvResult<String> {
 /// registry shard's value, as a JSON array of value changes that add them.
 fn values_of_shard(relid: pg_sys::Oid, call: &ShardViewCall) -> EvResult<String> {
     let view = catalog::view_by_relid(relid, false)?
-        .ok_or_else(|| shard_not_found(call.registry_shard))?;
+        .ok_or_else(|| internal(format!("no view of this node for {}", call.registry_shard)))?;
     Ok(spi::one::<String>(
         &crate::view_objects::sql_of(&view).values_of_shard(&quote::literal(call.value)),
         &[],
@@ -882,30 +1070,24 @@ pub fn view_arguments(arguments: &str) -> EvResult<DistributedViewArguments> {
 
 /// On a shard's node: refreshes the view keeping the groups shard co-located with the registry
 /// shard; returns `{"applied": <changed events applied>, "changes": [<the group changes its
-/// group changelog held, taken>]}`.
+/// group changelog held, taken>], "values": [<the value changes of its count_distinct and
+/// percentile measures>]}`.
 ///
 /// A shard that Citus moved or split onto this node since the last refresh has no view here
-/// yet (its groups shard came with it, filled by the view of the node it left, whose changes
-/// pending there are gone with it). Its view is made then, filled from the shard's events, and
-/// every group the groups shard held before or holds after is a change that marks it dirty:
-/// the coordinator merges those groups anew from every shard's partial groups.
+/// yet: its groups shard came with it, filled by the view of the node it left, whose changes
+/// not yet taken are gone with that node's changelog. The shard's view is made then, filled
+/// from the shard's events, and the answer is `{"applied": 0, "rebuilt": true, "values": [<all
+/// of the view's values>], "replaces": [<the shards whose values the coordinator holds for
+/// these groups>]}`: the coordinator merges every group anew (`ShardChanges::merge_into`).
 pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
     with_shard_access(|| {
         let shard = ShardView::of(call)?;
-        let definition = call.arguments.definition()?;
-        let sql = sql_for(
-            &definition,
-            call.view_id,
-            "",
-            Some(shard.groups_shard.clone()),
-        );
         let Some(relid) = shard.relid()? else {
-            let before = spi::one::<String>(&sql.groups_as_dirty(), &[])?;
-            // The shards whose values the coordinator holds for these groups: this one's, or,
-            // after a split, the shard it was split from.
+            // This shard's values, or, after a split, those of the shard it was split from.
             let replaces = spi::one::<Vec<String>>(
                 &format!(
-                    "SELECT ARRAY(SELECT DISTINCT __shard::text FROM {})",
+                    "SELECT ARRAY(SELECT DISTINCT {} FROM {})",
+                    envelope_sql::canonical_text("__shard", &shard.tag_type()?),
                     shard.groups_shard
                 ),
                 &[],
@@ -913,14 +1095,9 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
             .unwrap_or_default();
             spi::run_all(&[format!("DELETE FROM {}", shard.groups_shard)])?;
             let relid = shard.make(call)?;
-            let after = spi::one::<String>(&sql.groups_as_dirty(), &[])?;
-            let mut changes = Vec::new();
-            for listed in before.into_iter().chain(after) {
-                changes.extend(parse_changes(&listed)?);
-            }
             return Ok(serde_json::json!({
                 "applied": 0,
-                "changes": changes,
+                "rebuilt": true,
                 "values": parse_changes(&values_of_shard(relid, call)?)?,
                 "replaces": replaces,
             })
@@ -929,25 +1106,40 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
         let applied =
             crate::refresh::refresh_with_sources(relid, &relation::regclass_text(relid)?)?;
         let view = catalog::view_by_relid(relid, false)?
-            .ok_or_else(|| shard_not_found(call.registry_shard))?;
+            .ok_or_else(|| shard_view_gone(&shard.groups_shard))?;
         let taken = spi::one::<String>(
             &crate::view_objects::sql_of(&view).take_changes(&quote::literal(call.value)),
             &[],
         )?
         .unwrap_or_else(|| "{}".into());
         let mut result: serde_json::Value = serde_json::from_str(&taken)
-            .map_err(|e| EvError::invalid(format!("a shard's changes are not JSON: {e}")))?;
+            .map_err(|e| internal(format!("a shard's changes are not JSON: {e}")))?;
         result["applied"] = applied.into();
         Ok(result.to_string())
     })
+}
+
+/// An error of the protocol between the coordinator and the shards' nodes (XX000): a bug.
+fn internal(message: String) -> EvError {
+    EvError::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, message)
+}
+
+/// The view of this node keeping `groups_shard`, gone while a call used it (a DROP by hand on
+/// this node): 55000.
+fn shard_view_gone(groups_shard: &str) -> EvError {
+    EvError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("the view of this node keeping {groups_shard} was dropped during the call"),
+    )
+    .with_hint("Run the call again: it makes the view anew.")
 }
 
 /// The group changes of a JSON array's text.
 fn parse_changes(listed: &str) -> EvResult<Vec<serde_json::Value>> {
     match serde_json::from_str(listed) {
         Ok(serde_json::Value::Array(changes)) => Ok(changes),
-        _ => Err(EvError::invalid(format!(
-            "a shard's group changes are not a JSON array: {listed}"
+        _ => Err(internal(format!(
+            "a shard's changes are not a JSON array: {listed}"
         ))),
     }
 }
@@ -977,9 +1169,12 @@ pub fn detach_shard_view(registry_shard: &str, shards: &str) -> EvResult<i32> {
 /// and exactly once there; returns the changed events applied.
 pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     require_owner(view, "refresh")?;
+    require_read_committed("refresh")?;
     // Every shard's view is refreshed as the extension owner: the rights are the view owner's,
     // checked here at each refresh as a view of this node has them checked.
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
+    // The table's row first, as the drops take it (`shard_args` takes it again).
+    lock_source(&view.source, "FOR NO KEY UPDATE")?;
     // One refresh of the view at a time: each adds the changes its shards' refreshes took.
     spi::run(
         "SELECT 1 FROM eventview._distributed_views WHERE view_id = $1 FOR UPDATE",
@@ -1002,7 +1197,7 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     let mut taken = ShardChanges::default();
     for result in results {
         let parsed: serde_json::Value = serde_json::from_str(&result)
-            .map_err(|e| EvError::invalid(format!("a shard's refresh answered {result}: {e}")))?;
+            .map_err(|e| internal(format!("a shard's refresh answered {result}: {e}")))?;
         applied += parsed["applied"].as_i64().unwrap_or(0);
         taken.add(&parsed);
     }
@@ -1024,11 +1219,14 @@ struct ShardChanges {
     changes: Vec<serde_json::Value>,
     values: Vec<serde_json::Value>,
     replaces: Vec<serde_json::Value>,
+    /// A shard's view was made anew (`refresh_shard_view`).
+    rebuilt: bool,
 }
 
 impl ShardChanges {
     /// A shard's answer (`refresh_shard_view`) added.
     fn add(&mut self, answer: &serde_json::Value) {
+        self.rebuilt |= answer["rebuilt"].as_bool().unwrap_or(false);
         for (into, member) in [
             (&mut self.changes, "changes"),
             (&mut self.values, "values"),
@@ -1043,10 +1241,15 @@ impl ShardChanges {
     /// Merged into the coordinator's storage of view `merged` (its partial groups `groups`):
     /// the group changes added, the groups that took a retraction merged anew from every
     /// shard's partial groups (gone when left without events), the value changes added, and
-    /// the distinct counts of every group changed counted anew. Every value is a parameter of
-    /// a local statement, or a literal where the statement reads the distributed groups.
+    /// the distinct counts of every group changed counted anew. When a shard's view was made
+    /// anew, every group is merged anew instead, and every distinct count counted: what the
+    /// coordinator held of that shard's groups may include changes that its old node's view
+    /// applied and nobody took. Every value is a parameter of a local statement, or a literal
+    /// where the statement reads the distributed groups.
     fn merge_into(self, merged: &ViewSql, groups: &str) -> EvResult<()> {
-        if !self.changes.is_empty() {
+        if self.rebuilt {
+            spi::run_all(&merged.merge_all(groups))?;
+        } else if !self.changes.is_empty() {
             let listed = serde_json::Value::Array(self.changes.clone()).to_string();
             spi::run(&merged.apply_changes("$1::json"), &[listed.as_str().into()])?;
             let dirty =
@@ -1075,7 +1278,9 @@ impl ShardChanges {
                 spi::run(&statement, &[listed.as_str().into()])?;
             }
         }
-        if !self.changes.is_empty() || !self.values.is_empty() {
+        if self.rebuilt {
+            spi::run_all(&merged.count_distinct_of(None))?;
+        } else if !self.changes.is_empty() || !self.values.is_empty() {
             let keys =
                 serde_json::Value::Array(self.changes.into_iter().chain(self.values).collect())
                     .to_string();
@@ -1085,6 +1290,43 @@ impl ShardChanges {
         }
         Ok(())
     }
+}
+
+/// `rebuild` of a view over a distributed event table: every shard's view made anew from the
+/// shard's events on its node (dropped, then made by `refresh` as for a shard that arrived
+/// there), and every group merged anew. The window (validated by the caller) does not narrow
+/// it: a distributed event table keeps every event, so the groups outside it come out as they
+/// were. Returns the groups the view holds.
+pub fn rebuild(view: &DistributedView) -> EvResult<i64> {
+    require_owner(view, "rebuild")?;
+    require_read_committed("rebuild")?;
+    lock_source(&view.source, "FOR NO KEY UPDATE")?;
+    spi::run(
+        "SELECT 1 FROM eventview._distributed_views WHERE view_id = $1 FOR UPDATE",
+        &[view.view_id.into()],
+    )?;
+    on_every_shard(&view.source, &[&view.groups], Registry::AsItIs, |a| {
+        format!("eventview._detach_shard_view({}, {})", a.shard, a.shards)
+    })?;
+    refresh(view)?;
+    Ok(spi::one::<i64>(
+        &format!("SELECT count(*) FROM {}", names::view_data(view.view_id)),
+        &[],
+    )?
+    .unwrap_or(0))
+}
+
+/// A refresh or rebuild of a distributed view runs in a READ COMMITTED transaction (0A000
+/// otherwise): Citus runs the shards' parts at the coordinator's isolation level, and a shard's
+/// view made anew reads the shard's events from a snapshot of its own, as `create_view` does.
+fn require_read_committed(action: &str) -> EvResult<()> {
+    if !spi::uses_transaction_snapshot() {
+        return Ok(());
+    }
+    Err(not_supported(
+        format!("{action} of a view over an event table distributed by Citus needs a READ COMMITTED transaction"),
+        "Run it in a READ COMMITTED transaction (PostgreSQL's default).",
+    ))
 }
 
 /// The arguments distributed view `view` was made with (as `_distributed_views` keeps them),
@@ -1120,7 +1362,7 @@ pub fn maintain_shards() -> EvResult<i64> {
     for relid in tables.into_iter().flatten() {
         if let Some(source) = distributed_source(relid)? {
             let table_sql = source.table_sql()?;
-            pruned += on_every_shard(&source, &[&table_sql], |a| {
+            pruned += on_every_shard(&source, &[&table_sql], Registry::Filled, |a| {
                 format!(
                     "eventview._maintain_shard({}, {}, {})",
                     a.shard, a.shards, a.delta_retention
@@ -1207,7 +1449,7 @@ pub fn drop_view(view: &DistributedView) -> EvResult<()> {
 /// on its node, its catalog row, its partial groups and merged groups (with the user relation,
 /// when that is still there: its event table was dropped).
 fn forget_view(view: &DistributedView) -> EvResult<()> {
-    on_every_shard(&view.source, &[&view.groups], |a| {
+    on_every_shard(&view.source, &[&view.groups], Registry::AsItIs, |a| {
         format!("eventview._detach_shard_view({}, {})", a.shard, a.shards)
     })?;
     let (_, definition) = definition_of(view)?;

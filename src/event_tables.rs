@@ -85,7 +85,9 @@ pub fn register_event_table(
     }
     privileges::require_table_owner(relid, "register")?;
     refuse_schema(&table, "register")?;
-    citus::refuse_managed(relid)?;
+    if let Some(relid) = citus::register_managed(relid, &retention, delta_retention)? {
+        return Ok(relid);
+    }
     // The lock CREATE TRIGGER takes anyway, taken before the checks so that nothing changes the
     // table between them and the capture (producers wait from here until the call commits).
     roles::as_caller(|| {

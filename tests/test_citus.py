@@ -12,6 +12,7 @@ distributed yet, the cleanup of every node, and event tables on the coordinator 
 """
 
 import contextlib
+import datetime
 import random
 import shutil
 import subprocess
@@ -102,7 +103,8 @@ SKU_VIEW = dict(
     group_by='{"sku": "$.sku"}',
     measures='{"n": "count(*)", "qty": "sum($.qty)", "avg_qty": "avg($.qty)", '
     '"top": "max($.price)", "low": "min($.price)", "priced": "count($.price)", '
-    '"buyers": "count_distinct($.user)"}',
+    '"buyers": "count_distinct($.user)", "median_qty": "percentile($.qty, 0.5)", '
+    '"p90_price": "approx_percentile($.price, 0.9)"}',
 )
 
 # The same aggregate from scratch over the distributed table.
@@ -110,10 +112,12 @@ SKU_FROM_SCRATCH = """
     SELECT pg_catalog.date_bin('1 day', occurred_at, '2000-01-01 00:00:00+00'), payload->>'sku',
            count(*), sum((payload->>'qty')::numeric), round(avg((payload->>'qty')::numeric), 10),
            max((payload->>'price')::numeric), min((payload->>'price')::numeric), count(payload->'price'),
-           count(DISTINCT payload->'user')
+           count(DISTINCT payload->'user'),
+           percentile_disc(0.5) WITHIN GROUP (ORDER BY (payload->>'qty')::numeric),
+           percentile_disc(0.9) WITHIN GROUP (ORDER BY (payload->>'price')::numeric)
     FROM {table} WHERE event_type = 'order' GROUP BY 1, 2 ORDER BY 1, 2 NULLS FIRST"""
 SKU_READ = """
-    SELECT bucket, sku, n, qty, round(avg_qty, 10), top, low, priced, buyers
+    SELECT bucket, sku, n, qty, round(avg_qty, 10), top, low, priced, buyers, median_qty, p90_price
     FROM {view} ORDER BY 1, 2 NULLS FIRST"""
 
 
@@ -180,8 +184,13 @@ def insert_orders(conn, table: str, rng: random.Random, count: int) -> None:
                 {
                     "sku": rng.choice(["A", "B", "C", None]),
                     "qty": rng.randint(1, 9),
-                    # Users who buy on many days and skus, on every shard; 1 and 1.0 are one.
-                    **({"user": rng.choice(["u1", "u2", "u3", "u4", "u5", 1, 1.0, 2])} if rng.random() < 0.8 else {}),
+                    # Users who buy on many days and skus, on every shard (1 and 1.0 are one),
+                    # and users of one event, on one shard only.
+                    **(
+                        {"user": rng.choice(["u1", "u2", "u3", "u4", "u5", 1, 1.0, 2, f"solo{rng.randint(0, 10**9)}"])}
+                        if rng.random() < 0.8
+                        else {}
+                    ),
                     **({"price": round(rng.uniform(1, 100), 2)} if rng.random() < 0.9 else {}),
                 }
             ),
@@ -214,9 +223,7 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
             )
 
             def check(step: str) -> None:
-                got = conn.execute(SKU_READ.format(view="dev_sku")).fetchall()
-                want = conn.execute(SKU_FROM_SCRATCH.format(table="dev")).fetchall()
-                assert got == want, step
+                sku_check(conn, "dev", "dev_sku", step)
                 got = conn.execute("SELECT type, events FROM dev_types ORDER BY 1").fetchall()
                 want = conn.execute(
                     "SELECT event_type, count(*) FROM dev WHERE payload->>'sku' = 'A' GROUP BY 1 ORDER BY 1"
@@ -226,7 +233,7 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
             check("after the first fill")
             for step in range(18):
                 # A shard moved and a shard split, each with changes pending on it.
-                op = {5: "move", 11: "split"}.get(step) or rng.choice(
+                op = {5: "move", 11: "split", 14: "rebuild"}.get(step) or rng.choice(
                     ["insert", "copy", "update", "delete", "rollback", "transaction", "single", "refresh_rolled_back"]
                 )
                 if op in ("move", "split"):
@@ -237,6 +244,12 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                         (rng.randint(0, 18),),
                     )
                     (move_a_shard if op == "move" else split_a_shard)(conn, "dev", rng)
+                elif op == "rebuild":
+                    # Every shard's view made anew, with changes pending.
+                    insert_orders(conn, "dev", rng, 80)
+                    conn.execute("DELETE FROM dev WHERE event_id % 10 = 4")
+                    groups = conn.execute("SELECT eventview.rebuild('dev_sku', now() - interval '1 day')").fetchone()[0]
+                    assert groups == conn.execute("SELECT count(*) FROM dev_sku").fetchone()[0]
                 elif op == "insert":
                     insert_orders(conn, "dev", rng, rng.randint(1, 300))
                 elif op == "copy":
@@ -468,13 +481,9 @@ def test_what_is_not_distributed_yet_is_refused(citus):
         assert state == "22023" and "distribute_by" in got
         conn.execute("SELECT eventview.create_event_table('dref', distribute_by => 'event_id')")
         try:
-            for arguments in [
-                """measures => '{"p": "percentile($.qty, 0.5)"}'""",
-                "realtime => true",
-            ]:
-                state, got = refusal(conn, f"SELECT eventview.create_view('dref_v', 'dref', {arguments})")
-                assert state == "0A000" and "distributed by Citus is not supported" in got, got
-                assert conn.execute("SELECT to_regclass('dref_v')").fetchone()[0] is None
+            state, got = refusal(conn, "SELECT eventview.create_view('dref_v', 'dref', realtime => true)")
+            assert state == "0A000" and "distributed by Citus is not supported" in got, got
+            assert conn.execute("SELECT to_regclass('dref_v')").fetchone()[0] is None
             assert conn.execute("SELECT count(*) FROM eventview._distributed_views").fetchone()[0] == 0
             conn.execute("""SELECT eventview.create_view('dref_v', 'dref', measures => '{"n": "count(*)"}')""")
             state, got = refusal(conn, "SELECT eventview.drop_event_table('dref')")
@@ -483,28 +492,89 @@ def test_what_is_not_distributed_yet_is_refused(citus):
             conn.execute("SELECT eventview.drop_event_table('dref', cascade => true)")
 
 
-def test_register_refuses_a_table_citus_manages(citus):
+USER_TABLE = """CREATE TABLE {name} (
+    event_id bigint NOT NULL, event_key text, event_type text NOT NULL,
+    event_version integer NOT NULL DEFAULT 1, producer text NOT NULL DEFAULT current_user,
+    occurred_at timestamptz NOT NULL DEFAULT now(),
+    ingested_at timestamptz NOT NULL DEFAULT now(), payload jsonb NOT NULL, note text)"""
+
+
+def test_register_adopts_a_table_the_user_distributed(citus):
+    rng = random.Random(2690)
     with citus.connect() as conn:
-        conn.execute(
-            """CREATE TABLE user_dist (
-                 event_id bigint PRIMARY KEY, event_key text, event_type text NOT NULL,
-                 event_version integer NOT NULL DEFAULT 1, producer text NOT NULL DEFAULT current_user,
-                 occurred_at timestamptz NOT NULL DEFAULT now(),
-                 ingested_at timestamptz NOT NULL DEFAULT now(), payload jsonb NOT NULL)"""
-        )
-        conn.execute("CREATE UNIQUE INDEX ON user_dist (event_key, event_id)")
-        conn.execute("SELECT create_distributed_table('user_dist', 'event_id', shard_count => 4)")
+        conn.execute(USER_TABLE.format(name="user_dist"))
+        conn.execute("ALTER TABLE user_dist ADD PRIMARY KEY (event_id, producer)")
+        conn.execute("CREATE SEQUENCE user_dist_ids")
+        conn.execute("ALTER TABLE user_dist ALTER COLUMN event_id SET DEFAULT nextval('user_dist_ids')")
+        conn.execute("ALTER TABLE user_dist ALTER COLUMN producer SET DEFAULT 'p' || floor(random() * 5)::int")
+        conn.execute("SELECT create_distributed_table('user_dist', 'producer', shard_count => 4)")
         try:
-            state, message = refusal(conn, "SELECT eventview.register_event_table('user_dist')")
-            assert state == "0A000"
-            assert "user_dist: it is a Citus table" in message
-            assert conn.execute("SELECT count(*) FROM eventview._sources").fetchone()[0] == 0
-            # No capture trigger on the table or its shards.
+            # Events before the registration: views read them, exactly once.
+            insert_orders(conn, "user_dist", rng, 200)
+            conn.execute("SELECT eventview.register_event_table('user_dist', delta_retention => '1 hour')")
             assert conn.execute(
-                "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'user_dist'::regclass AND NOT tgisinternal"
-            ).fetchone()[0] == 0
+                "SELECT distribute_by, delta_retention FROM eventview._distributed_sources WHERE relid = 'user_dist'::regclass"
+            ).fetchone() == ("producer", datetime.timedelta(hours=1))
+            state, _ = refusal(conn, "SELECT eventview.register_event_table('user_dist')")
+            assert state == "42710"
+            conn.execute(
+                "SELECT eventview.create_view('user_sku', 'user_dist', event_types => ARRAY['order'], "
+                "group_by => %s, measures => %s, time_bucket => '1 day')",
+                (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
+            )
+            sku_check(conn, "user_dist", "user_sku", "after the first fill")
+            insert_orders(conn, "user_dist", rng, 100)
+            conn.execute("DELETE FROM user_dist WHERE event_id % 7 = 0")
+            conn.execute("UPDATE user_dist SET payload = payload || '{\"qty\": 3}' WHERE event_id % 5 = 0")
+            conn.execute("SELECT eventview.refresh('user_sku')")
+            sku_check(conn, "user_dist", "user_sku", "after a refresh")
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == 4
         finally:
-            conn.execute("DROP TABLE user_dist")
+            conn.execute("SELECT eventview.drop_event_table('user_dist', cascade => true)")
+            conn.execute("DROP SEQUENCE user_dist_ids")
+        assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == 0
+
+
+def test_register_refuses_what_it_cannot_capture(citus):
+    with citus.connect() as conn:
+        keyed = "ALTER TABLE {t} ADD PRIMARY KEY (event_id); "
+        cases = [
+            # (how the table is distributed, the SQLSTATE, the start of the message)
+            (keyed + "SELECT create_reference_table('{t}')", "0A000",
+             "cannot register {t}: it is a Citus reference or local table"),
+            ("SELECT create_distributed_table('{t}', 'note', shard_count => 4)", "22023",
+             'cannot register {t} as an event table: it is distributed by column "note"'),
+            (keyed + "SET citus.shard_replication_factor = 2; SELECT create_distributed_table('{t}', 'event_id', shard_count => 4)",
+             "0A000", "cannot register {t}: its shards have more than one placement"),
+        ]
+        for distribute, sqlstate, message in cases:
+            conn.execute(USER_TABLE.format(name="user_ref"))
+            try:
+                conn.execute(distribute.format(t="user_ref"))
+                conn.execute("RESET citus.shard_replication_factor")
+                state, got = refusal(conn, "SELECT eventview.register_event_table('user_ref')")
+                assert state == sqlstate and got.startswith(message.format(t="public.user_ref")), got
+                assert conn.execute("SELECT count(*) FROM eventview._distributed_sources").fetchone()[0] == 0
+                assert conn.execute(
+                    "SELECT count(*) FROM pg_class WHERE relnamespace = 'eventview'::regnamespace AND relname ~ '^_shards_'"
+                ).fetchone()[0] == 0
+            finally:
+                conn.execute("DROP TABLE user_ref")
+        # A distributed table whose unique key does not lead with event_id.
+        conn.execute(USER_TABLE.format(name="user_nokey"))
+        conn.execute("ALTER TABLE user_nokey ADD PRIMARY KEY (producer, event_id)")
+        conn.execute("SELECT create_distributed_table('user_nokey', 'producer', shard_count => 4)")
+        try:
+            state, got = refusal(conn, "SELECT eventview.register_event_table('user_nokey')")
+            assert state == "22023" and "no unique index on event_id" in got, got
+            # With retention: refused as for create_event_table.
+            conn.execute("ALTER TABLE user_nokey DROP CONSTRAINT user_nokey_pkey")
+            conn.execute("ALTER TABLE user_nokey ADD PRIMARY KEY (event_id, producer)")
+            state, got = refusal(conn, "SELECT eventview.register_event_table('user_nokey', retention => '1 day')")
+            assert state == "0A000" and "retention" in got, got
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == 0
+        finally:
+            conn.execute("DROP TABLE user_nokey")
 
 
 def test_event_tables_on_the_coordinator_keep_working(citus):
@@ -533,9 +603,15 @@ def test_event_tables_on_the_coordinator_keep_working(citus):
 
 
 def sku_check(conn, table: str, view: str, step: str) -> None:
+    """The view equals the aggregate from scratch; its approx_percentile (the last column) is
+    within the sketch's 1% of the exact one."""
     got = conn.execute(SKU_READ.format(view=view)).fetchall()
     want = conn.execute(SKU_FROM_SCRATCH.format(table=table)).fetchall()
-    assert got == want, step
+    assert [row[:-1] for row in got] == [row[:-1] for row in want], step
+    for g, w in zip(got, want):
+        assert (g[-1] is None) == (w[-1] is None), (step, g, w)
+        if w[-1] is not None:
+            assert abs(g[-1] - float(w[-1])) <= 0.0101 * abs(float(w[-1])), (step, g, w)
 
 
 def test_views_follow_a_rebalance_onto_a_new_worker_and_a_drain(citus):
@@ -719,3 +795,75 @@ def test_a_worker_crash_mid_refresh_leaves_views_consistent(citus):
             sku_check(conn, "dcrash", "dcrash_sku", "after the crash")
         finally:
             conn.execute("SELECT eventview.drop_event_table('dcrash', cascade => true)")
+
+
+def shard_of(conn, table: str, event_id: int) -> int:
+    return conn.execute(
+        "SELECT get_shard_id_for_distribution_column(%s, %s)", (table, event_id)
+    ).fetchone()[0]
+
+
+def test_a_key_written_twice_on_a_shard_that_arrived_is_named(citus):
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("SELECT eventview.create_event_table('ddup', distribute_by => 'event_id')")
+        try:
+            conn.execute("""SELECT eventview.create_view('ddup_n', 'ddup', measures => '{"n": "count(*)"}')""")
+            conn.execute(
+                "INSERT INTO ddup (event_key, event_type, payload) SELECT 'k' || g, 'order', '{}' FROM generate_series(1, 40) g"
+            )
+            conn.execute("SELECT eventview.refresh('ddup_n')")
+            event_id = conn.execute("SELECT min(event_id) FROM ddup WHERE event_key = 'k1'").fetchone()[0]
+            shard = shard_of(conn, "ddup", event_id)
+            port = conn.execute("SELECT nodeport FROM citus_shards WHERE shardid = %s", (shard,)).fetchone()[0]
+            to = [p for _, p in worker_nodes(conn) if p != port][0]
+            conn.execute("SELECT citus_move_shard_placement(%s, '127.0.0.1', %s, '127.0.0.1', %s)", (shard, port, to))
+            conn.execute("CALL citus_cleanup_orphaned_resources()")
+            # Before any call reaches the shard's new node, its key index is not there.
+            twin = next(
+                i for i in range(10**6, 10**7) if shard_of(conn, "ddup", i) == shard
+            )
+            conn.execute(
+                "INSERT INTO ddup (event_id, event_key, event_type, payload) OVERRIDING SYSTEM VALUE "
+                "VALUES (%s, 'k1', 'order', '{}')",
+                (twin,),
+            )
+            state, got = refusal(conn, "SELECT eventview.refresh('ddup_n')")
+            assert state == "23505" and "its event_key 'k1' is there twice" in got, got
+            conn.execute("DELETE FROM ddup WHERE event_id = %s", (twin,))
+            assert conn.execute("SELECT eventview.refresh('ddup_n')").fetchone()[0] >= 0
+            assert conn.execute("SELECT n FROM ddup_n").fetchone() == (40,)
+            # Now the key is kept unique there again.
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                conn.execute(
+                    "INSERT INTO ddup (event_id, event_key, event_type, payload) OVERRIDING SYSTEM VALUE "
+                    "VALUES (%s, 'k1', 'order', '{}')",
+                    (twin,),
+                )
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('ddup', cascade => true)")
+
+
+def test_refusals_of_isolation_levels_and_isolated_tenants(citus):
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("SELECT eventview.create_event_table('diso', distribute_by => 'event_id')")
+        try:
+            conn.execute("""SELECT eventview.create_view('diso_n', 'diso', measures => '{"n": "count(*)"}')""")
+            conn.execute("INSERT INTO diso (event_type, payload) SELECT 'order', '{}' FROM generate_series(1, 20)")
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                state, got = refusal(conn, "SELECT eventview.refresh('diso_n')")
+            assert state == "0A000" and "needs a READ COMMITTED transaction" in got, got
+            # A tenant isolated to a shard of one hash value: refused with a hint, and the
+            # table can still be dropped.
+            conn.execute(
+                "SELECT isolate_tenant_to_new_shard('diso', 1000000000000, 'CASCADE', shard_transfer_mode => 'block_writes')"
+            )
+            conn.execute("CALL citus_cleanup_orphaned_resources()")
+            state, got = refusal(conn, "SELECT eventview.refresh('diso_n')")
+            assert state == "55000" and "too narrow a hash range" in got, got
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('diso', cascade => true)")
+        assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 0
+        assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == 0

@@ -38,7 +38,14 @@ fn rebuild(
     from_time: Option<TimestampWithTimeZone>,
     to_time: Option<TimestampWithTimeZone>,
 ) -> Result<i64, ErrorReport> {
-    at_boundary(|| crate::refresh::rebuild(required(name, "name")?, from_time, to_time))
+    at_boundary(|| {
+        let name = required(name, "name")?;
+        crate::citus::or_distributed(
+            crate::refresh::rebuild(name, from_time, to_time),
+            || crate::citus::distributed_view_named(name),
+            crate::citus::rebuild,
+        )
+    })
 }
 
 /// The runs of consecutive ids among `ids`, as (lo, hi) with a chunk number, for reading a

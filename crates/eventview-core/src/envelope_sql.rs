@@ -70,6 +70,18 @@ pub fn distribution_value_of(column: &str) -> Option<(&'static str, &'static str
     }
 }
 
+/// A value `expr` of distribution column type `type_name` as text that is the same on every
+/// node, whatever its session's TimeZone and DateStyle, and casts back to the type: a
+/// timestamptz as ISO 8601 in UTC, anything else as its text.
+pub fn canonical_text(expr: &str, type_name: &str) -> String {
+    match type_name {
+        "timestamptz" => format!(
+            "pg_catalog.to_char(({expr}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        ),
+        _ => format!("({expr})::text"),
+    }
+}
+
 /// `CREATE TABLE` for a partitioned event table (API.md section 7): the envelope, partitioned by
 /// range on `occurred_at`, with the primary key `(event_id, occurred_at)` (a unique index of a
 /// partitioned table includes its partition key). `event_key` is unique across partitions by
@@ -586,6 +598,15 @@ pub fn drop_capture(source_id: i32, partitioned: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shard_value_reads_the_same_on_every_node() {
+        assert_eq!(
+            canonical_text("k", "timestamptz"),
+            "pg_catalog.to_char((k) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        );
+        assert_eq!(canonical_text("k", "bigint"), "(k)::text");
+    }
 
     #[test]
     fn a_distributed_table_keys_hold_the_distribution_column() {

@@ -6,35 +6,33 @@
 //!
 //! Algorithm: the shards' views write the changes of the groups each apply changes to their
 //! group changelogs (as a view that rollups read does): counter deltas, the extremes of the
-//! additions, whether the group took a retraction. After the shards' refreshes, in the same
-//! transaction, the coordinator takes every shard's changes and adds them to the merged groups:
-//! counts and sums added, `avg` from the added sums and counts, extremes combined with the
-//! additions' (an extreme only moves outwards while nothing is retracted). A group that took a
+//! additions, sketch deltas, the value changes of multiset measures, whether the group took a
+//! retraction. After the shards' refreshes, in the same transaction, the coordinator takes
+//! every shard's changes and adds them to the merged groups: counts and sums added, `avg` from
+//! the added sums and counts, extremes combined with the additions' (an extreme only moves
+//! outwards while nothing is retracted), sketches merged bucket by bucket. A group that took a
 //! retraction is recomputed from the partial groups of every shard (min of minima, max of
-//! maxima), and goes when its count fell to 0 (only a retraction lowers a count). Taking a shard's changes empties its group
-//! changelog in the transaction that applies them to the merged groups: each change is added
-//! exactly once.
+//! maxima), and goes when its count fell to 0 (only a retraction lowers a count). The values
+//! of count_distinct and percentile measures, which no partial group can merge, go to the
+//! coordinator's value multisets, per group, value and shard; a group's distinct count is
+//! counted from them, and a percentile read from them. Taking a shard's changes empties its
+//! group changelog in the transaction that applies them on the coordinator: each change is
+//! added exactly once. A shard's view made anew (on a node the shard arrived on) replaces that
+//! shard's values, and every group is merged anew.
 
 use super::*;
+use crate::definition::SqlType;
 
 impl<'a> ViewSql<'a> {
-    /// Whether measures of `kind` can be merged from per-shard partial groups. The others need
-    /// every shard's values at once.
-    pub fn merges_across_shards(kind: AggKind) -> bool {
-        matches!(
-            kind,
-            AggKind::CountStar
-                | AggKind::Count
-                | AggKind::Sum
-                | AggKind::Avg
-                | AggKind::Min
-                | AggKind::Max
-                | AggKind::CountDistinct
-        )
+    /// The count_distinct and percentile measures with their numbers: the coordinator keeps
+    /// each one's values per group and shard (`create_merged_values`).
+    fn value_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
+        self.numbered_measures()
+            .filter(|(_, m)| matches!(m.kind, AggKind::CountDistinct | AggKind::Percentile))
     }
 
-    /// The count_distinct measures with their numbers: the coordinator keeps each one's values
-    /// per group and shard (`create_merged_values`) and counts them (`count_distinct_of`).
+    /// The count_distinct measures with their numbers, which the coordinator counts from the
+    /// merged values (`count_distinct_of`); a percentile is read from them.
     fn distinct_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
         self.numbered_measures()
             .filter(|(_, m)| m.kind == AggKind::CountDistinct)
@@ -55,34 +53,9 @@ impl<'a> ViewSql<'a> {
         ]
     }
 
-    /// On a shard's node: every group of the storage as a change that marks it `__dirty` and
-    /// adds nothing (counters 0, extremes NULL), as a JSON array as `take_changes` gives: the
-    /// coordinator merges those groups anew from every shard's partial groups.
-    pub fn groups_as_dirty(&self) -> String {
-        let keys = self.key_list();
-        let mut columns: Vec<String> = self
-            .merged_changes()
-            .into_iter()
-            .map(|(column, combine, type_name)| {
-                // LEAST and GREATEST leave out a NULL; a counter adds 0.
-                if combine.starts_with("LEAST") || combine.starts_with("GREATEST") {
-                    format!("NULL::{type_name} AS {column}")
-                } else {
-                    format!("0::{type_name} AS {column}")
-                }
-            })
-            .collect();
-        columns.push("true AS __dirty".into());
-        format!(
-            "SELECT coalesce(pg_catalog.json_agg(c), '[]')::text
-FROM (SELECT DISTINCT {keys}, {} FROM {}) c",
-            columns.join(", "),
-            self.data()
-        )
-    }
-
     /// DDL of the coordinator's storage of merged groups: the storage table with its key and
-    /// read indexes (no multisets: the extremes come merged from the shards).
+    /// read indexes (the extremes come merged from the shards, without multisets), and the
+    /// value multisets of count_distinct and percentile measures (`create_merged_values`).
     pub fn create_merged_storage(&self) -> Vec<String> {
         let data = self.data();
         let mut out = vec![
@@ -98,18 +71,21 @@ FROM (SELECT DISTINCT {keys}, {} FROM {}) c",
         out
     }
 
-    /// DDL of the coordinator's value multiset of each count_distinct measure: how many events
-    /// of each group on each shard (`__shard`, the value of its registry row, as text) have
-    /// each value. A group's distinct count is the number of its values (`count_distinct_of`);
-    /// a shard's rows are replaced when the shard's view is made anew on a node it arrived on.
+    /// DDL of the coordinator's value multiset of each count_distinct and percentile measure:
+    /// how many events of each group on each shard (`__shard`, the value of its registry row,
+    /// as text) have each value. A group's distinct count is the number of its values
+    /// (`count_distinct_of`); a percentile is read from them as a single-node view's is from
+    /// its multiset (a value on several shards has a row per shard, which the percentile's
+    /// running sum over the values takes together). A shard's rows are replaced when the
+    /// shard's view is made anew on a node it arrived on.
     pub fn create_merged_values(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for (n, _) in self.distinct_measures() {
+        for (n, m) in self.value_measures() {
             let values = names::view_values(self.view_id, n);
             let mut columns = self.key_column_ddl();
             columns.extend([
                 "__shard text NOT NULL".to_string(),
-                "v jsonb NOT NULL".to_string(),
+                format!("v {} NOT NULL", m.value_type().name()),
                 "n bigint NOT NULL".to_string(),
             ]);
             out.push(format!(
@@ -127,40 +103,30 @@ FROM (SELECT DISTINCT {keys}, {} FROM {}) c",
 
     /// The coordinator's value multisets (`create_merged_values`), qualified.
     pub fn merged_values_tables(&self) -> Vec<String> {
-        self.distinct_measures()
+        self.value_measures()
             .map(|(n, _)| names::view_values(self.view_id, n))
             .collect()
-    }
-
-    /// The storage columns a merge writes: the key, `__count`, the measures' counters.
-    fn merged_columns(&self) -> Vec<String> {
-        let mut columns = self.key_columns();
-        columns.push("__count".into());
-        columns.extend(self.measure_columns());
-        columns
     }
 
     /// `INSERT INTO <storage>` of the partial groups of `groups` merged, one row per group with
     /// a count, of the groups `condition` (on `groups`' columns) keeps.
     fn insert_merged(&self, groups: &str, condition: &str) -> String {
-        let mut merged = vec!["sum(__count)::bigint".to_string()];
-        for (n, m) in self.numbered_measures() {
-            for column in Self::stored_columns(n, m) {
-                merged.push(match m.kind {
-                    AggKind::Min => format!("min({column})"),
-                    AggKind::Max => format!("max({column})"),
-                    // Counted from the merged values afterwards (`count_distinct_of`).
-                    AggKind::CountDistinct => "0".to_string(),
-                    _ if column.ends_with("_n") => format!("sum({column})::bigint"),
-                    _ => format!("sum({column})"),
-                });
-            }
+        let mut columns = self.key_columns();
+        let mut merged = Vec::new();
+        for c in self.merged_changes() {
+            merged.push(c.aggregated());
+            columns.push(c.name);
+        }
+        for (n, _) in self.distinct_measures() {
+            // Counted from the merged values afterwards (`count_distinct_of`).
+            columns.push(format!("m{n}_val"));
+            merged.push("0".into());
         }
         let keys = self.key_list();
         format!(
             "INSERT INTO {} ({})\nSELECT {keys}, {}\nFROM {groups}\nWHERE __k{condition}\nGROUP BY {keys}\nHAVING sum(__count) > 0",
             self.data(),
-            self.merged_columns().join(", "),
+            columns.join(", "),
             merged.join(", ")
         )
     }
@@ -192,74 +158,46 @@ FROM (SELECT DISTINCT {keys}, {} FROM {}) c",
         ]
     }
 
-    /// The merged measure columns a group change carries, with the SQL that adds two of them up
-    /// (`old` and `new` the two rows) and their types: counters add, extremes combine.
-    fn merged_changes(&self) -> Vec<(String, String, String)> {
-        let mut columns = vec![(
-            "__count".to_string(),
-            "{old}.__count + {new}.__count".to_string(),
-            "bigint".to_string(),
-        )];
-        for (n, m) in self
-            .numbered_measures()
-            .filter(|(_, m)| m.kind != AggKind::CountDistinct)
-        {
+    /// The columns a group change carries that merge by themselves: `__count` and the
+    /// measures' counters, extremes and sketches (a count_distinct is counted from the merged
+    /// values, a percentile read from them).
+    fn merged_changes(&self) -> Vec<MergedColumn> {
+        let mut columns = vec![MergedColumn::counter("__count".into(), "bigint")];
+        for (n, m) in self.numbered_measures() {
             for column in Self::stored_columns(n, m) {
-                let (combine, type_name) = match m.kind {
-                    AggKind::Min => ("LEAST", m.value_type().name().to_string()),
-                    AggKind::Max => ("GREATEST", m.value_type().name().to_string()),
-                    _ if column.ends_with("_n") => ("+", "bigint".to_string()),
-                    _ => ("+", "numeric".to_string()),
-                };
-                let sql = if combine == "+" {
-                    format!("{{old}}.{column} + {{new}}.{column}")
-                } else {
-                    format!("{combine}({{old}}.{column}, {{new}}.{column})")
-                };
-                columns.push((column, sql, type_name));
+                columns.push(match m.kind {
+                    AggKind::Min => MergedColumn::extreme(column, "LEAST", "min", m),
+                    AggKind::Max => MergedColumn::extreme(column, "GREATEST", "max", m),
+                    AggKind::ApproxPercentile => MergedColumn::sketch(column),
+                    AggKind::CountDistinct | AggKind::Percentile => continue,
+                    _ if column.ends_with("_n") => MergedColumn::counter(column, "bigint"),
+                    _ => MergedColumn::counter(column, "numeric"),
+                });
             }
         }
         columns
     }
 
-    /// The aggregate over a set of group changes of a merged column (`merged_changes`).
-    fn changes_aggregate(&self, column: &str) -> String {
-        let kind = self
-            .numbered_measures()
-            .find(|(n, m)| Self::stored_columns(*n, m).iter().any(|c| c == column))
-            .map(|(_, m)| m.kind);
-        match kind {
-            Some(AggKind::Min) => format!("min({column})"),
-            Some(AggKind::Max) => format!("max({column})"),
-            _ if column.ends_with("_n") || column == "__count" => format!("sum({column})::bigint"),
-            _ => format!("sum({column})"),
-        }
-    }
-
     /// On a shard's node: the group changes the view's group changelog holds, one per group
     /// (counters added, extremes of the additions combined, `__dirty` when any retracted), and
-    /// the value changes of its count_distinct measures (`value_rows`), as a JSON object
+    /// the value changes of its count_distinct and percentile measures, as a JSON object
     /// `{"changes": [...], "values": [...]}`; the changelog emptied. `shard` (a literal) tags
     /// the value changes.
     pub fn take_changes(&self, shard: &str) -> String {
         let keys = self.key_list();
-        let mut columns: Vec<String> = self
-            .merged_changes()
-            .into_iter()
-            .map(|(column, _, _)| format!("{} AS {column}", self.changes_aggregate(&column)))
+        let merged = self.merged_changes();
+        let mut columns: Vec<String> = merged
+            .iter()
+            .map(|c| format!("{} AS {}", c.aggregated(), c.name))
             .collect();
         columns.push("bool_or(__dirty) AS __dirty".into());
-        let mut taken: Vec<String> = self
-            .merged_changes()
-            .into_iter()
-            .map(|(column, _, _)| column)
-            .collect();
+        let mut taken: Vec<String> = merged.into_iter().map(|c| c.name).collect();
         taken.push("__dirty".into());
         let mut values = Vec::new();
-        for (n, _) in self.distinct_measures() {
+        for (n, _) in self.value_measures() {
             taken.push(format!("m{n}_vs, m{n}_ns"));
             values.push(format!(
-                "SELECT {keys}, {n} AS m, {shard} AS __shard, u.v, sum(u.n)::bigint AS n
+                "SELECT {keys}, {n} AS m, {shard} AS __shard, pg_catalog.to_jsonb(u.v) AS v, sum(u.n)::bigint AS n
       FROM taken CROSS JOIN LATERAL unnest(taken.m{n}_vs, taken.m{n}_ns) AS u(v, n)
       GROUP BY {keys}, u.v HAVING sum(u.n) <> 0"
             ));
@@ -288,17 +226,17 @@ SELECT pg_catalog.json_build_object(
         )
     }
 
-    /// On a shard's node, for a view of this node: the values of its count_distinct measures
-    /// as value changes that add them (`{<keys>, "m": <measure>, "__shard": <shard>, "v":
+    /// On a shard's node, for a view of this node: the values of its count_distinct and
+    /// percentile measures as value changes that add them (`{<keys>, "m": <measure>, "__shard": <shard>, "v":
     /// <value>, "n": <events>}` each; `shard` a literal), as a JSON array: how the coordinator
     /// learns a shard's values when the shard's view is made.
     pub fn values_of_shard(&self, shard: &str) -> String {
         let keys = self.key_list();
         let selects: Vec<String> = self
-            .distinct_measures()
+            .value_measures()
             .map(|(n, _)| {
                 format!(
-                    "SELECT {keys}, {n} AS m, {shard} AS __shard, v, n FROM {} WHERE n <> 0",
+                    "SELECT {keys}, {n} AS m, {shard} AS __shard, pg_catalog.to_jsonb(v) AS v, n FROM {} WHERE n <> 0",
                     names::view_values(self.view_id, n)
                 )
             })
@@ -327,15 +265,16 @@ SELECT pg_catalog.json_build_object(
             record.join(", ")
         );
         let mut out = Vec::new();
-        for (n, values) in self
-            .distinct_measures()
-            .map(|(n, _)| n)
-            .zip(self.merged_values_tables())
-        {
+        for ((n, m), values) in self.value_measures().zip(self.merged_values_tables()) {
+            // Values travel as JSON: a jsonb value as it is, any other from its text.
+            let value = match m.value_type() {
+                SqlType::Jsonb => "v".to_string(),
+                other => format!("(v #>> '{{}}')::{}", other.name()),
+            };
             out.push(format!(
                 "INSERT INTO {values} AS t ({keys}, __shard, v, n)
-SELECT {keys}, __shard, v, sum(n)::bigint FROM {listed} WHERE m = {n}
-GROUP BY {keys}, __shard, v
+SELECT {keys}, __shard, {value}, sum(n)::bigint FROM {listed} WHERE m = {n}
+GROUP BY {keys}, __shard, {value}
 ON CONFLICT ({keys}, v, __shard) DO UPDATE SET n = t.n + EXCLUDED.n"
             ));
             out.push(format!(
@@ -390,22 +329,23 @@ WHERE {}",
     pub fn apply_changes(&self, changes: &str) -> String {
         let merged = self.merged_changes();
         let mut record = self.key_record();
-        record.extend(merged.iter().map(|(c, _, t)| format!("{c} {t}")));
+        record.extend(merged.iter().map(|c| format!("{} {}", c.name, c.type_name)));
         record.push("__dirty boolean".into());
         let keys = self.key_list();
         let mut sums: Vec<String> = merged
             .iter()
-            .map(|(c, _, _)| format!("{} AS {c}", self.changes_aggregate(c)))
+            .map(|c| format!("{} AS {}", c.aggregated(), c.name))
             .collect();
         sums.push("bool_or(__dirty) AS __dirty".into());
-        let mut columns: Vec<String> = merged.iter().map(|(c, _, _)| c.clone()).collect();
+        let mut columns: Vec<String> = merged.iter().map(|c| c.name.clone()).collect();
         columns.push("__dirty".into());
         let mut updates: Vec<String> = merged
             .iter()
-            .map(|(c, sql, _)| {
+            .map(|c| {
                 format!(
-                    "{c} = {}",
-                    sql.replace("{old}", "t").replace("{new}", "EXCLUDED")
+                    "{} = {}",
+                    c.name,
+                    c.combine.replace("{old}", "t").replace("{new}", "EXCLUDED")
                 )
             })
             .collect();
@@ -455,6 +395,56 @@ FROM (SELECT {keys} FROM pg_catalog.json_to_recordset({changes}) AS c({}, __dirt
     }
 }
 
+/// A storage column that merges by itself, across shards and across group changes.
+struct MergedColumn {
+    name: String,
+    type_name: String,
+    /// The SQL that combines two of its values, `{old}` and `{new}` the two rows.
+    combine: String,
+    /// The aggregate over a set of its values (the name of an aggregate function).
+    aggregate: &'static str,
+}
+
+impl MergedColumn {
+    /// A count or a sum: values add.
+    fn counter(name: String, type_name: &str) -> MergedColumn {
+        MergedColumn {
+            combine: format!("{{old}}.{name} + {{new}}.{name}"),
+            name,
+            type_name: type_name.into(),
+            aggregate: "sum",
+        }
+    }
+
+    /// A min or max: `combine` (LEAST, GREATEST) leaves out a NULL.
+    fn extreme(name: String, combine: &str, aggregate: &'static str, m: &Measure) -> MergedColumn {
+        MergedColumn {
+            combine: format!("{combine}({{old}}.{name}, {{new}}.{name})"),
+            name,
+            type_name: m.value_type().name().into(),
+            aggregate,
+        }
+    }
+
+    /// An approx_percentile's sketch: counts per bucket add (NULL holds none).
+    fn sketch(name: String) -> MergedColumn {
+        MergedColumn {
+            combine: format!(
+                "CASE WHEN {{new}}.{name} IS NULL THEN {{old}}.{name} WHEN {{old}}.{name} IS NULL THEN {{new}}.{name} \
+                 ELSE eventview._sketch_merge({{old}}.{name}, {{new}}.{name}) END"
+            ),
+            name,
+            type_name: "bigint[]".into(),
+            aggregate: "eventview._sketch_sum",
+        }
+    }
+
+    /// `<aggregate>(<name>)::<type>`.
+    fn aggregated(&self) -> String {
+        format!("{}({})::{}", self.aggregate, self.name, self.type_name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,10 +486,8 @@ mod tests {
         );
         let all = sql(&d).merge_all("eventview._v7_groups").join(";\n");
         assert!(all.starts_with("DELETE FROM eventview._v7_data;\nINSERT INTO eventview._v7_data (__k, bucket, g1, g1_null, __count, m2_n, m2_sum, m3_n, m3_sum, m4_val, m5_val)"));
-        assert!(all.contains("SELECT __k, bucket, g1, g1_null, sum(__count)::bigint, sum(m2_n)::bigint, sum(m2_sum), sum(m3_n)::bigint, sum(m3_sum), max(m4_val), min(m5_val)"));
+        assert!(all.contains("SELECT __k, bucket, g1, g1_null, sum(__count)::bigint, sum(m2_n)::bigint, sum(m2_sum)::numeric, sum(m3_n)::bigint, sum(m3_sum)::numeric, max(m4_val)::numeric, min(m5_val)::numeric"), "{all}");
         assert!(all.ends_with("FROM eventview._v7_groups\nWHERE __k\nGROUP BY __k, bucket, g1, g1_null\nHAVING sum(__count) > 0"));
-        assert!(ViewSql::merges_across_shards(AggKind::CountDistinct));
-        assert!(!ViewSql::merges_across_shards(AggKind::Percentile));
     }
 
     #[test]
@@ -509,7 +497,7 @@ mod tests {
         // A shard's changes carry its value changes, tagged with the shard.
         let take = view.take_changes("'17'");
         assert!(take.starts_with("WITH taken AS (DELETE FROM eventview._v7_changes RETURNING __k, bucket, g1, g1_null, __count, __dirty, m2_vs, m2_ns)"), "{take}");
-        assert!(take.contains("SELECT __k, bucket, g1, g1_null, 2 AS m, '17' AS __shard, u.v, sum(u.n)::bigint AS n
+        assert!(take.contains("SELECT __k, bucket, g1, g1_null, 2 AS m, '17' AS __shard, pg_catalog.to_jsonb(u.v) AS v, sum(u.n)::bigint AS n
       FROM taken CROSS JOIN LATERAL unnest(taken.m2_vs, taken.m2_ns) AS u(v, n)
       GROUP BY __k, bucket, g1, g1_null, u.v HAVING sum(u.n) <> 0"), "{take}");
         // The coordinator adds them up per (group, value, shard), and counts a group's values.
@@ -536,6 +524,19 @@ mod tests {
     }
 
     #[test]
+    fn percentiles_merge_from_values_and_sketches() {
+        let d = def(r#"{"p": "percentile($.q, 0.5)", "a": "approx_percentile($.q, 0.9)"}"#);
+        let view = sql(&d);
+        // An exact percentile is read from the merged values, kept with their type.
+        assert!(view.create_merged_values()[0].contains("v numeric NOT NULL"));
+        assert!(view.apply_value_changes()[0].contains("SELECT __k, bucket, g1, g1_null, __shard, (v #>> '{}')::numeric, sum(n)::bigint FROM pg_catalog.json_to_recordset($1::json)"));
+        assert!(view.count_distinct_of(None).is_empty());
+        // A sketch merges bucket by bucket.
+        assert!(view.merge_all("g")[1].contains("eventview._sketch_sum(m2_sk)::bigint[]"));
+        assert!(view.apply_changes("$1::json").contains("m2_sk = CASE WHEN EXCLUDED.m2_sk IS NULL THEN t.m2_sk WHEN t.m2_sk IS NULL THEN EXCLUDED.m2_sk ELSE eventview._sketch_merge(t.m2_sk, EXCLUDED.m2_sk) END"));
+    }
+
+    #[test]
     fn a_merge_of_keys_recomputes_exactly_the_listed_groups() {
         let d = def(r#"{"n": "count(*)"}"#);
         let keys = quote::literal(
@@ -557,7 +558,7 @@ mod tests {
         let d = def(r#"{"n": "count(*)", "q": "sum($.q)", "hi": "max($.p)"}"#);
         let take = sql(&d).take_changes("'17'");
         assert!(take.starts_with("WITH taken AS (DELETE FROM eventview._v7_changes RETURNING __k, bucket, g1, g1_null, __count, m2_n, m2_sum, m3_val, __dirty)"));
-        assert!(take.contains("SELECT __k, bucket, g1, g1_null, sum(__count)::bigint AS __count, sum(m2_n)::bigint AS m2_n, sum(m2_sum) AS m2_sum, max(m3_val) AS m3_val, bool_or(__dirty) AS __dirty FROM taken GROUP BY __k, bucket, g1, g1_null"));
+        assert!(take.contains("SELECT __k, bucket, g1, g1_null, sum(__count)::bigint AS __count, sum(m2_n)::bigint AS m2_n, sum(m2_sum)::numeric AS m2_sum, max(m3_val)::numeric AS m3_val, bool_or(__dirty) AS __dirty FROM taken GROUP BY __k, bucket, g1, g1_null"), "{take}");
         assert!(take.ends_with("'values', '[]'::json)::text"), "{take}");
         let apply = sql(&d).apply_changes("$1::json");
         assert!(apply.contains("AS c(__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m2_n bigint, m2_sum numeric, m3_val numeric, __dirty boolean)"));
@@ -565,17 +566,8 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_that_arrived_marks_its_groups_dirty_and_adds_nothing() {
+    fn partial_groups_have_a_key_for_logical_replication() {
         let d = def(r#"{"n": "count(*)", "q": "sum($.q)", "hi": "max($.p)"}"#);
-        let view = ViewSql {
-            data_table: Some("eventview._v7_groups_102".into()),
-            ..sql(&d)
-        };
-        assert_eq!(
-            view.groups_as_dirty(),
-            "SELECT coalesce(pg_catalog.json_agg(c), '[]')::text
-FROM (SELECT DISTINCT __k, bucket, g1, g1_null, 0::bigint AS __count, 0::bigint AS m2_n, 0::numeric AS m2_sum, NULL::numeric AS m3_val, true AS __dirty FROM eventview._v7_groups_102) c"
-        );
         let ddl = sql(&d).create_partial_groups("eventview._v7_groups", "bigint");
         assert_eq!(
             ddl[1..],
