@@ -196,5 +196,70 @@ REVOKE EXECUTE ON FUNCTION eventview._attach_shard_view(text, text, json, intege
 REVOKE EXECUTE ON FUNCTION eventview._refresh_shard_view(text, text, json, integer, text, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._detach_shard_view(text, json) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._maintain_shard(text, json, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION eventview._shard_view_stats(text, json) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION eventview._shard_observed(text, json) FROM PUBLIC;
 -- Called by eventview._follow_drop (as the extension owner); nobody else.
 REVOKE EXECUTE ON FUNCTION eventview._forget_distributed(oid) FROM PUBLIC;
+
+-- The monitoring views (API.md section 5), made last: their rows of distributed event tables
+-- and views come from functions of the library (src/citus.rs).
+CREATE VIEW eventview.views AS
+SELECT v.relid                                  AS name,
+       coalesce((SELECT r.relid FROM eventview._views r WHERE r.view_id = v.source_view), s.relid) AS source,
+       -- With the type policy as it is now (alter_view changes it).
+       pg_catalog.json_build_object('group_by', v.definition -> 'group_by', 'measures', v.definition -> 'measures',
+                                    'event_types', v.definition -> 'event_types', 'time_bucket', v.definition -> 'time_bucket',
+                                    'time_zone', v.definition -> 'time_zone', 'unnest', v.definition -> 'unnest',
+                                    'filter', v.definition -> 'filter', 'on_type_error', v.on_type_error) AS definition,
+       v.realtime,
+       v.schedule,
+       v.last_refresh_at,
+       v.last_refresh_ms,
+       p.changes                                AS pending_changes,
+       CASE WHEN p.changes IS NULL THEN NULL
+            WHEN p.oldest IS NULL THEN interval '0'
+            ELSE greatest(now() - p.oldest, interval '0') END AS lag,
+       eventview._group_count(v.view_id)        AS groups,
+       eventview._quarantined(v.view_id)        AS quarantined,
+       v.skipped,
+       coalesce(eventview._refresh_problem(v.view_id), v.last_error, v.rebuild_note) AS last_error
+FROM eventview._views v
+JOIN eventview._sources s USING (source_id)
+CROSS JOIN LATERAL eventview._pending(v.view_id) p
+UNION ALL
+-- Views over event tables distributed by Citus: their figures over every shard's view.
+SELECT d.relid,
+       d.source,
+       pg_catalog.json_build_object('group_by', d.arguments -> 'group_by', 'measures', d.arguments -> 'measures',
+                                    'event_types', d.arguments -> 'event_types', 'time_bucket', d.arguments -> 'time_bucket',
+                                    'time_zone', d.arguments -> 'time_zone', 'unnest', d.arguments -> 'unnest',
+                                    'filter', d.arguments -> 'filter', 'on_type_error', d.arguments -> 'on_type_error'),
+       false,
+       d.schedule,
+       d.last_refresh_at,
+       NULL::double precision,
+       (f.figures ->> 'pending_changes')::bigint,
+       (f.figures ->> 'lag')::interval,
+       (f.figures ->> 'groups')::bigint,
+       (f.figures ->> 'quarantined')::bigint,
+       (f.figures ->> 'skipped')::bigint,
+       d.last_error
+FROM eventview._distributed_views d
+CROSS JOIN LATERAL eventview._distributed_view_stats(d.view_id) AS f(figures);
+COMMENT ON VIEW eventview.views IS 'pg_eventview: incremental views, their freshness and counters';
+
+CREATE VIEW eventview.observed_fields AS
+SELECT s.relid AS source, o.event_type, o.event_version, o.path, o.json_type,
+       o.first_seen, o.last_seen, o.seen
+FROM eventview._observed o JOIN eventview._sources s USING (source_id)
+UNION ALL
+-- Event tables distributed by Citus: every shard's observations, added up.
+SELECT d.relid, o.event_type, o.event_version, o.path, o.json_type,
+       min(o.first_seen), max(o.last_seen), sum(o.seen)::bigint
+FROM eventview._distributed_sources d
+CROSS JOIN LATERAL pg_catalog.json_to_recordset(eventview._distributed_observed(d.relid::oid))
+     AS o(event_type text, event_version integer, path text, json_type text,
+          first_seen timestamptz, last_seen timestamptz, seen bigint)
+GROUP BY d.relid, o.event_type, o.event_version, o.path, o.json_type;
+COMMENT ON VIEW eventview.observed_fields IS 'pg_eventview: payload paths and JSON types seen, per event type and version';
+GRANT SELECT ON eventview.views, eventview.observed_fields TO PUBLIC;

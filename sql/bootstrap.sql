@@ -331,37 +331,6 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     WHERE view_name = (SELECT known_name FROM eventview._views WHERE view_id = p_view_id)
 $$;
 
-CREATE VIEW eventview.views AS
-SELECT v.relid                                  AS name,
-       coalesce((SELECT r.relid FROM eventview._views r WHERE r.view_id = v.source_view), s.relid) AS source,
-       -- With the type policy as it is now (alter_view changes it).
-       pg_catalog.json_build_object('group_by', v.definition -> 'group_by', 'measures', v.definition -> 'measures',
-                                    'event_types', v.definition -> 'event_types', 'time_bucket', v.definition -> 'time_bucket',
-                                    'time_zone', v.definition -> 'time_zone', 'unnest', v.definition -> 'unnest',
-                                    'filter', v.definition -> 'filter', 'on_type_error', v.on_type_error) AS definition,
-       v.realtime,
-       v.schedule,
-       v.last_refresh_at,
-       v.last_refresh_ms,
-       p.changes                                AS pending_changes,
-       CASE WHEN p.changes IS NULL THEN NULL
-            WHEN p.oldest IS NULL THEN interval '0'
-            ELSE greatest(now() - p.oldest, interval '0') END AS lag,
-       eventview._group_count(v.view_id)        AS groups,
-       eventview._quarantined(v.view_id)        AS quarantined,
-       v.skipped,
-       coalesce(eventview._refresh_problem(v.view_id), v.last_error, v.rebuild_note) AS last_error
-FROM eventview._views v
-JOIN eventview._sources s USING (source_id)
-CROSS JOIN LATERAL eventview._pending(v.view_id) p;
-COMMENT ON VIEW eventview.views IS 'pg_eventview: incremental views, their freshness and counters';
-
-CREATE VIEW eventview.observed_fields AS
-SELECT s.relid AS source, o.event_type, o.event_version, o.path, o.json_type,
-       o.first_seen, o.last_seen, o.seen
-FROM eventview._observed o JOIN eventview._sources s USING (source_id);
-COMMENT ON VIEW eventview.observed_fields IS 'pg_eventview: payload paths and JSON types seen, per event type and version';
-
 CREATE VIEW eventview.event_tables AS
 SELECT s.relid AS name,
        s.retention,
@@ -394,8 +363,7 @@ SELECT pg_catalog.setval('eventview._views_view_id_seq',
 GRANT USAGE ON SCHEMA eventview TO PUBLIC;
 GRANT SELECT ON eventview._sources, eventview._views, eventview._fields, eventview._observed,
                 eventview._distributed_sources, eventview._distributed_views,
-                eventview._observed_versions, eventview.drift,
-                eventview.views, eventview.observed_fields, eventview.event_tables TO PUBLIC;
+                eventview._observed_versions, eventview.drift, eventview.event_tables TO PUBLIC;
 GRANT UPDATE (applied_snapshot, applied_own_xid, applied_own_seq, skipped,
               schedule, last_error, failures, retry_at, extremes_logged) ON eventview._views TO PUBLIC;
 ALTER TABLE eventview._views ENABLE ROW LEVEL SECURITY;

@@ -341,14 +341,20 @@ BEGIN
     EXCEPTION WHEN others THEN
         RAISE WARNING 'pg_eventview: pruning failed: %', SQLERRM;
     END;
-    -- The shards of event tables distributed by Citus: observed and pruned on their nodes.
-    IF EXISTS (SELECT 1 FROM eventview._distributed_sources) THEN
+    -- The shards of event tables distributed by Citus of the caller's roles: observed and
+    -- pruned on their nodes, each table on its own (one that fails does not hold back the
+    -- others).
+    FOR t IN
+        SELECT d.relid FROM eventview._distributed_sources d
+        WHERE pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = d.relid::oid), 'MEMBER')
+        ORDER BY d.relid::oid
+    LOOP
         BEGIN
-            PERFORM eventview._maintain_distributed();
+            PERFORM eventview._maintain_distributed(t.relid::oid);
         EXCEPTION WHEN others THEN
-            RAISE WARNING 'pg_eventview: maintaining distributed event tables failed: %', SQLERRM;
+            RAISE WARNING 'pg_eventview: maintaining distributed event table % failed: %', t.relid, SQLERRM;
         END;
-    END IF;
+    END LOOP;
 EXCEPTION WHEN undefined_table OR undefined_function OR invalid_schema_name THEN
     -- A DROP EXTENSION pg_eventview that committed while this run went on (waiting for a lock it
     -- held, say) leaves nothing to maintain: the run ends quietly, as the next one would find no

@@ -104,8 +104,14 @@ pub fn register_managed(
         Ok::<_, pgrx::spi::SpiError>((t.get::<String>(1)?, t.get::<String>(2)?))
     })?;
     if method.as_deref() != Some("h") {
+        let kind = match method.as_deref() {
+            Some("n") => "a Citus reference or local table",
+            Some("a") => "distributed by append",
+            Some("r") => "distributed by range",
+            _ => "not distributed by hash",
+        };
         return Err(not_supported(
-            format!("cannot register {name}: it is a Citus reference or local table, which pg_eventview does not capture"),
+            format!("cannot register {name}: it is {kind}, which pg_eventview does not capture"),
             "Distribute it by an envelope column (create_distributed_table(..., 'event_id')), or create the event table with eventview.create_event_table(..., distribute_by => ...).",
         ));
     }
@@ -336,6 +342,9 @@ enum Registry {
     /// without a row has had no call since it was made, hence nothing) and must go on where
     /// no row fits a shard's range.
     AsItIs,
+    /// As it is, and not written: the monitoring reads, which take no lock and leave the
+    /// transaction without a write on the workers.
+    Read,
 }
 
 /// The result of `local`, a call on a view or event table of this node, unless it refused its
@@ -382,9 +391,10 @@ fn on_every_shard(
 fn each_shard(
     source: &DistributedSource,
     tables: &[&str],
+    registry: Registry,
     call: impl FnOnce(&ShardArgs) -> String,
 ) -> EvResult<Vec<String>> {
-    let args = shard_args(source, tables, Registry::Filled)?;
+    let args = shard_args(source, tables, registry)?;
     let query = format!("SELECT ({})::text FROM {}", call(&args), source.shards);
     Ok(Spi::connect(|client| {
         client
@@ -406,6 +416,9 @@ fn shard_args(
     tables: &[&str],
     registry: Registry,
 ) -> EvResult<ShardArgs> {
+    if registry == Registry::Read {
+        return shard_call_args(source, tables);
+    }
     // One per-shard call on a table at a time: two would write the registry's shards in
     // orders of their own, and wait for each other across nodes.
     lock_source(source, "FOR NO KEY UPDATE")?;
@@ -431,6 +444,11 @@ fn shard_args(
         spi::run_all(&[format!("DELETE FROM {}", source.shards)])?;
         fill_shard_registry(source.relid, &source.shards, &source.distribute_by)?;
     }
+    shard_call_args(source, tables)
+}
+
+/// The arguments of a per-shard call over the registry of `source`, as they are.
+fn shard_call_args(source: &DistributedSource, tables: &[&str]) -> EvResult<ShardArgs> {
     let (type_name, _) = envelope_sql::distribution_value_of(&source.distribute_by)
         .ok_or_else(|| EvError::invalid("no distribution column"))?;
     Ok(ShardArgs {
@@ -579,8 +597,7 @@ pub fn create_distributed_event_table(
 /// co-located with it, one row per shard, `k` a value that Citus hashes into that shard. Its
 /// primary key lets Citus move its shards by logical replication, as those of the table.
 fn make_shard_registry(relid: pg_sys::Oid, table: &str, column: &str) -> EvResult<String> {
-    let (type_name, _) = envelope_sql::distribution_value_of(column)
-        .ok_or_else(|| EvError::invalid("no distribution column"))?;
+    let type_name = distribution_type(relid, column)?;
     let shards = format!(
         "eventview.{}",
         quote::ident(&format!("_shards_{}", relid.to_u32()))
@@ -594,6 +611,25 @@ fn make_shard_registry(relid: pg_sys::Oid, table: &str, column: &str) -> EvResul
     let owner = privileges::role_ident(privileges::table_owner(relid)?)?;
     spi::run_all(&[format!("GRANT SELECT ON {shards} TO {owner}")])?;
     Ok(shards)
+}
+
+/// The SQL type of distribution column `column` of `relid`, with its collation when it is not
+/// the type's own: Citus co-locates tables whose distribution columns have one type and
+/// collation.
+fn distribution_type(relid: pg_sys::Oid, column: &str) -> EvResult<String> {
+    let (type_name, _) = envelope_sql::distribution_value_of(column)
+        .ok_or_else(|| EvError::invalid("no distribution column"))?;
+    let collation = spi::one::<String>(
+        "SELECT pg_catalog.format(' COLLATE %I.%I', n.nspname, c.collname)
+         FROM pg_catalog.pg_attribute a
+         JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+         JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace
+         WHERE a.attrelid = $1 AND a.attname = $2 AND a.attcollation <> t.typcollation",
+        &[relid.into(), column.into()],
+    )?
+    .unwrap_or_default();
+    Ok(format!("{type_name}{collation}"))
 }
 
 /// One row in shard registry `shards` of distributed event table `relid` (distributed by
@@ -702,7 +738,7 @@ fn capture_shard(shard_id: i64, shard: &str, delta_retention: Interval) -> EvRes
                     ),
                 )
                 .with_hint(format!(
-                    "It was written after Citus moved or split the shard onto this node and before pg_eventview's next call there (run_maintenance makes one). Delete one of the two events (their {column} is {}) through the distributed table, then call again.",
+                    "pg_eventview keeps event_id and event_key unique on each shard of a distributed event table, from the first call on the shard's node: a table registered with repeats, or a shard written between Citus placing it on this node and that call. Delete one of the two events (their {column} is {}) through the distributed table, then call again.",
                     quote::literal(&twice)
                 )));
             }
@@ -751,9 +787,8 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
         &[source.relid.into()],
     )?
     .ok_or_else(|| EvError::invalid("the distributed event table is not catalogued"))?;
-    let (type_name, _) = envelope_sql::distribution_value_of(&column)
-        .ok_or_else(|| EvError::invalid("no distribution column"))?;
-    spi::run_all(&sql.create_partial_groups(&groups, type_name))?;
+    let type_name = distribution_type(source.relid, &column)?;
+    spi::run_all(&sql.create_partial_groups(&groups, &type_name))?;
     spi::run(
         "SELECT pg_catalog.create_distributed_table($1::regclass, '__shard', colocate_with => $2)",
         &[groups.as_str().into(), table_sql.as_str().into()],
@@ -812,7 +847,7 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
         &[view_id.into()],
     )?
     .unwrap_or_default();
-    let values = each_shard(source, &[&table_sql, &groups], |a| {
+    let values = each_shard(source, &[&table_sql, &groups], Registry::Filled, |a| {
         format!(
             "eventview._attach_shard_view({}, {}, {}, {view_id}, {}, {})",
             a.shard,
@@ -900,11 +935,7 @@ impl ShardView {
         )
     }
 
-    /// Makes this node's view over the event table shard, keeping its groups in the groups
-    /// shard (whose `__shard` defaults to the registry shard's value), filled from the shard's
-    /// events. Its applies write the changes of the groups they change to its group changelog,
-    /// which the coordinator's refresh takes (`take_changes`).
-    /// The type of `__shard` in the groups shard, as `canonical_text` names it.
+    /// The type of `__shard` in the groups shard, as `canonical_text` names it (`typname`).
     fn tag_type(&self) -> EvResult<String> {
         Ok(spi::one::<String>(
             "SELECT t.typname::text FROM pg_catalog.pg_attribute a
@@ -915,6 +946,10 @@ impl ShardView {
         .unwrap_or_default())
     }
 
+    /// Makes this node's view over the event table shard, keeping its groups in the groups
+    /// shard (whose `__shard` defaults to the registry shard's value), filled from the shard's
+    /// events. Its applies write the changes of the groups they change to its group changelog,
+    /// which the coordinator's refresh takes (`take_changes`).
     fn make(&self, call: &ShardViewCall) -> EvResult<pg_sys::Oid> {
         spi::run_all(&[format!(
             "ALTER TABLE {} ALTER COLUMN __shard SET DEFAULT {}",
@@ -970,7 +1005,7 @@ impl ShardView {
 
 /// On a shard's node: makes the view of distributed view `call.view_id` over the event table
 /// shard co-located with the registry shard (`ShardView::make`). Returns the values of its
-/// count_distinct measures (`values_of_shard`).
+/// count_distinct and percentile measures (`values_of_shard`).
 pub fn attach_shard_view(call: &ShardViewCall) -> EvResult<String> {
     with_shard_access(|| {
         let relid = ShardView::of(call)?.make(call)?;
@@ -978,7 +1013,7 @@ pub fn attach_shard_view(call: &ShardViewCall) -> EvResult<String> {
     })
 }
 
-/// The values of the count_distinct measures of this node's view `relid`, tagged with the
+/// The values of the count_distinct and percentile measures of this node's view `relid`, tagged with the
 /// registry shard's value, as a JSON array of value changes that add them.
 fn values_of_shard(relid: pg_sys::Oid, call: &ShardViewCall) -> EvResult<String> {
     let view = catalog::view_by_relid(relid, false)?
@@ -1182,17 +1217,22 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     )?;
     let (arguments, definition) = definition_of(view)?;
     let table_sql = view.source.table_sql()?;
-    let results = each_shard(&view.source, &[&table_sql, &view.groups], |a| {
-        format!(
-            "eventview._refresh_shard_view({}, {}, {}, {}, {}, {})",
-            a.shard,
-            a.value,
-            a.shards,
-            view.view_id,
-            quote::literal(&arguments),
-            a.delta_retention
-        )
-    })?;
+    let results = each_shard(
+        &view.source,
+        &[&table_sql, &view.groups],
+        Registry::Filled,
+        |a| {
+            format!(
+                "eventview._refresh_shard_view({}, {}, {}, {}, {}, {})",
+                a.shard,
+                a.value,
+                a.shards,
+                view.view_id,
+                quote::literal(&arguments),
+                a.delta_retention
+            )
+        },
+    )?;
     let mut applied = 0;
     let mut taken = ShardChanges::default();
     for result in results {
@@ -1212,8 +1252,8 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
 }
 
 /// What the shards' refreshes of a view took: their group changes, the value changes of its
-/// count_distinct measures, and the shards whose values are replaced (made anew on a node
-/// they arrived on).
+/// count_distinct and percentile measures, and the shards whose values are replaced (made anew
+/// on a node they arrived on).
 #[derive(Default)]
 struct ShardChanges {
     changes: Vec<serde_json::Value>,
@@ -1296,9 +1336,19 @@ impl ShardChanges {
 /// shard's events on its node (dropped, then made by `refresh` as for a shard that arrived
 /// there), and every group merged anew. The window (validated by the caller) does not narrow
 /// it: a distributed event table keeps every event, so the groups outside it come out as they
-/// were. Returns the groups the view holds.
-pub fn rebuild(view: &DistributedView) -> EvResult<i64> {
+/// were (`windowed`: a window was given, which a view without buckets refuses with 22023).
+/// Returns the groups the view holds.
+pub fn rebuild(view: &DistributedView, windowed: bool) -> EvResult<i64> {
     require_owner(view, "rebuild")?;
+    if windowed && !definition_of(view)?.1.bucketed {
+        return Err(EvError::invalid(format!(
+            "view {} has no time_bucket, so rebuild takes no time window",
+            relation::regclass_text(view.relid)?
+        ))
+        .with_hint(
+            "Call rebuild(name) without from_time and to_time to recompute the whole view.",
+        ));
+    }
     require_read_committed("rebuild")?;
     lock_source(&view.source, "FOR NO KEY UPDATE")?;
     spi::run(
@@ -1341,36 +1391,120 @@ fn definition_of(view: &DistributedView) -> EvResult<(String, ViewDefinition)> {
     Ok((arguments, definition))
 }
 
-/// `run_maintenance`'s work on the shards of the distributed event tables the caller's roles
-/// own: on every shard's node, the shard's field observer moves on and its changelog is pruned
-/// of what every view of the shard has applied. Returns the records pruned.
-pub fn maintain_shards() -> EvResult<i64> {
-    let tables = Spi::connect(|client| {
-        client
-            .select(
-                "SELECT d.relid::oid FROM eventview._distributed_sources d
-                 JOIN pg_catalog.pg_class c ON c.oid = d.relid::oid
-                 WHERE pg_catalog.pg_has_role(c.relowner, 'MEMBER')
-                 ORDER BY d.relid::oid",
-                None,
-                &[],
-            )?
-            .map(|row| row.get::<pg_sys::Oid>(1))
-            .collect::<Result<Vec<_>, _>>()
+/// `eventview.views`' figures of distributed view `view_id`, as a JSON object: `pending_changes`
+/// and `lag` over every shard's view (NULL while a shard has no view on its node yet, until
+/// the next refresh makes it), `groups` merged on the coordinator, `quarantined` and `skipped`
+/// added up over the shards. Read on every shard's node without a lock or a write.
+pub fn view_stats(view_id: i32) -> EvResult<String> {
+    let relid = spi::one::<pg_sys::Oid>(
+        "SELECT relid::oid FROM eventview._distributed_views WHERE view_id = $1",
+        &[view_id.into()],
+    )?;
+    let Some(view) = relid.map(distributed_view).transpose()?.flatten() else {
+        return Ok("{}".into());
+    };
+    let answers = each_shard(&view.source, &[&view.groups], Registry::Read, |a| {
+        format!("eventview._shard_view_stats({}, {})", a.shard, a.shards)
     })?;
-    let mut pruned = 0;
-    for relid in tables.into_iter().flatten() {
-        if let Some(source) = distributed_source(relid)? {
-            let table_sql = source.table_sql()?;
-            pruned += on_every_shard(&source, &[&table_sql], Registry::Filled, |a| {
-                format!(
-                    "eventview._maintain_shard({}, {}, {})",
-                    a.shard, a.shards, a.delta_retention
-                )
-            })?;
-        }
+    let answers = serde_json::Value::Array(
+        answers
+            .iter()
+            .map(|a| serde_json::from_str(a))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| internal(format!("a shard's figures are not JSON: {e}")))?,
+    )
+    .to_string();
+    Ok(spi::one::<String>(
+        &format!(
+            "SELECT pg_catalog.json_build_object(
+                 'pending_changes', CASE WHEN bool_or(a ->> 'pending_changes' IS NULL) THEN NULL
+                                         ELSE sum((a ->> 'pending_changes')::bigint) END,
+                 'lag', CASE WHEN bool_or(a ->> 'lag' IS NULL) THEN NULL
+                             ELSE coalesce(max((a ->> 'lag')::interval), interval '0') END,
+                 'groups', (SELECT count(*) FROM {}),
+                 'quarantined', coalesce(sum((a ->> 'quarantined')::bigint), 0),
+                 'skipped', coalesce(sum((a ->> 'skipped')::bigint), 0))::text
+             FROM pg_catalog.json_array_elements($1::json) a",
+            names::view_data(view.view_id)
+        ),
+        &[answers.as_str().into()],
+    )?
+    .unwrap_or_else(|| "{}".into()))
+}
+
+/// On a shard's node: `eventview.views`' figures of the view keeping the groups shard
+/// co-located with registry shard `registry_shard` (`{"pending_changes": null}` when there is
+/// none on this node yet).
+pub fn shard_view_stats(registry_shard: &str, shards: &str) -> EvResult<String> {
+    with_shard_access(|| {
+        let (_, names) = mapped_shards(registry_shard, shards)?;
+        Ok(spi::one::<String>(
+            "SELECT coalesce((SELECT pg_catalog.json_build_object(
+                                  'pending_changes', v.pending_changes, 'lag', v.lag,
+                                  'quarantined', v.quarantined, 'skipped', v.skipped)
+                              FROM eventview._views w JOIN eventview.views v ON v.name = w.relid
+                              WHERE w.data_relation = $1::regclass),
+                             '{\"pending_changes\": null}')::text",
+            &[names[0].as_str().into()],
+        )?
+        .unwrap_or_else(|| "{}".into()))
+    })
+}
+
+/// `eventview.observed_fields` of distributed event table `relid`: every shard's observed
+/// paths, as a JSON array of rows (the caller adds them up per path and JSON type). Read on
+/// every shard's node without a lock or a write.
+pub fn observed(relid: pg_sys::Oid) -> EvResult<String> {
+    let Some(source) = distributed_source(relid)? else {
+        return Ok("[]".into());
+    };
+    let table_sql = source.table_sql()?;
+    let mut rows = Vec::new();
+    for answer in each_shard(&source, &[&table_sql], Registry::Read, |a| {
+        format!("eventview._shard_observed({}, {})", a.shard, a.shards)
+    })? {
+        rows.extend(parse_changes(&answer)?);
     }
-    Ok(pruned)
+    Ok(serde_json::Value::Array(rows).to_string())
+}
+
+/// On a shard's node: the observed paths of the event table shard co-located with registry
+/// shard `registry_shard`, as a JSON array of rows of `eventview._observed`.
+pub fn shard_observed(registry_shard: &str, shards: &str) -> EvResult<String> {
+    with_shard_access(|| {
+        let (_, names) = mapped_shards(registry_shard, shards)?;
+        let relid = relation::resolve(&names[0])?;
+        let Some(source) = catalog::source_by_relid(relid)? else {
+            return Ok("[]".into());
+        };
+        Ok(spi::one::<String>(
+            "SELECT coalesce(pg_catalog.json_agg(o), '[]')::text
+             FROM (SELECT event_type, event_version, path, json_type, first_seen, last_seen, seen
+                   FROM eventview._observed WHERE source_id = $1) o",
+            &[source.source_id.into()],
+        )?
+        .unwrap_or_else(|| "[]".into()))
+    })
+}
+
+/// `run_maintenance`'s work on the shards of distributed event table `relid` (one whose owner
+/// the caller acts as; `run_maintenance` calls it for each such table): on every shard's node,
+/// the shard's field observer moves on and its changelog is pruned of what every view of the
+/// shard has applied. Returns the records pruned.
+pub fn maintain_shards(relid: pg_sys::Oid) -> EvResult<i64> {
+    let Some(source) = distributed_source(relid)? else {
+        return Ok(0);
+    };
+    if !privileges::caller_acts_as(privileges::table_owner(relid)?) {
+        return Ok(0);
+    }
+    let table_sql = source.table_sql()?;
+    on_every_shard(&source, &[&table_sql], Registry::Filled, |a| {
+        format!(
+            "eventview._maintain_shard({}, {}, {})",
+            a.shard, a.shards, a.delta_retention
+        )
+    })
 }
 
 /// On a shard's node: the field observer of the event table shard co-located with registry
@@ -1405,7 +1539,7 @@ fn lock_source(source: &DistributedSource, lock: &str) -> EvResult<()> {
     )
 }
 
-/// `action` (refresh, drop) of `view` by its owner (a member of the owner's role); a drop also
+/// `action` (refresh, rebuild, drop) of `view` by its owner (a member of the owner's role); a drop also
 /// by the owner of its event table, as for a view of this node.
 fn require_owner(view: &DistributedView, action: &str) -> EvResult<()> {
     if privileges::caller_acts_as(view.owner)

@@ -245,11 +245,18 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                     )
                     (move_a_shard if op == "move" else split_a_shard)(conn, "dev", rng)
                 elif op == "rebuild":
-                    # Every shard's view made anew, with changes pending.
+                    # Every shard's view made anew, with changes pending, and the coordinator's
+                    # groups merged anew: a count put wrong there by hand comes out right.
                     insert_orders(conn, "dev", rng, 80)
                     conn.execute("DELETE FROM dev WHERE event_id % 10 = 4")
+                    view_id = conn.execute(
+                        "SELECT view_id FROM eventview._distributed_views WHERE relid = 'dev_sku'::regclass"
+                    ).fetchone()[0]
+                    conn.execute(f"UPDATE eventview._v{view_id}_data SET __count = __count + 1000")
+                    shard_views = workers_count(conn, "SELECT sum(view_id) FROM eventview._views")
                     groups = conn.execute("SELECT eventview.rebuild('dev_sku', now() - interval '1 day')").fetchone()[0]
-                    assert groups == conn.execute("SELECT count(*) FROM dev_sku").fetchone()[0]
+                    assert groups == conn.execute(f"SELECT count(*) FROM eventview._v{view_id}_data").fetchone()[0]
+                    assert workers_count(conn, "SELECT sum(view_id) FROM eventview._views") != shard_views
                 elif op == "insert":
                     insert_orders(conn, "dev", rng, rng.randint(1, 300))
                 elif op == "copy":
@@ -533,6 +540,44 @@ def test_register_adopts_a_table_the_user_distributed(citus):
             conn.execute("SELECT eventview.drop_event_table('user_dist', cascade => true)")
             conn.execute("DROP SEQUENCE user_dist_ids")
         assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == 0
+
+
+def test_register_keeps_keys_unique_per_shard_and_takes_collations(citus):
+    with citus.connect() as conn:
+        # Distributed by a producer column with a collation of its own.
+        conn.execute(USER_TABLE.format(name="user_coll").replace("producer text", 'producer text COLLATE "C"'))
+        conn.execute("ALTER TABLE user_coll ADD PRIMARY KEY (event_id, producer)")
+        conn.execute("SELECT create_distributed_table('user_coll', 'producer', shard_count => 4)")
+        try:
+            # Two producers on one shard, with one event_id: the table allows it.
+            producers = {}
+            for i in range(200):
+                shard = conn.execute(
+                    "SELECT get_shard_id_for_distribution_column('user_coll', %s::text)", (f"p{i}",)
+                ).fetchone()[0]
+                producers.setdefault(shard, []).append(f"p{i}")
+            same = next(p for p in producers.values() if len(p) > 1)[:2]
+            for producer in same:
+                conn.execute(
+                    "INSERT INTO user_coll (event_id, event_type, producer, payload) VALUES (7, 'order', %s, '{}')",
+                    (producer,),
+                )
+            state, got = refusal(conn, "SELECT eventview.register_event_table('user_coll')")
+            assert state == "23505" and "its event_id '7' is there twice" in got, got
+            assert conn.execute("SELECT count(*) FROM eventview._distributed_sources").fetchone()[0] == 0
+            conn.execute("DELETE FROM user_coll WHERE producer = %s", (same[1],))
+            conn.execute("SELECT eventview.register_event_table('user_coll')")
+            conn.execute("""SELECT eventview.create_view('user_coll_n', 'user_coll', group_by => '{"p": "producer"}', measures => '{"n": "count(*)"}')""")
+            conn.execute(
+                "INSERT INTO user_coll (event_id, event_type, producer, payload) SELECT g, 'order', 'p' || (g % 9), '{}' "
+                "FROM generate_series(100, 199) g"
+            )
+            conn.execute("SELECT eventview.refresh('user_coll_n')")
+            assert conn.execute("SELECT p, n FROM user_coll_n ORDER BY p").fetchall() == conn.execute(
+                "SELECT producer, count(*) FROM user_coll GROUP BY 1 ORDER BY 1"
+            ).fetchall()
+        finally:
+            conn.execute("DROP TABLE user_coll CASCADE")
 
 
 def test_register_refuses_what_it_cannot_capture(citus):
@@ -851,10 +896,14 @@ def test_refusals_of_isolation_levels_and_isolated_tenants(citus):
         try:
             conn.execute("""SELECT eventview.create_view('diso_n', 'diso', measures => '{"n": "count(*)"}')""")
             conn.execute("INSERT INTO diso (event_type, payload) SELECT 'order', '{}' FROM generate_series(1, 20)")
-            with conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                state, got = refusal(conn, "SELECT eventview.refresh('diso_n')")
-            assert state == "0A000" and "needs a READ COMMITTED transaction" in got, got
+            for call in ("refresh('diso_n')", "rebuild('diso_n')"):
+                with conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    state, got = refusal(conn, f"SELECT eventview.{call}")
+                assert state == "0A000" and "needs a READ COMMITTED transaction" in got, (call, got)
+            # A window, where the view has no buckets.
+            state, got = refusal(conn, "SELECT eventview.rebuild('diso_n', now() - interval '1 day')")
+            assert state == "22023" and "has no time_bucket" in got, got
             # A tenant isolated to a shard of one hash value: refused with a hint, and the
             # table can still be dropped.
             conn.execute(
@@ -863,7 +912,58 @@ def test_refusals_of_isolation_levels_and_isolated_tenants(citus):
             conn.execute("CALL citus_cleanup_orphaned_resources()")
             state, got = refusal(conn, "SELECT eventview.refresh('diso_n')")
             assert state == "55000" and "too narrow a hash range" in got, got
+            # run_maintenance warns about it, and goes on with the other tables.
+            # (Five shards: not co-located with the table whose tenant was isolated.)
+            conn.execute("SET citus.shard_count = 5")
+            conn.execute("SELECT eventview.create_event_table('diso_other', distribute_by => 'event_id')")
+            try:
+                conn.execute("""INSERT INTO diso_other (event_type, payload) SELECT 'order', '{"a": 1}' FROM generate_series(1, 20)""")
+                conn.execute("SELECT eventview.run_maintenance()")
+                assert conn.execute(
+                    "SELECT path, seen FROM eventview.observed_fields WHERE source = 'diso_other'::regclass"
+                ).fetchall() == [("$.a", 20)]
+            finally:
+                conn.execute("SELECT eventview.drop_event_table('diso_other')")
         finally:
             conn.execute("SELECT eventview.drop_event_table('diso', cascade => true)")
         assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 0
         assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == 0
+
+
+def test_monitoring_shows_distributed_views_and_tables(citus):
+    rng = random.Random(2699)
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("SELECT eventview.create_event_table('dmon', distribute_by => 'event_id')")
+        try:
+            conn.execute(
+                "SELECT eventview.create_view('dmon_sku', 'dmon', event_types => ARRAY['order'], "
+                "group_by => %s, measures => %s, time_bucket => '1 day', on_type_error => 'skip')",
+                (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
+            )
+            insert_orders(conn, "dmon", rng, 300)
+            # A qty of the wrong JSON type, skipped by the view.
+            conn.execute("""INSERT INTO dmon (event_type, payload) VALUES ('order', '{"sku": "A", "qty": "three"}')""")
+            figures = "SELECT source::text, realtime, pending_changes, lag > interval '0', groups, skipped, " \
+                      "definition ->> 'time_bucket' FROM eventview.views WHERE name = 'dmon_sku'::regclass"
+            assert conn.execute(figures).fetchone() == ("dmon", False, 301, True, 0, 0, "1 day")
+            conn.execute("SELECT eventview.refresh('dmon_sku')")
+            groups = conn.execute("SELECT count(*) FROM dmon_sku").fetchone()[0]
+            assert conn.execute(figures).fetchone() == ("dmon", False, 0, False, groups, 1, "1 day")
+            # Every shard's observed paths, added up per path and JSON type.
+            observed = dict(
+                conn.execute(
+                    "SELECT path || ' ' || json_type, seen FROM eventview.observed_fields "
+                    "WHERE source = 'dmon'::regclass AND event_type = 'order'"
+                ).fetchall()
+            )
+            want = dict(
+                conn.execute(
+                    """SELECT '$.' || k || ' ' || jsonb_typeof(payload -> k), count(*)
+                       FROM dmon, jsonb_object_keys(payload) k WHERE event_type = 'order' GROUP BY 1"""
+                ).fetchall()
+            )
+            assert observed == want
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('dmon', cascade => true)")
+        assert conn.execute("SELECT count(*) FROM eventview.observed_fields WHERE source::text = 'dmon'").fetchone()[0] == 0

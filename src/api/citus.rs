@@ -89,11 +89,11 @@ fn maintain_shard(
     })
 }
 
-/// `run_maintenance` on the coordinator: every shard of the distributed event tables of the
-/// caller's roles observed and pruned (see `citus::maintain_shards`).
-#[pg_extern(name = "_maintain_distributed", volatile, parallel_unsafe)]
-fn maintain_distributed() -> Result<i64, ErrorReport> {
-    at_boundary(crate::citus::maintain_shards)
+/// `run_maintenance` on the coordinator: every shard of distributed event table `relid` observed
+/// and pruned (see `citus::maintain_shards`).
+#[pg_extern(name = "_maintain_distributed", volatile, strict, parallel_unsafe)]
+fn maintain_distributed(relid: pg_sys::Oid) -> Result<i64, ErrorReport> {
+    at_boundary(|| crate::citus::maintain_shards(relid))
 }
 
 /// The id of the view over a distributed event table named `name`; NULL for any other name.
@@ -107,4 +107,36 @@ fn distributed_view_id(name: &str) -> Result<Option<i32>, ErrorReport> {
 #[pg_extern(name = "_forget_distributed", volatile, strict, parallel_unsafe)]
 fn forget_distributed(relid: pg_sys::Oid) -> Result<(), ErrorReport> {
     crate::api::lookup(|| crate::citus::forget_dropped(relid))
+}
+
+/// `eventview.views`' figures of the view over a distributed event table `view_id` (JSON).
+#[pg_extern(name = "_distributed_view_stats", volatile, strict, parallel_unsafe)]
+fn distributed_view_stats(view_id: i32) -> Result<pgrx::Json, ErrorReport> {
+    at_boundary(|| json(crate::citus::view_stats(view_id)?))
+}
+
+/// On a shard's node: `eventview.views`' figures of the view keeping the groups shard
+/// co-located with `registry_shard`.
+#[pg_extern(name = "_shard_view_stats", volatile, strict, parallel_unsafe)]
+fn shard_view_stats(registry_shard: &str, shards: pgrx::Json) -> Result<String, ErrorReport> {
+    at_boundary(|| crate::citus::shard_view_stats(registry_shard, &shards.0.to_string()))
+}
+
+/// `eventview.observed_fields` of distributed event table `relid`: every shard's rows (JSON).
+#[pg_extern(name = "_distributed_observed", volatile, strict, parallel_unsafe)]
+fn distributed_observed(relid: pg_sys::Oid) -> Result<pgrx::Json, ErrorReport> {
+    at_boundary(|| json(crate::citus::observed(relid)?))
+}
+
+/// On a shard's node: the observed paths of the event table shard co-located with
+/// `registry_shard`.
+#[pg_extern(name = "_shard_observed", volatile, strict, parallel_unsafe)]
+fn shard_observed(registry_shard: &str, shards: pgrx::Json) -> Result<String, ErrorReport> {
+    at_boundary(|| crate::citus::shard_observed(registry_shard, &shards.0.to_string()))
+}
+
+fn json(text: String) -> crate::errors::EvResult<pgrx::Json> {
+    serde_json::from_str(&text)
+        .map(pgrx::Json)
+        .map_err(|e| crate::errors::EvError::invalid(format!("not JSON: {e}")))
 }

@@ -43,7 +43,7 @@ fn rebuild(
         crate::citus::or_distributed(
             crate::refresh::rebuild(name, from_time, to_time),
             || crate::citus::distributed_view_named(name),
-            crate::citus::rebuild,
+            |view| crate::citus::rebuild(view, from_time.is_some() || to_time.is_some()),
         )
     })
 }
