@@ -304,12 +304,13 @@ BEGIN
             END;
         END;
     END LOOP;
-    -- Views over event tables distributed by Citus, whose schedule is due (each shard's view
-    -- refreshed on its node, see src/citus.rs).
+    -- Views over event tables distributed by Citus of the caller's roles, whose schedule is due
+    -- (each shard's view refreshed on its node, see src/citus.rs).
     FOR v IN
         SELECT d.view_id, d.relid FROM eventview._distributed_views d
         WHERE d.schedule IS NOT NULL
           AND (d.last_refresh_at IS NULL OR clock_timestamp() - d.last_refresh_at >= d.schedule)
+          AND pg_catalog.pg_has_role(d.owner::oid, 'MEMBER')
         ORDER BY coalesce(d.last_refresh_at, '-infinity'), d.view_id
     LOOP
         BEGIN
@@ -317,8 +318,13 @@ BEGIN
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE c.oid = v.relid;
         EXCEPTION WHEN others THEN
-            UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
             RAISE WARNING 'pg_eventview: refresh of view % failed: %', v.relid, SQLERRM;
+            BEGIN
+                UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            EXCEPTION WHEN insufficient_privilege THEN
+                -- Recorded by a superuser's run (the background worker's) only.
+                NULL;
+            END;
         END;
     END LOOP;
     -- View owners' changelog rights follow their rights on the tables, also where a change of

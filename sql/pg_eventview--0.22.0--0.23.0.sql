@@ -16,7 +16,7 @@ CREATE FUNCTION eventview._attach_shard_view(registry_shard text, value text, sh
 LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'attach_shard_view_wrapper';
 CREATE FUNCTION eventview._refresh_shard_view(registry_shard text, value text, shards json, view_id integer, arguments text, delta_retention interval) RETURNS text
 LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'refresh_shard_view_wrapper';
-CREATE FUNCTION eventview._maintain_shard(registry_shard text, shards json, delta_retention interval) RETURNS bigint
+CREATE FUNCTION eventview._maintain_shard(registry_shard text, shards json, delta_retention interval) RETURNS text
 LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE AS 'MODULE_PATHNAME', 'maintain_shard_wrapper';
 REVOKE EXECUTE ON FUNCTION eventview._attach_shard_view(text, text, json, integer, text, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._refresh_shard_view(text, text, json, integer, text, interval) FROM PUBLIC;
@@ -160,12 +160,13 @@ BEGIN
             END;
         END;
     END LOOP;
-    -- Views over event tables distributed by Citus, whose schedule is due (each shard's view
-    -- refreshed on its node, see src/citus.rs).
+    -- Views over event tables distributed by Citus of the caller's roles, whose schedule is due
+    -- (each shard's view refreshed on its node, see src/citus.rs).
     FOR v IN
         SELECT d.view_id, d.relid FROM eventview._distributed_views d
         WHERE d.schedule IS NOT NULL
           AND (d.last_refresh_at IS NULL OR clock_timestamp() - d.last_refresh_at >= d.schedule)
+          AND pg_catalog.pg_has_role(d.owner::oid, 'MEMBER')
         ORDER BY coalesce(d.last_refresh_at, '-infinity'), d.view_id
     LOOP
         BEGIN
@@ -173,8 +174,13 @@ BEGIN
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE c.oid = v.relid;
         EXCEPTION WHEN others THEN
-            UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
             RAISE WARNING 'pg_eventview: refresh of view % failed: %', v.relid, SQLERRM;
+            BEGIN
+                UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            EXCEPTION WHEN insufficient_privilege THEN
+                -- Recorded by a superuser's run (the background worker's) only.
+                NULL;
+            END;
         END;
     END LOOP;
     -- View owners' changelog rights follow their rights on the tables, also where a change of
@@ -218,5 +224,58 @@ EXCEPTION WHEN undefined_table OR undefined_function OR invalid_schema_name THEN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pg_eventview') THEN
         RAISE;
     END IF;
+END
+$$;
+
+-- refresh_all goes on when it may not record a distributed view's error (a caller who is not a
+-- superuser).
+CREATE OR REPLACE FUNCTION eventview.refresh_all() RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v record;
+    total bigint := 0;
+BEGIN
+    -- The caller's views (those over event tables distributed by Citus too), each in its own
+    -- subtransaction: one that fails (its owner may no longer read the table, its type policy
+    -- is 'fail') keeps its error in last_error, applies nothing, and the others go on.
+    FOR v IN
+        SELECT w.view_id, false AS distributed, format('%I.%I', n.nspname, c.relname) AS name
+        FROM eventview._views w
+        JOIN pg_class c ON c.oid = w.relid::oid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE pg_has_role(w.owner::oid, 'MEMBER')
+        UNION ALL
+        SELECT d.view_id, true, format('%I.%I', n.nspname, c.relname)
+        FROM eventview._distributed_views d
+        JOIN pg_class c ON c.oid = d.relid::oid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE pg_has_role(d.owner::oid, 'MEMBER')
+        ORDER BY 2, 1
+    LOOP
+        BEGIN
+            total := total + eventview._refresh(v.name);
+        EXCEPTION WHEN undefined_table THEN
+            -- Dropped or renamed since the list was read: not a failure of the view.
+            NULL;
+        WHEN others THEN
+            RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
+            IF v.distributed THEN
+                BEGIN
+                    UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
+                EXCEPTION WHEN insufficient_privilege THEN
+                    -- Recorded by a superuser's call only.
+                    NULL;
+                END;
+            ELSE
+                UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
+            END IF;
+        END;
+    END LOOP;
+    -- Then the field observers of the caller's tables (those its views read were observed by
+    -- their refreshes and have nothing left). Last: each refresh takes its view's row before its
+    -- event table, as drop_event_table does; observing every table first held them all while
+    -- waiting for view rows, a deadlock with drop_event_table.
+    PERFORM eventview._observe_all();
+    RETURN total;
 END
 $$;

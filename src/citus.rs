@@ -73,7 +73,7 @@ pub fn not_supported(message: impl Into<String>, hint: &str) -> EvError {
 /// `register_event_table` of a table Citus manages, if `relid` is one: the table, distributed
 /// by hash on an envelope column with one placement per shard, becomes a distributed event
 /// table as `create_event_table(..., distribute_by)` makes one (a shard registry, capture on
-/// every shard). 0A000 for a reference or Citus local table, for more than one placement per
+/// every shard). 0A000 for a table not distributed by hash, for more than one placement per
 /// shard and with `retention`; 22023 for a table distributed by another column, without the
 /// envelope, or without a unique index on `event_id` (with the distribution column).
 pub fn register_managed(
@@ -342,7 +342,7 @@ enum Registry {
     /// without a row has had no call since it was made, hence nothing) and must go on where
     /// no row fits a shard's range.
     AsItIs,
-    /// As it is, and not written: the monitoring reads, which take no lock and leave the
+    /// As it is, and not written: the monitoring reads, which take no catalog row lock and leave the
     /// transaction without a write on the workers.
     Read,
 }
@@ -901,7 +901,8 @@ pub struct ShardViewCall<'a> {
     pub value: &'a str,
     pub shards: &'a str,
     pub view_id: i32,
-    pub arguments: &'a DistributedViewArguments,
+    /// The view's arguments, as `_distributed_views` keeps them: parsed only to make the view.
+    pub arguments: &'a str,
     pub delta_retention: Interval,
 }
 
@@ -976,7 +977,7 @@ impl ShardView {
             "{schema}.{}",
             quote::ident(&format!("_eventview_v{}_{}", call.view_id, self.shard_id))
         );
-        let a = call.arguments;
+        let a = &view_arguments(call.arguments)?;
         views::create_view(CreateViewArgs {
             name: &name,
             source: &self.event_shard,
@@ -1135,6 +1136,7 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
                 "rebuilt": true,
                 "values": parse_changes(&values_of_shard(relid, call)?)?,
                 "replaces": replaces,
+                "drift": drift_of_shard(relation::resolve(&shard.event_shard)?)?,
             })
             .to_string());
         };
@@ -1150,6 +1152,7 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
         let mut result: serde_json::Value = serde_json::from_str(&taken)
             .map_err(|e| internal(format!("a shard's changes are not JSON: {e}")))?;
         result["applied"] = applied.into();
+        result["drift"] = drift_of_shard(relation::resolve(&shard.event_shard)?)?.into();
         Ok(result.to_string())
     })
 }
@@ -1235,12 +1238,17 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     )?;
     let mut applied = 0;
     let mut taken = ShardChanges::default();
+    let mut drift = Vec::new();
     for result in results {
         let parsed: serde_json::Value = serde_json::from_str(&result)
             .map_err(|e| internal(format!("a shard's refresh answered {result}: {e}")))?;
         applied += parsed["applied"].as_i64().unwrap_or(0);
         taken.add(&parsed);
+        if let Some(rows) = parsed["drift"].as_array() {
+            drift.extend(rows.iter().cloned());
+        }
     }
+    merge_drift(view.source.relid, drift)?;
     let merged = sql_for(&definition, view.view_id, &table_sql, None);
     taken.merge_into(&merged, &view.groups)?;
     spi::run(
@@ -1392,9 +1400,10 @@ fn definition_of(view: &DistributedView) -> EvResult<(String, ViewDefinition)> {
 }
 
 /// `eventview.views`' figures of distributed view `view_id`, as a JSON object: `pending_changes`
-/// and `lag` over every shard's view (NULL while a shard has no view on its node yet, until
-/// the next refresh makes it), `groups` merged on the coordinator, `quarantined` and `skipped`
-/// added up over the shards. Read on every shard's node without a lock or a write.
+/// and `lag` over every shard's view (NULL while a shard has no view on its node yet, or no
+/// registry row, until the next refresh), `groups` merged on the coordinator, `quarantined`
+/// and `skipped` added up over the shards. Read on every shard's node without the table's row
+/// lock and without writing.
 pub fn view_stats(view_id: i32) -> EvResult<String> {
     let relid = spi::one::<pg_sys::Oid>(
         "SELECT relid::oid FROM eventview._distributed_views WHERE view_id = $1",
@@ -1406,14 +1415,22 @@ pub fn view_stats(view_id: i32) -> EvResult<String> {
     let answers = each_shard(&view.source, &[&view.groups], Registry::Read, |a| {
         format!("eventview._shard_view_stats({}, {})", a.shard, a.shards)
     })?;
-    let answers = serde_json::Value::Array(
-        answers
-            .iter()
-            .map(|a| serde_json::from_str(a))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| internal(format!("a shard's figures are not JSON: {e}")))?,
-    )
-    .to_string();
+    let mut answers = answers
+        .iter()
+        .map(|a| serde_json::from_str(a))
+        .collect::<Result<Vec<serde_json::Value>, _>>()
+        .map_err(|e| internal(format!("a shard's figures are not JSON: {e}")))?;
+    // A shard that a split made has no registry row until the next refresh or maintenance:
+    // unknown, as a shard without a view.
+    let shard_count = spi::one::<i64>(
+        "SELECT count(*) FROM pg_catalog.pg_dist_shard WHERE logicalrelid = $1::regclass",
+        &[view.source.shards.as_str().into()],
+    )?
+    .unwrap_or(0);
+    if answers.len() as i64 != shard_count {
+        answers.push(serde_json::json!({"pending_changes": null}));
+    }
+    let answers = serde_json::Value::Array(answers).to_string();
     Ok(spi::one::<String>(
         &format!(
             "SELECT pg_catalog.json_build_object(
@@ -1438,11 +1455,17 @@ pub fn view_stats(view_id: i32) -> EvResult<String> {
 pub fn shard_view_stats(registry_shard: &str, shards: &str) -> EvResult<String> {
     with_shard_access(|| {
         let (_, names) = mapped_shards(registry_shard, shards)?;
+        // (As eventview.views figures them, for this one view.)
         Ok(spi::one::<String>(
             "SELECT coalesce((SELECT pg_catalog.json_build_object(
-                                  'pending_changes', v.pending_changes, 'lag', v.lag,
-                                  'quarantined', v.quarantined, 'skipped', v.skipped)
-                              FROM eventview._views w JOIN eventview.views v ON v.name = w.relid
+                                  'pending_changes', p.changes,
+                                  'lag', CASE WHEN p.changes IS NULL THEN NULL
+                                              WHEN p.oldest IS NULL THEN interval '0'
+                                              ELSE greatest(now() - p.oldest, interval '0') END,
+                                  'quarantined', eventview._quarantined(w.view_id),
+                                  'skipped', w.skipped)
+                              FROM eventview._views w
+                              CROSS JOIN LATERAL eventview._pending(w.view_id) p
                               WHERE w.data_relation = $1::regclass),
                              '{\"pending_changes\": null}')::text",
             &[names[0].as_str().into()],
@@ -1453,7 +1476,7 @@ pub fn shard_view_stats(registry_shard: &str, shards: &str) -> EvResult<String> 
 
 /// `eventview.observed_fields` of distributed event table `relid`: every shard's observed
 /// paths, as a JSON array of rows (the caller adds them up per path and JSON type). Read on
-/// every shard's node without a lock or a write.
+/// every shard's node without the table's row lock and without writing.
 pub fn observed(relid: pg_sys::Oid) -> EvResult<String> {
     let Some(source) = distributed_source(relid)? else {
         return Ok("[]".into());
@@ -1499,33 +1522,85 @@ pub fn maintain_shards(relid: pg_sys::Oid) -> EvResult<i64> {
         return Ok(0);
     }
     let table_sql = source.table_sql()?;
-    on_every_shard(&source, &[&table_sql], Registry::Filled, |a| {
+    let answers = each_shard(&source, &[&table_sql], Registry::Filled, |a| {
         format!(
             "eventview._maintain_shard({}, {}, {})",
             a.shard, a.shards, a.delta_retention
         )
-    })
+    })?;
+    let mut pruned = 0;
+    let mut drift = Vec::new();
+    for answer in answers {
+        let answer: serde_json::Value = serde_json::from_str(&answer)
+            .map_err(|e| internal(format!("a shard's maintenance answered {answer}: {e}")))?;
+        pruned += answer["pruned"].as_i64().unwrap_or(0);
+        if let Some(rows) = answer["drift"].as_array() {
+            drift.extend(rows.iter().cloned());
+        }
+    }
+    merge_drift(relid, drift)?;
+    Ok(pruned)
+}
+
+/// On a shard's node: the drift that the observer of the event table shard `relid` recorded,
+/// as a JSON array of rows of `eventview.drift` (without `id` and `source`).
+fn drift_of_shard(relid: pg_sys::Oid) -> EvResult<Vec<serde_json::Value>> {
+    parse_changes(
+        &spi::one::<String>(
+            "SELECT coalesce(pg_catalog.json_agg(d), '[]')::text
+             FROM (SELECT event_type, event_version, path, change, old_type, new_type, detected_at
+                   FROM eventview.drift WHERE source = $1::regclass) d",
+            &[relid.into()],
+        )?
+        .unwrap_or_else(|| "[]".into()),
+    )
+}
+
+/// On the coordinator: the drift the shards of distributed event table `relid` recorded, each
+/// change once in `eventview.drift` (a change every shard's observer saw, as a path appearing,
+/// once, at the first detection; one already there is not added again).
+fn merge_drift(relid: pg_sys::Oid, rows: Vec<serde_json::Value>) -> EvResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let rows = serde_json::Value::Array(rows).to_string();
+    spi::run(
+        "INSERT INTO eventview.drift (source, event_type, event_version, path, change, old_type, new_type, detected_at)
+         SELECT $1::regclass, d.event_type, d.event_version, d.path, d.change, d.old_type, d.new_type, min(d.detected_at)
+         FROM pg_catalog.json_to_recordset($2::json)
+              AS d(event_type text, event_version integer, path text, change text, old_type text,
+                   new_type text, detected_at timestamptz)
+         WHERE NOT EXISTS (SELECT 1 FROM eventview.drift x
+                           WHERE x.source = $1::regclass AND x.event_type = d.event_type
+                             AND x.event_version = d.event_version AND x.path = d.path
+                             AND x.change = d.change
+                             AND x.old_type IS NOT DISTINCT FROM d.old_type
+                             AND x.new_type IS NOT DISTINCT FROM d.new_type)
+         GROUP BY d.event_type, d.event_version, d.path, d.change, d.old_type, d.new_type
+         ORDER BY min(d.detected_at)",
+        &[relid.into(), rows.as_str().into()],
+    )
 }
 
 /// On a shard's node: the field observer of the event table shard co-located with registry
-/// shard `registry_shard` moves on, and its changelog is pruned; returns the records pruned.
+/// shard `registry_shard` moves on, and its changelog is pruned; returns `{"pruned": <records
+/// pruned>, "drift": [<the drift its observer recorded>]}`.
 pub fn maintain_shard(
     registry_shard: &str,
     shards: &str,
     delta_retention: Interval,
-) -> EvResult<i64> {
+) -> EvResult<String> {
     with_shard_access(|| {
         let (shard_id, names) = mapped_shards(registry_shard, shards)?;
         capture_shard(shard_id, &names[0], delta_retention)?;
         let relid = relation::resolve(&names[0])?;
         let Some(source) = catalog::source_by_relid(relid)? else {
-            return Ok(0);
+            return Ok("{}".into());
         };
         crate::observer::observe(&source)?;
-        Ok(
-            spi::one::<i64>("SELECT eventview.prune($1)", &[names[0].as_str().into()])?
-                .unwrap_or(0),
-        )
+        let pruned = spi::one::<i64>("SELECT eventview.prune($1)", &[names[0].as_str().into()])?
+            .unwrap_or(0);
+        Ok(serde_json::json!({"pruned": pruned, "drift": drift_of_shard(relid)?}).to_string())
     })
 }
 
@@ -1647,6 +1722,10 @@ fn views_of(relid: pg_sys::Oid) -> EvResult<Vec<DistributedView>> {
 fn forget_source(source: &DistributedSource) -> EvResult<()> {
     spi::run(
         "DELETE FROM eventview._distributed_sources WHERE relid = $1::regclass",
+        &[source.relid.into()],
+    )?;
+    spi::run(
+        "DELETE FROM eventview.drift WHERE source = $1::regclass",
         &[source.relid.into()],
     )?;
     spi::run_all(&[format!("DROP TABLE IF EXISTS {}", source.shards)])

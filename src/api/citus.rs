@@ -23,7 +23,7 @@ fn attach_shard_capture(
 
 /// Makes the view of distributed view `view_id` over the event table shard co-located with
 /// `registry_shard`, its groups kept in the co-located groups shard; returns the values of its
-/// count_distinct measures.
+/// count_distinct and percentile measures.
 #[pg_extern(name = "_attach_shard_view", volatile, strict, parallel_unsafe)]
 fn attach_shard_view(
     registry_shard: &str,
@@ -33,17 +33,15 @@ fn attach_shard_view(
     arguments: &str,
     delta_retention: Interval,
 ) -> Result<String, ErrorReport> {
-    at_boundary(|| {
-        let arguments = crate::citus::view_arguments(arguments)?;
-        crate::citus::attach_shard_view(&crate::citus::ShardViewCall {
-            registry_shard,
-            value,
-            shards: &shards.0.to_string(),
-            view_id,
-            arguments: &arguments,
-            delta_retention,
-        })
-    })
+    on_shard_view(
+        crate::citus::attach_shard_view,
+        registry_shard,
+        value,
+        shards,
+        view_id,
+        arguments,
+        delta_retention,
+    )
 }
 
 /// Refreshes the view keeping the groups shard co-located with `registry_shard` (made first,
@@ -57,14 +55,35 @@ fn refresh_shard_view(
     arguments: &str,
     delta_retention: Interval,
 ) -> Result<String, ErrorReport> {
+    on_shard_view(
+        crate::citus::refresh_shard_view,
+        registry_shard,
+        value,
+        shards,
+        view_id,
+        arguments,
+        delta_retention,
+    )
+}
+
+/// `work` on the view of a shard its arguments name (see `citus::ShardViewCall`).
+fn on_shard_view(
+    work: fn(&crate::citus::ShardViewCall) -> crate::errors::EvResult<String>,
+    registry_shard: &str,
+    value: &str,
+    shards: pgrx::Json,
+    view_id: i32,
+    arguments: &str,
+    delta_retention: Interval,
+) -> Result<String, ErrorReport> {
+    let shards = shards.0.to_string();
     at_boundary(|| {
-        let arguments = crate::citus::view_arguments(arguments)?;
-        crate::citus::refresh_shard_view(&crate::citus::ShardViewCall {
+        work(&crate::citus::ShardViewCall {
             registry_shard,
             value,
-            shards: &shards.0.to_string(),
+            shards: &shards,
             view_id,
-            arguments: &arguments,
+            arguments,
             delta_retention,
         })
     })
@@ -77,13 +96,13 @@ fn detach_shard_view(registry_shard: &str, shards: pgrx::Json) -> Result<i32, Er
 }
 
 /// Moves the field observer of the event table shard co-located with `registry_shard` on, and
-/// prunes its changelog.
+/// prunes its changelog; returns the records pruned and the drift recorded there (JSON).
 #[pg_extern(name = "_maintain_shard", volatile, strict, parallel_unsafe)]
 fn maintain_shard(
     registry_shard: &str,
     shards: pgrx::Json,
     delta_retention: Interval,
-) -> Result<i64, ErrorReport> {
+) -> Result<String, ErrorReport> {
     at_boundary(|| {
         crate::citus::maintain_shard(registry_shard, &shards.0.to_string(), delta_retention)
     })
