@@ -106,17 +106,12 @@ BEGIN
             -- Dropped or renamed since the list was read: not a failure of the view.
             NULL;
         WHEN others THEN
-            RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
             IF v.distributed THEN
-                BEGIN
-                    UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
-                EXCEPTION WHEN insufficient_privilege THEN
-                    -- Recorded by a superuser's call only.
-                    NULL;
-                END;
+                UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
             ELSE
                 UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
             END IF;
+            RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
         END;
     END LOOP;
     -- Then the field observers of the caller's tables (those its views read were observed by

@@ -370,6 +370,13 @@ ALTER TABLE eventview._views ENABLE ROW LEVEL SECURITY;
 CREATE POLICY everyone_reads ON eventview._views FOR SELECT USING (true);
 CREATE POLICY owners_update ON eventview._views FOR UPDATE
     USING (pg_catalog.pg_has_role(owner::oid, 'MEMBER'));
+-- The same for views over distributed event tables: their owners schedule them, and record the
+-- errors of their scheduled refreshes.
+GRANT UPDATE (schedule, last_error) ON eventview._distributed_views TO PUBLIC;
+ALTER TABLE eventview._distributed_views ENABLE ROW LEVEL SECURITY;
+CREATE POLICY everyone_reads ON eventview._distributed_views FOR SELECT USING (true);
+CREATE POLICY owners_update ON eventview._distributed_views FOR UPDATE
+    USING (pg_catalog.pg_has_role(owner::oid, 'MEMBER'));
 
 -- Quarantined events are user data: visible only to members of the owner role of their event
 -- table or of their view. Rejects of the ingest gate (no view) may be filed by whoever may

@@ -318,13 +318,8 @@ BEGIN
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE c.oid = v.relid;
         EXCEPTION WHEN others THEN
+            UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
             RAISE WARNING 'pg_eventview: refresh of view % failed: %', v.relid, SQLERRM;
-            BEGIN
-                UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
-            EXCEPTION WHEN insufficient_privilege THEN
-                -- Recorded by a superuser's run (the background worker's) only.
-                NULL;
-            END;
         END;
     END LOOP;
     -- View owners' changelog rights follow their rights on the tables, also where a change of

@@ -174,13 +174,8 @@ BEGIN
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE c.oid = v.relid;
         EXCEPTION WHEN others THEN
+            UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
             RAISE WARNING 'pg_eventview: refresh of view % failed: %', v.relid, SQLERRM;
-            BEGIN
-                UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
-            EXCEPTION WHEN insufficient_privilege THEN
-                -- Recorded by a superuser's run (the background worker's) only.
-                NULL;
-            END;
         END;
     END LOOP;
     -- View owners' changelog rights follow their rights on the tables, also where a change of
@@ -227,55 +222,10 @@ EXCEPTION WHEN undefined_table OR undefined_function OR invalid_schema_name THEN
 END
 $$;
 
--- refresh_all goes on when it may not record a distributed view's error (a caller who is not a
--- superuser).
-CREATE OR REPLACE FUNCTION eventview.refresh_all() RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v record;
-    total bigint := 0;
-BEGIN
-    -- The caller's views (those over event tables distributed by Citus too), each in its own
-    -- subtransaction: one that fails (its owner may no longer read the table, its type policy
-    -- is 'fail') keeps its error in last_error, applies nothing, and the others go on.
-    FOR v IN
-        SELECT w.view_id, false AS distributed, format('%I.%I', n.nspname, c.relname) AS name
-        FROM eventview._views w
-        JOIN pg_class c ON c.oid = w.relid::oid
-        JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE pg_has_role(w.owner::oid, 'MEMBER')
-        UNION ALL
-        SELECT d.view_id, true, format('%I.%I', n.nspname, c.relname)
-        FROM eventview._distributed_views d
-        JOIN pg_class c ON c.oid = d.relid::oid
-        JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE pg_has_role(d.owner::oid, 'MEMBER')
-        ORDER BY 2, 1
-    LOOP
-        BEGIN
-            total := total + eventview._refresh(v.name);
-        EXCEPTION WHEN undefined_table THEN
-            -- Dropped or renamed since the list was read: not a failure of the view.
-            NULL;
-        WHEN others THEN
-            RAISE WARNING 'refresh of view % failed: %', v.name, SQLERRM;
-            IF v.distributed THEN
-                BEGIN
-                    UPDATE eventview._distributed_views SET last_error = SQLERRM WHERE view_id = v.view_id;
-                EXCEPTION WHEN insufficient_privilege THEN
-                    -- Recorded by a superuser's call only.
-                    NULL;
-                END;
-            ELSE
-                UPDATE eventview._views SET last_error = SQLERRM WHERE view_id = v.view_id;
-            END IF;
-        END;
-    END LOOP;
-    -- Then the field observers of the caller's tables (those its views read were observed by
-    -- their refreshes and have nothing left). Last: each refresh takes its view's row before its
-    -- event table, as drop_event_table does; observing every table first held them all while
-    -- waiting for view rows, a deadlock with drop_event_table.
-    PERFORM eventview._observe_all();
-    RETURN total;
-END
-$$;
+-- The owners of views over distributed event tables schedule them and record their refreshes'
+-- errors (refresh_all, run_maintenance), as for any view.
+GRANT UPDATE (schedule, last_error) ON eventview._distributed_views TO PUBLIC;
+ALTER TABLE eventview._distributed_views ENABLE ROW LEVEL SECURITY;
+CREATE POLICY everyone_reads ON eventview._distributed_views FOR SELECT USING (true);
+CREATE POLICY owners_update ON eventview._distributed_views FOR UPDATE
+    USING (pg_catalog.pg_has_role(owner::oid, 'MEMBER'));

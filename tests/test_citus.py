@@ -449,7 +449,23 @@ def test_rights_on_distributed_views(citus):
             conn.execute("SET ROLE dist_analyst")
             state, _ = refusal(conn, "SELECT eventview.refresh('dpriv_v')")
             assert state == "42501"
+            # Its owner schedules it; another role's run_maintenance leaves it alone.
+            conn.execute("SELECT eventview.schedule('dpriv_v', '1 second')")
             conn.execute("RESET ROLE")
+            conn.execute("SET ROLE dist_owner")
+            conn.execute("SELECT eventview.run_maintenance()")
+            state, _ = refusal(conn, "SELECT eventview.schedule('dpriv_v', NULL)")
+            assert state == "42501"
+            conn.execute("RESET ROLE")
+            last_error = "SELECT last_error FROM eventview._distributed_views WHERE relid = 'dpriv_v'::regclass"
+            assert conn.execute(last_error).fetchone() == (None,)
+            # Its owner's refresh_all and run_maintenance record the failure and go on.
+            conn.execute("SET ROLE dist_analyst")
+            assert conn.execute("SELECT eventview.refresh_all()").fetchone()[0] == 0
+            assert "permission denied" in conn.execute(last_error).fetchone()[0]
+            conn.execute("UPDATE eventview._distributed_views SET last_error = NULL WHERE relid = 'dpriv_v'::regclass")
+            conn.execute("SELECT eventview.run_maintenance()")
+            assert "permission denied" in conn.execute(last_error).fetchone()[0]
             # Another role may not drop it; the table's owner may.
             conn.execute("SET ROLE dist_owner")
             conn.execute("SELECT eventview.drop_event_table('dpriv', cascade => true)")
