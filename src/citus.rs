@@ -705,7 +705,9 @@ pub fn attach_shard_capture(
 ) -> EvResult<i32> {
     with_shard_access(|| {
         let (shard_id, names) = mapped_shards(registry_shard, shards)?;
-        Ok(capture_shard(shard_id, &names[0], delta_retention)?.into())
+        Ok(capture_shard(shard_id, &names[0], delta_retention)?
+            .1
+            .into())
     })
 }
 
@@ -713,11 +715,15 @@ pub fn attach_shard_capture(
 /// table of this node (capture, changelog), with the unique indexes on `event_id` and
 /// `event_key` the distributed table cannot have, unless it is registered already. Every
 /// per-shard call starts here: a shard that Citus moved or split onto this node arrives
-/// without them. Whether it registered the shard.
-fn capture_shard(shard_id: i64, shard: &str, delta_retention: Interval) -> EvResult<bool> {
+/// without them. Its relation, and whether it registered the shard.
+fn capture_shard(
+    shard_id: i64,
+    shard: &str,
+    delta_retention: Interval,
+) -> EvResult<(pg_sys::Oid, bool)> {
     let relid = relation::resolve(shard)?;
     if catalog::source_by_relid(relid)?.is_some() {
-        return Ok(false);
+        return Ok((relid, false));
     }
     for column in ["event_id", "event_key"] {
         if !catalog::has_unique_index_on(relid, column)? {
@@ -749,7 +755,7 @@ fn capture_shard(shard_id: i64, shard: &str, delta_retention: Interval) -> EvRes
         }
     }
     crate::event_tables::register_event_table(shard, None, Some(delta_retention))?;
-    Ok(true)
+    Ok((relid, true))
 }
 
 /// `create_view` over a distributed event table: the distributed table of partial groups,
@@ -911,6 +917,7 @@ pub struct ShardViewCall<'a> {
 struct ShardView {
     shard_id: i64,
     event_shard: String,
+    event_relid: pg_sys::Oid,
     groups_shard: String,
 }
 
@@ -920,20 +927,18 @@ impl ShardView {
         let (Some(event_shard), Some(groups_shard)) = (names.first(), names.get(1)) else {
             return Err(shard_not_found(call.registry_shard));
         };
-        capture_shard(shard_id, event_shard, call.delta_retention)?;
+        let (event_relid, _) = capture_shard(shard_id, event_shard, call.delta_retention)?;
         Ok(ShardView {
             shard_id,
             event_shard: event_shard.clone(),
+            event_relid,
             groups_shard: groups_shard.clone(),
         })
     }
 
     /// This node's view keeping the groups shard: its user relation, if there is one.
     fn relid(&self) -> EvResult<Option<pg_sys::Oid>> {
-        spi::one::<pg_sys::Oid>(
-            "SELECT relid::oid FROM eventview._views WHERE data_relation = $1::regclass",
-            &[self.groups_shard.as_str().into()],
-        )
+        view_keeping(&self.groups_shard)
     }
 
     /// The type of `__shard` in the groups shard, as `canonical_text` names it (`typname`).
@@ -1136,7 +1141,7 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
                 "rebuilt": true,
                 "values": parse_changes(&values_of_shard(relid, call)?)?,
                 "replaces": replaces,
-                "drift": drift_of_shard(relation::resolve(&shard.event_shard)?)?,
+                "drift": drift_of_shard(shard.event_relid)?,
             })
             .to_string());
         };
@@ -1152,7 +1157,7 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
         let mut result: serde_json::Value = serde_json::from_str(&taken)
             .map_err(|e| internal(format!("a shard's changes are not JSON: {e}")))?;
         result["applied"] = applied.into();
-        result["drift"] = drift_of_shard(relation::resolve(&shard.event_shard)?)?.into();
+        result["drift"] = drift_of_shard(shard.event_relid)?.into();
         Ok(result.to_string())
     })
 }
@@ -1191,16 +1196,21 @@ pub fn detach_shard_view(registry_shard: &str, shards: &str) -> EvResult<i32> {
         let Some(groups_shard) = names.first() else {
             return Ok(0);
         };
-        let Some(relid) = spi::one::<pg_sys::Oid>(
-            "SELECT relid::oid FROM eventview._views WHERE data_relation = $1::regclass",
-            &[groups_shard.as_str().into()],
-        )?
-        else {
+        let Some(relid) = view_keeping(groups_shard)? else {
             return Ok(0);
         };
         views::drop_view_by_relid(relid)?;
         Ok(1)
     })
+}
+
+/// On a shard's node: the user relation of this node's view keeping `groups_shard` (a shard of
+/// a distributed view's partial groups), if there is one.
+fn view_keeping(groups_shard: &str) -> EvResult<Option<pg_sys::Oid>> {
+    spi::one::<pg_sys::Oid>(
+        "SELECT relid::oid FROM eventview._views WHERE data_relation = $1::regclass",
+        &[groups_shard.into()],
+    )
 }
 
 /// `refresh` of a view over a distributed event table: every shard's view, each on its node
@@ -1211,13 +1221,7 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     // Every shard's view is refreshed as the extension owner: the rights are the view owner's,
     // checked here at each refresh as a view of this node has them checked.
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
-    // The table's row first, as the drops take it (`shard_args` takes it again).
-    lock_source(&view.source, "FOR NO KEY UPDATE")?;
-    // One refresh of the view at a time: each adds the changes its shards' refreshes took.
-    spi::run(
-        "SELECT 1 FROM eventview._distributed_views WHERE view_id = $1 FOR UPDATE",
-        &[view.view_id.into()],
-    )?;
+    lock_view(view)?;
     let (arguments, definition) = definition_of(view)?;
     let table_sql = view.source.table_sql()?;
     let results = each_shard(
@@ -1358,11 +1362,7 @@ pub fn rebuild(view: &DistributedView, windowed: bool) -> EvResult<i64> {
         ));
     }
     require_read_committed("rebuild")?;
-    lock_source(&view.source, "FOR NO KEY UPDATE")?;
-    spi::run(
-        "SELECT 1 FROM eventview._distributed_views WHERE view_id = $1 FOR UPDATE",
-        &[view.view_id.into()],
-    )?;
+    lock_view(view)?;
     on_every_shard(&view.source, &[&view.groups], Registry::AsItIs, |a| {
         format!("eventview._detach_shard_view({}, {})", a.shard, a.shards)
     })?;
@@ -1372,6 +1372,17 @@ pub fn rebuild(view: &DistributedView, windowed: bool) -> EvResult<i64> {
         &[],
     )?
     .unwrap_or(0))
+}
+
+/// Before a refresh or rebuild of `view`: its table's catalog row, as the drops take it first
+/// (`shard_args` takes it again), then its own row: one refresh or rebuild of the view at a
+/// time, each adding the changes its shards' refreshes took.
+fn lock_view(view: &DistributedView) -> EvResult<()> {
+    lock_source(&view.source, "FOR NO KEY UPDATE")?;
+    spi::run(
+        "SELECT 1 FROM eventview._distributed_views WHERE view_id = $1 FOR UPDATE",
+        &[view.view_id.into()],
+    )
 }
 
 /// A refresh or rebuild of a distributed view runs in a READ COMMITTED transaction (0A000
@@ -1592,8 +1603,7 @@ pub fn maintain_shard(
 ) -> EvResult<String> {
     with_shard_access(|| {
         let (shard_id, names) = mapped_shards(registry_shard, shards)?;
-        capture_shard(shard_id, &names[0], delta_retention)?;
-        let relid = relation::resolve(&names[0])?;
+        let (relid, _) = capture_shard(shard_id, &names[0], delta_retention)?;
         let Some(source) = catalog::source_by_relid(relid)? else {
             return Ok("{}".into());
         };
