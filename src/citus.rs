@@ -1303,9 +1303,8 @@ impl ShardChanges {
             spi::run_all(&merged.merge_all(groups))?;
         } else if !self.changes.is_empty() {
             let listed = serde_json::Value::Array(self.changes.clone()).to_string();
-            spi::run(&merged.apply_changes("$1::json"), &[listed.as_str().into()])?;
             let dirty =
-                spi::one::<String>(&merged.dirty_keys("$1::json"), &[listed.as_str().into()])?
+                spi::one::<String>(&merged.apply_changes("$1::json"), &[listed.as_str().into()])?
                     .unwrap_or_else(|| "[]".into());
             if dirty != "[]" {
                 spi::run_all(&merged.merge_keys(groups, &quote::literal(&dirty)))?;

@@ -140,7 +140,7 @@ impl<'a> ViewSql<'a> {
     }
 
     /// The groups `keys` lists (a JSON array of objects with the key columns, as
-    /// `dirty_keys` gives them; a quoted literal) merged anew from the partial groups
+    /// `apply_changes` gives them; a quoted literal) merged anew from the partial groups
     /// of `groups`.
     pub fn merge_keys(&self, groups: &str, keys: &str) -> Vec<String> {
         let listed = format!(
@@ -322,10 +322,11 @@ WHERE {}",
     }
 
     /// On the coordinator: the group changes `changes` lists (`take_changes` of every shard,
-    /// one JSON array: the SQL of a `json` value) added to the merged groups. A group that
-    /// took a retraction is marked `__dirty`, and `dirty_keys` lists it for `merge_keys`,
-    /// which recomputes it from the shards' partial groups (and drops it when its count fell
-    /// to 0, which only a retraction does).
+    /// one JSON array: the SQL of a `json` value) added to the merged groups; returns the
+    /// keys of the groups marked `__dirty` (one took a retraction) as a JSON array's text for
+    /// `merge_keys`, which recomputes them from the shards' partial groups (and drops a group
+    /// whose count fell to 0, which only a retraction does). One pass over the changes: the
+    /// keys come from the rows the statement wrote.
     pub fn apply_changes(&self, changes: &str) -> String {
         let merged = self.merged_changes();
         let mut record = self.key_record();
@@ -356,28 +357,19 @@ WHERE {}",
             sums.push("0".into());
         }
         format!(
-            "INSERT INTO {data} AS t ({keys}, {})
+            "WITH written AS (
+INSERT INTO {data} AS t ({keys}, {})
 SELECT {keys}, {}
 FROM pg_catalog.json_to_recordset({changes}) AS c({})
 GROUP BY {keys}
-ON CONFLICT ({keys}) DO UPDATE SET {}",
+ON CONFLICT ({keys}) DO UPDATE SET {}
+RETURNING {keys}, __dirty)
+SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM written WHERE __dirty) k",
             columns.join(", "),
             sums.join(", "),
             record.join(", "),
             updates.join(", "),
             data = self.data()
-        )
-    }
-
-    /// The keys of the groups `changes` (as for `apply_changes`) has taking a retraction, as a
-    /// JSON array for `merge_keys`.
-    pub fn dirty_keys(&self, changes: &str) -> String {
-        let keys = self.key_list();
-        format!(
-            "SELECT coalesce(pg_catalog.json_agg(k), '[]')::text
-FROM (SELECT {keys} FROM pg_catalog.json_to_recordset({changes}) AS c({}, __dirty boolean)
-      GROUP BY {keys} HAVING bool_or(__dirty)) k",
-            self.key_record().join(", ")
         )
     }
 
@@ -562,7 +554,8 @@ mod tests {
         assert!(take.ends_with("'values', '[]'::json)::text"), "{take}");
         let apply = sql(&d).apply_changes("$1::json");
         assert!(apply.contains("AS c(__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m2_n bigint, m2_sum numeric, m3_val numeric, __dirty boolean)"));
-        assert!(apply.ends_with("ON CONFLICT (__k, bucket, g1, g1_null) DO UPDATE SET __count = t.__count + EXCLUDED.__count, m2_n = t.m2_n + EXCLUDED.m2_n, m2_sum = t.m2_sum + EXCLUDED.m2_sum, m3_val = GREATEST(t.m3_val, EXCLUDED.m3_val), __dirty = t.__dirty OR EXCLUDED.__dirty"));
+        assert!(apply.contains("ON CONFLICT (__k, bucket, g1, g1_null) DO UPDATE SET __count = t.__count + EXCLUDED.__count, m2_n = t.m2_n + EXCLUDED.m2_n, m2_sum = t.m2_sum + EXCLUDED.m2_sum, m3_val = GREATEST(t.m3_val, EXCLUDED.m3_val), __dirty = t.__dirty OR EXCLUDED.__dirty\nRETURNING __k, bucket, g1, g1_null, __dirty)"), "{apply}");
+        assert!(apply.ends_with("FROM (SELECT __k, bucket, g1, g1_null FROM written WHERE __dirty) k"), "{apply}");
     }
 
     #[test]
