@@ -207,6 +207,19 @@ CREATE TABLE eventview.quarantine (
 CREATE INDEX ON eventview.quarantine (view_name, event_id);
 COMMENT ON TABLE eventview.quarantine IS 'pg_eventview: envelopes the ingest gate refused (view_name NULL) and events left out of a view because a value had the wrong JSON type';
 
+-- The quarantine entries of views over distributed event tables, on the coordinator: each is a
+-- copy of an entry that the view of one shard filed on that shard's node; `shard` is the shard's
+-- tag (as `__shard` of the partial groups holds it), `shard_entry` the entry's id there. A
+-- refresh copies a shard's entries again whenever they differ from these (src/citus.rs).
+CREATE TABLE eventview._distributed_quarantine (
+    id          bigint PRIMARY KEY REFERENCES eventview.quarantine ON DELETE CASCADE,
+    view_id     integer NOT NULL REFERENCES eventview._distributed_views ON DELETE CASCADE,
+    shard       text NOT NULL,
+    shard_entry bigint NOT NULL
+);
+CREATE INDEX ON eventview._distributed_quarantine (view_id, shard);
+COMMENT ON TABLE eventview._distributed_quarantine IS 'pg_eventview: quarantine entries of distributed views, with the shard that filed each';
+
 -- When each changelog segment was made (src/changelog.rs), and the first record number not
 -- given out then: the rate of records that sizes the next segment, and the time by which every
 -- record of a segment was logged (one is made only once record numbers passed the segments
@@ -235,6 +248,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventview.quarantine_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview.drift_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._distributed_sources', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._distributed_views', '');
+SELECT pg_catalog.pg_extension_config_dump('eventview._distributed_quarantine', '');
 
 
 
@@ -402,6 +416,17 @@ $$;
 ALTER TABLE eventview.quarantine ENABLE ROW LEVEL SECURITY;
 CREATE POLICY owners_read ON eventview.quarantine FOR SELECT
     USING (eventview._may_see_quarantine(source, view_name));
+-- The entries of a view over a distributed event table (copied from its shards' nodes, filed
+-- and taken back by its refreshes only): visible to members of the view's owner role too.
+CREATE FUNCTION eventview._may_see_distributed_quarantine(entry bigint) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT 1 FROM eventview._distributed_quarantine m
+                   JOIN eventview._distributed_views d ON d.view_id = m.view_id
+                   WHERE m.id = entry AND pg_catalog.pg_has_role(d.owner::oid, 'MEMBER'))
+$$;
+CREATE POLICY distributed_view_owners_read ON eventview.quarantine FOR SELECT
+    USING (eventview._may_see_distributed_quarantine(id));
+GRANT SELECT ON eventview._distributed_quarantine TO PUBLIC;
 CREATE POLICY filers_insert ON eventview.quarantine FOR INSERT
     WITH CHECK (eventview._may_file_quarantine(source, view_name));
 GRANT SELECT, INSERT ON eventview.quarantine TO PUBLIC;

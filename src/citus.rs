@@ -44,6 +44,9 @@ use eventview_core::{envelope_sql, names, quote};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
+mod quarantine;
+pub use quarantine::shard_entries;
+
 /// Whether the Citus extension is installed in this database.
 fn installed() -> EvResult<bool> {
     Ok(spi::one::<bool>(
@@ -394,8 +397,35 @@ fn each_shard(
     registry: Registry,
     call: impl FnOnce(&ShardArgs) -> String,
 ) -> EvResult<Vec<String>> {
+    each_shard_where(source, tables, registry, None, call)
+}
+
+/// `each_shard`, on the shards whose tags (`ShardArgs::value`) `shards` lists, or on every
+/// shard.
+fn each_shard_where(
+    source: &DistributedSource,
+    tables: &[&str],
+    registry: Registry,
+    shards: Option<&[String]>,
+    call: impl FnOnce(&ShardArgs) -> String,
+) -> EvResult<Vec<String>> {
     let args = shard_args(source, tables, registry)?;
-    let query = format!("SELECT ({})::text FROM {}", call(&args), source.shards);
+    let filter = match shards {
+        Some(tags) => format!(
+            " WHERE {} = ANY(ARRAY[{}]::text[])",
+            args.value,
+            tags.iter()
+                .map(|t| quote::literal(t))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => String::new(),
+    };
+    let query = format!(
+        "SELECT ({})::text FROM {}{filter}",
+        call(&args),
+        source.shards
+    );
     Ok(Spi::connect(|client| {
         client
             .select(&query, None, &[])?
@@ -875,6 +905,9 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
         }
         spi::run_all(&merged.count_distinct_of(None))?;
     }
+    let view = distributed_view(relid)?
+        .ok_or_else(|| internal(format!("distributed view {view_id} is not catalogued")))?;
+    quarantine::copy_entries(&view, None)?;
     Ok(relid)
 }
 
@@ -1142,6 +1175,8 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
                 "values": parse_changes(&values_of_shard(relid, call)?)?,
                 "replaces": replaces,
                 "drift": drift_of_shard(shard.event_relid)?,
+                "shard": call.value,
+                "quarantine": quarantine::mark_of(relid)?,
             })
             .to_string());
         };
@@ -1158,6 +1193,8 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
             .map_err(|e| internal(format!("a shard's changes are not JSON: {e}")))?;
         result["applied"] = applied.into();
         result["drift"] = drift_of_shard(shard.event_relid)?.into();
+        result["shard"] = call.value.into();
+        result["quarantine"] = quarantine::mark_of(relid)?.into();
         Ok(result.to_string())
     })
 }
@@ -1242,12 +1279,14 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     )?;
     let mut applied = 0;
     let mut taken = ShardChanges::default();
+    let mut marks = quarantine::ShardMarks::default();
     let mut drift = Vec::new();
     for result in results {
         let parsed: serde_json::Value = serde_json::from_str(&result)
             .map_err(|e| internal(format!("a shard's refresh answered {result}: {e}")))?;
         applied += parsed["applied"].as_i64().unwrap_or(0);
         taken.add(&parsed);
+        marks.add(&parsed);
         if let Some(rows) = parsed["drift"].as_array() {
             drift.extend(rows.iter().cloned());
         }
@@ -1255,6 +1294,7 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     merge_drift(view.source.relid, drift)?;
     let merged = sql_for(&definition, view.view_id, &table_sql, None);
     taken.merge_into(&merged, &view.groups)?;
+    quarantine::follow(view, &marks)?;
     spi::run(
         "UPDATE eventview._distributed_views SET last_refresh_at = clock_timestamp(), last_error = NULL
          WHERE view_id = $1",
@@ -1672,6 +1712,7 @@ fn forget_view(view: &DistributedView) -> EvResult<()> {
     })?;
     let (_, definition) = definition_of(view)?;
     let values = sql_for(&definition, view.view_id, "", None).merged_values_tables();
+    quarantine::forget_copies(view.view_id, None)?;
     spi::run(
         "DELETE FROM eventview._distributed_views WHERE view_id = $1",
         &[view.view_id.into()],

@@ -1005,6 +1005,110 @@ def test_monitoring_shows_distributed_views_and_tables(citus):
         assert conn.execute("SELECT count(*) FROM eventview.views WHERE source::oid = %s", (relid,)).fetchone()[0] == 0
 
 
+def test_quarantine_on_the_coordinator_holds_every_shards_entries(citus):
+    rng = random.Random(2626)
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("CREATE ROLE dq_owner LOGIN")
+        conn.execute("CREATE ROLE dq_other LOGIN")
+        conn.execute("SELECT eventview.create_event_table('dq', distribute_by => 'event_id')")
+        try:
+            conn.execute("GRANT CREATE ON SCHEMA public TO dq_owner")
+            conn.execute("GRANT SELECT ON dq TO dq_owner")
+
+            def bad(count: int) -> None:
+                # Orders whose qty is a string: left out of the view and quarantined.
+                conn.execute(
+                    """INSERT INTO dq (event_type, payload)
+                       SELECT 'order', jsonb_build_object('sku', 'A', 'qty', 'three', 'price', 5)
+                       FROM generate_series(1, %s)""",
+                    (count,),
+                )
+
+            insert_orders(conn, "dq", rng, 80)
+            bad(3)
+            conn.execute("SET ROLE dq_owner")
+            conn.execute(
+                "SELECT eventview.create_view('dq_sku', 'dq', event_types => ARRAY['order'], "
+                "group_by => %s, measures => %s, time_bucket => '1 day')",
+                (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
+            )
+            conn.execute("RESET ROLE")
+
+            def check(step: str, name: str = "public.dq_sku") -> None:
+                got = conn.execute(
+                    "SELECT event_id, source::text, view_name, reason ~ 'qty', event IS NOT NULL "
+                    "FROM eventview.quarantine WHERE source = 'dq'::regclass ORDER BY event_id"
+                ).fetchall()
+                want = conn.execute(
+                    "SELECT event_id, 'dq', %s, true, true FROM dq WHERE event_type = 'order' "
+                    "AND jsonb_typeof(payload -> 'qty') = 'string' ORDER BY event_id",
+                    (name,),
+                ).fetchall()
+                assert got == want, step
+                # The view's owner sees them; a role that owns neither the table nor the view
+                # does not.
+                conn.execute("SET ROLE dq_owner")
+                assert conn.execute("SELECT count(*) FROM eventview.quarantine").fetchone()[0] == len(want), step
+                conn.execute("SET ROLE dq_other")
+                assert conn.execute("SELECT count(*) FROM eventview.quarantine").fetchone()[0] == 0, step
+                conn.execute("RESET ROLE")
+
+            check("after the first fill")
+            for step, op in enumerate(["insert", "correct", "spoil", "delete", "move", "split", "rebuild", "rename"]):
+                if op == "insert":
+                    bad(4)
+                    insert_orders(conn, "dq", rng, 40)
+                elif op == "correct":
+                    conn.execute(
+                        """UPDATE dq SET payload = payload || '{"qty": 3}' WHERE event_id IN
+                           (SELECT event_id FROM dq WHERE payload ->> 'qty' = 'three' ORDER BY event_id LIMIT 2)"""
+                    )
+                elif op == "spoil":
+                    conn.execute(
+                        """UPDATE dq SET payload = payload || '{"qty": "nine"}' WHERE event_type = 'order'
+                           AND event_id %% 9 = %s""",
+                        (rng.randint(0, 8),),
+                    )
+                elif op == "delete":
+                    conn.execute("DELETE FROM dq WHERE payload ->> 'qty' = 'nine' AND event_id % 2 = 0")
+                elif op in ("move", "split"):
+                    bad(2)
+                    (move_a_shard if op == "move" else split_a_shard)(conn, "dq", rng)
+                elif op == "rebuild":
+                    bad(1)
+                    conn.execute("SET ROLE dq_owner")
+                    conn.execute("SELECT eventview.rebuild('dq_sku')")
+                    conn.execute("RESET ROLE")
+                else:
+                    conn.execute("ALTER VIEW dq_sku RENAME TO dq_sku_renamed")
+                conn.execute("SET ROLE dq_owner")
+                conn.execute(f"SELECT eventview.refresh('{'dq_sku_renamed' if op == 'rename' else 'dq_sku'}')")
+                conn.execute("RESET ROLE")
+                sku_check(conn, "(SELECT * FROM dq WHERE jsonb_typeof(payload -> 'qty') IS DISTINCT FROM 'string') d",
+                          "dq_sku_renamed" if op == "rename" else "dq_sku", op)
+                check(f"step {step}: {op}", "public.dq_sku_renamed" if op == "rename" else "public.dq_sku")
+            # A copy deleted by hand comes back at the next refresh: its shard's entries differ.
+            conn.execute("DELETE FROM eventview.quarantine WHERE id = (SELECT min(id) FROM eventview._distributed_quarantine)")
+            conn.execute("SELECT eventview.refresh('dq_sku_renamed')")
+            check("after a copy was deleted", "public.dq_sku_renamed")
+            # The view's owner may not delete its entries on the coordinator: they are copies.
+            conn.execute("SET ROLE dq_owner")
+            conn.execute("DELETE FROM eventview.quarantine")
+            conn.execute("RESET ROLE")
+            check("after its owner tried to delete them", "public.dq_sku_renamed")
+            conn.execute("SELECT eventview.drop_view('dq_sku_renamed')")
+            assert conn.execute("SELECT count(*) FROM eventview.quarantine WHERE source = 'dq'::regclass").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM eventview._distributed_quarantine").fetchone()[0] == 0
+        finally:
+            conn.execute("RESET ROLE")
+            conn.execute("SELECT eventview.drop_event_table('dq', cascade => true)")
+            conn.execute("REVOKE CREATE ON SCHEMA public FROM dq_owner")
+            conn.execute("DROP ROLE dq_owner")
+            conn.execute("DROP ROLE dq_other")
+        assert conn.execute("SELECT count(*) FROM eventview._distributed_quarantine").fetchone()[0] == 0
+
+
 def test_a_worker_crash_after_prepare_commits_on_recovery(citus):
     """The refresh's distributed transaction prepared on every worker, committed on the
     coordinator, and one worker crashed before COMMIT PREPARED reached it: Citus's recovery

@@ -89,6 +89,17 @@ fn on_shard_view(
     })
 }
 
+/// The quarantine entries of the view keeping the groups shard co-located with
+/// `registry_shard` (tagged with `value`), as a JSON array (see `citus::shard_entries`).
+#[pg_extern(name = "_shard_quarantine", volatile, strict, parallel_unsafe)]
+fn shard_quarantine(
+    registry_shard: &str,
+    value: &str,
+    shards: pgrx::Json,
+) -> Result<String, ErrorReport> {
+    at_boundary(|| crate::citus::shard_entries(registry_shard, value, &shards.0.to_string()))
+}
+
 /// Drops the view keeping the groups shard co-located with `registry_shard`.
 #[pg_extern(name = "_detach_shard_view", volatile, strict, parallel_unsafe)]
 fn detach_shard_view(registry_shard: &str, shards: pgrx::Json) -> Result<i32, ErrorReport> {

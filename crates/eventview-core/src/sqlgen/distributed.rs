@@ -555,7 +555,10 @@ mod tests {
         let apply = sql(&d).apply_changes("$1::json");
         assert!(apply.contains("AS c(__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m2_n bigint, m2_sum numeric, m3_val numeric, __dirty boolean)"));
         assert!(apply.contains("ON CONFLICT (__k, bucket, g1, g1_null) DO UPDATE SET __count = t.__count + EXCLUDED.__count, m2_n = t.m2_n + EXCLUDED.m2_n, m2_sum = t.m2_sum + EXCLUDED.m2_sum, m3_val = GREATEST(t.m3_val, EXCLUDED.m3_val), __dirty = t.__dirty OR EXCLUDED.__dirty\nRETURNING __k, bucket, g1, g1_null, __dirty)"), "{apply}");
-        assert!(apply.ends_with("FROM (SELECT __k, bucket, g1, g1_null FROM written WHERE __dirty) k"), "{apply}");
+        assert!(
+            apply.ends_with("FROM (SELECT __k, bucket, g1, g1_null FROM written WHERE __dirty) k"),
+            "{apply}"
+        );
     }
 
     #[test]
