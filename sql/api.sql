@@ -195,7 +195,7 @@ REVOKE EXECUTE ON FUNCTION eventview._attach_shard_capture(text, json, interval)
 REVOKE EXECUTE ON FUNCTION eventview._attach_shard_view(text, text, json, integer, text, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._refresh_shard_view(text, text, json, integer, text, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._detach_shard_view(text, json) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION eventview._shard_quarantine(text, text, json) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION eventview._shard_quarantine(text, text, json, json) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._maintain_shard(text, json, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._shard_view_stats(text, json) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._shard_observed(text, json) FROM PUBLIC;

@@ -207,13 +207,16 @@ CREATE TABLE eventview.quarantine (
 CREATE INDEX ON eventview.quarantine (view_name, event_id);
 COMMENT ON TABLE eventview.quarantine IS 'pg_eventview: envelopes the ingest gate refused (view_name NULL) and events left out of a view because a value had the wrong JSON type';
 
--- The quarantine entries of views over distributed event tables, on the coordinator: each is a
--- copy of an entry that the view of one shard filed on that shard's node; `shard` is the shard's
--- tag (as `__shard` of the partial groups holds it), `shard_entry` the entry's id there. A
--- refresh copies a shard's entries again whenever they differ from these (src/citus.rs).
+-- The quarantine entries of views over distributed event tables, on the coordinator: each row
+-- names a copy (`id`, in eventview.quarantine) of an entry that the view of one shard filed on
+-- that shard's node; `shard` is the shard's tag (as `__shard` of the partial groups holds it),
+-- `shard_entry` the entry's id there. A refresh makes the copies follow the entries of the
+-- shards whose entries changed (src/citus/quarantine.rs). No foreign keys, as between the
+-- other tables here (a parallel restore); a copy deleted by hand leaves its row, and the next
+-- refresh copies that shard's entries anew.
 CREATE TABLE eventview._distributed_quarantine (
-    id          bigint PRIMARY KEY REFERENCES eventview.quarantine ON DELETE CASCADE,
-    view_id     integer NOT NULL REFERENCES eventview._distributed_views ON DELETE CASCADE,
+    id          bigint PRIMARY KEY,
+    view_id     integer NOT NULL,
     shard       text NOT NULL,
     shard_entry bigint NOT NULL
 );
@@ -402,8 +405,8 @@ CREATE POLICY owners_update ON eventview._distributed_views FOR UPDATE
 CREATE FUNCTION eventview._may_see_quarantine(source regclass, view_name text) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = source), 'MEMBER')
-        OR EXISTS (SELECT 1 FROM eventview._views v
-                   WHERE view_name IS NOT NULL AND v.known_name = view_name
+        OR EXISTS (SELECT 1 FROM eventview._views v JOIN eventview._sources s USING (source_id)
+                   WHERE view_name IS NOT NULL AND v.known_name = view_name AND s.relid = source
                      AND pg_catalog.pg_has_role(v.owner::oid, 'MEMBER'))
 $$;
 CREATE FUNCTION eventview._may_file_quarantine(source regclass, view_name text) RETURNS boolean
@@ -550,6 +553,19 @@ BEGIN
     )
     UPDATE eventview.quarantine q SET view_name = r2.now
     FROM renamed r2 WHERE q.view_name OPERATOR(pg_catalog.=) r2.was;
+    -- Renamed views over distributed event tables (or their schemas): the coordinator's copies
+    -- of their quarantine entries take the new name.
+    UPDATE eventview.quarantine q
+    SET view_name = pg_catalog.format('%I.%I', n.nspname, c.relname)
+    FROM eventview._distributed_quarantine m
+    JOIN eventview._distributed_views d ON d.view_id OPERATOR(pg_catalog.=) m.view_id
+    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.relid::oid
+    JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+    WHERE q.id OPERATOR(pg_catalog.=) m.id
+      AND EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() x
+                  WHERE x.objid OPERATOR(pg_catalog.=) d.relid::oid
+                     OR x.objid OPERATOR(pg_catalog.=) c.relnamespace)
+      AND NOT coalesce(q.view_name OPERATOR(pg_catalog.=) pg_catalog.format('%I.%I', n.nspname, c.relname), false);
     PERFORM pg_catalog.set_config('eventview.following_ddl', 'off', true);
 END
 $$;

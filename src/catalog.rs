@@ -1,12 +1,14 @@
 //! Every statement the extension's Rust code runs on its own tables (`eventview._sources`,
 //! `eventview._views`, `eventview._fields`, `eventview._changelog_segments`, and the drift and quarantine rows of a table that is
-//! forgotten). Two kinds of statement read or write catalog rows elsewhere, on purpose: the
+//! forgotten); those on the catalog of event tables distributed by Citus are in `distributed`. Two kinds of statement read or write catalog rows elsewhere, on purpose: the
 //! generated refresh and observer statements (`eventview_core::sqlgen`, `observe_sql`) store
 //! the consumer's new position in the same statement that applies the changes, so both commit
 //! or neither does; and the pruning of raw events (`event_tables::prune_events`) reads the
 //! views' positions in its own statement. The PL/pgSQL of the SQL surface (`schedule`,
 //! `run_maintenance`, `_prune`, `_pending`, `_follow_drop`) keeps its own statements. Whether a
 //! change is applied is `eventview._applied` everywhere.
+
+pub mod distributed;
 
 use crate::errors::{EvError, EvResult};
 use crate::pg::spi;

@@ -31,6 +31,7 @@
 //! each shard a split made (`shard_args`).
 
 use crate::catalog;
+use crate::catalog::distributed::{self, SourceLock};
 use crate::errors::{EvError, EvResult};
 use crate::pg::guc;
 use crate::pg::roles;
@@ -54,6 +55,17 @@ fn installed() -> EvResult<bool> {
         &[],
     )?
     .unwrap_or(false))
+}
+
+/// Runs `f` with Citus's DDL propagation off where Citus is installed: the user relation of a
+/// view over an event table of this node reads this node's storage, so Citus would make it on
+/// this node only anyway, with a WARNING that asks to distribute that storage.
+pub fn on_this_node_only<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
+    if installed()? {
+        guc::with_setting(c"citus.enable_ddl_propagation", c"off", f)
+    } else {
+        f()
+    }
 }
 
 /// Whether Citus manages `relid`: a distributed, reference or Citus local table, whose rows
@@ -171,16 +183,7 @@ pub fn register_managed(
         )));
     }
     let shards = make_shard_registry(relid, &table, column)?;
-    spi::run(
-        "INSERT INTO eventview._distributed_sources (relid, distribute_by, shards, delta_retention)
-         VALUES ($1::regclass, $2, $3::regclass, coalesce($4, '7 days'))",
-        &[
-            relid.into(),
-            column.into(),
-            shards.as_str().into(),
-            delta_retention.into(),
-        ],
-    )?;
+    distributed::insert_source(relid, column, &shards, delta_retention)?;
     let source = distributed_source(relid)?
         .ok_or_else(|| EvError::invalid("the distributed event table is not catalogued"))?;
     on_every_shard(&source, &[&table], Registry::Filled, |a| {
@@ -233,32 +236,16 @@ impl DistributedSource {
 
 /// The distributed event table `relid`, if it is one.
 pub fn distributed_source(relid: pg_sys::Oid) -> EvResult<Option<DistributedSource>> {
-    let row = Spi::connect(|client| {
-        let rows = client.select(
-            "SELECT shards::text, distribute_by, delta_retention::text
-             FROM eventview._distributed_sources WHERE relid = $1::regclass",
-            Some(1),
-            &[relid.into()],
-        )?;
-        if rows.is_empty() {
-            return Ok::<_, pgrx::spi::SpiError>(None);
-        }
-        let t = rows.first();
-        Ok(Some((
-            t.get::<String>(1)?,
-            t.get::<String>(2)?,
-            t.get::<String>(3)?,
-        )))
-    })?;
-    let Some((Some(shards), Some(distribute_by), Some(delta_retention))) = row else {
-        return Ok(None);
-    };
-    Ok(Some(DistributedSource {
-        relid,
-        shards,
-        distribute_by,
-        delta_retention,
-    }))
+    Ok(
+        distributed::source_row(relid)?.map(|(shards, distribute_by, delta_retention)| {
+            DistributedSource {
+                relid,
+                shards,
+                distribute_by,
+                delta_retention,
+            }
+        }),
+    )
 }
 
 /// The distributed event table named `name`, if the name resolves to one.
@@ -281,25 +268,7 @@ pub struct DistributedView {
 
 /// The view over a distributed event table whose user relation is `relid`, if it is one.
 pub fn distributed_view(relid: pg_sys::Oid) -> EvResult<Option<DistributedView>> {
-    let row = Spi::connect(|client| {
-        let rows = client.select(
-            "SELECT view_id, source::oid, groups::text, owner::oid
-             FROM eventview._distributed_views WHERE relid = $1::regclass",
-            Some(1),
-            &[relid.into()],
-        )?;
-        if rows.is_empty() {
-            return Ok::<_, pgrx::spi::SpiError>(None);
-        }
-        let t = rows.first();
-        Ok(Some((
-            t.get::<i32>(1)?,
-            t.get::<pg_sys::Oid>(2)?,
-            t.get::<String>(3)?,
-            t.get::<pg_sys::Oid>(4)?,
-        )))
-    })?;
-    let Some((Some(view_id), Some(source_relid), Some(groups), Some(owner))) = row else {
+    let Some((view_id, source_relid, groups, owner)) = distributed::view_row(relid)? else {
         return Ok(None);
     };
     let source = distributed_source(source_relid)?
@@ -451,7 +420,7 @@ fn shard_args(
     }
     // One per-shard call on a table at a time: two would write the registry's shards in
     // orders of their own, and wait for each other across nodes.
-    lock_source(source, "FOR NO KEY UPDATE")?;
+    distributed::lock_source(source.relid, SourceLock::RunsOnShards)?;
     let written = Spi::connect_mut(|client| {
         Ok::<_, pgrx::spi::SpiError>(
             client
@@ -602,16 +571,7 @@ pub fn create_distributed_event_table(
     )?;
     let relid = relation::created(&quoted)?;
     let shards = make_shard_registry(relid, &quoted, column)?;
-    spi::run(
-        "INSERT INTO eventview._distributed_sources (relid, distribute_by, shards, delta_retention)
-         VALUES ($1::regclass, $2, $3::regclass, $4)",
-        &[
-            relid.into(),
-            column.into(),
-            shards.as_str().into(),
-            delta_retention.into(),
-        ],
-    )?;
+    distributed::insert_source(relid, column, &shards, Some(delta_retention))?;
     let source = distributed_source(relid)?
         .ok_or_else(|| EvError::invalid("the distributed event table is not catalogued"))?;
     on_every_shard(&source, &[&quoted], Registry::Filled, |a| {
@@ -796,7 +756,7 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     privileges::require_select(source.relid)?;
     privileges::require_no_row_security(roles::caller(), source.relid)?;
     // A drop of the table waits, or makes this wait.
-    lock_source(source, "FOR KEY SHARE")?;
+    distributed::lock_source(source.relid, SourceLock::MakesView)?;
     if args.realtime {
         return Err(not_supported(
             "a realtime view over an event table distributed by Citus is not supported by this version of pg_eventview",
@@ -818,12 +778,7 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     let view_id = catalog::next_view_id()?;
     let groups = format!("eventview.{}", quote::ident(&format!("_v{view_id}_groups")));
     let sql = sql_for(&definition, view_id, &table_sql, Some(groups.clone()));
-    let column = spi::one::<String>(
-        "SELECT distribute_by FROM eventview._distributed_sources WHERE relid = $1::regclass",
-        &[source.relid.into()],
-    )?
-    .ok_or_else(|| EvError::invalid("the distributed event table is not catalogued"))?;
-    let type_name = distribution_type(source.relid, &column)?;
+    let type_name = distribution_type(source.relid, &source.distribute_by)?;
     spi::run_all(&sql.create_partial_groups(&groups, &type_name))?;
     spi::run(
         "SELECT pg_catalog.create_distributed_table($1::regclass, '__shard', colocate_with => $2)",
@@ -855,34 +810,21 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
         })
     })?;
     let relid = relation::created(&user_view)?;
-    spi::run(
-        "INSERT INTO eventview._distributed_views (view_id, relid, source, groups, arguments, owner)
-         VALUES ($1, $2::regclass, $3::regclass, $4::regclass,
-                 json_build_object('group_by', $5::json, 'measures', $6::json, 'event_types', $7::text[],
-                                   'time_bucket', $8::interval, 'filter', $9::json,
-                                   'on_type_error', $10::text, 'time_zone', $11::text, 'unnest', $12::text),
-                 $13::oid::regrole)",
-        &[
-            view_id.into(),
-            relid.into(),
-            source.relid.into(),
-            groups.as_str().into(),
-            args.group_by.into(),
-            args.measures.into(),
-            definition.event_types.clone().into(),
-            args.time_bucket.into(),
-            args.filter.into(),
-            definition.on_type_error.name().into(),
-            definition.time_zone.as_deref().into(),
-            definition.unnest.as_ref().map(|u| u.display()).into(),
-            owner.into(),
-        ],
-    )?;
-    let arguments = spi::one::<String>(
-        "SELECT arguments::text FROM eventview._distributed_views WHERE view_id = $1",
-        &[view_id.into()],
-    )?
-    .unwrap_or_default();
+    let arguments = distributed::insert_view(distributed::NewView {
+        view_id,
+        relid,
+        source: source.relid,
+        groups: &groups,
+        group_by: args.group_by,
+        measures: args.measures,
+        event_types: definition.event_types.clone(),
+        time_bucket: args.time_bucket,
+        filter: args.filter,
+        on_type_error: definition.on_type_error.name(),
+        time_zone: definition.time_zone.as_deref(),
+        unnest: definition.unnest.as_ref().map(|u| u.display()),
+        owner,
+    })?;
     let values = each_shard(source, &[&table_sql, &groups], Registry::Filled, |a| {
         format!(
             "eventview._attach_shard_view({}, {}, {}, {view_id}, {}, {})",
@@ -907,7 +849,7 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     }
     let view = distributed_view(relid)?
         .ok_or_else(|| internal(format!("distributed view {view_id} is not catalogued")))?;
-    quarantine::copy_entries(&view, None)?;
+    quarantine::copy_entries(&view)?;
     Ok(relid)
 }
 
@@ -1244,10 +1186,7 @@ pub fn detach_shard_view(registry_shard: &str, shards: &str) -> EvResult<i32> {
 /// On a shard's node: the user relation of this node's view keeping `groups_shard` (a shard of
 /// a distributed view's partial groups), if there is one.
 fn view_keeping(groups_shard: &str) -> EvResult<Option<pg_sys::Oid>> {
-    spi::one::<pg_sys::Oid>(
-        "SELECT relid::oid FROM eventview._views WHERE data_relation = $1::regclass",
-        &[groups_shard.into()],
-    )
+    distributed::view_keeping(groups_shard)
 }
 
 /// `refresh` of a view over a distributed event table: every shard's view, each on its node
@@ -1295,11 +1234,7 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     let merged = sql_for(&definition, view.view_id, &table_sql, None);
     taken.merge_into(&merged, &view.groups)?;
     quarantine::follow(view, &marks)?;
-    spi::run(
-        "UPDATE eventview._distributed_views SET last_refresh_at = clock_timestamp(), last_error = NULL
-         WHERE view_id = $1",
-        &[view.view_id.into()],
-    )?;
+    distributed::record_refresh(view.view_id)?;
     Ok(applied)
 }
 
@@ -1417,11 +1352,8 @@ pub fn rebuild(view: &DistributedView, windowed: bool) -> EvResult<i64> {
 /// (`shard_args` takes it again), then its own row: one refresh or rebuild of the view at a
 /// time, each adding the changes its shards' refreshes took.
 fn lock_view(view: &DistributedView) -> EvResult<()> {
-    lock_source(&view.source, "FOR NO KEY UPDATE")?;
-    spi::run(
-        "SELECT 1 FROM eventview._distributed_views WHERE view_id = $1 FOR UPDATE",
-        &[view.view_id.into()],
-    )
+    distributed::lock_source(view.source.relid, SourceLock::RunsOnShards)?;
+    distributed::lock_view(view.view_id)
 }
 
 /// A refresh or rebuild of a distributed view runs in a READ COMMITTED transaction (0A000
@@ -1440,11 +1372,8 @@ fn require_read_committed(action: &str) -> EvResult<()> {
 /// The arguments distributed view `view` was made with (as `_distributed_views` keeps them),
 /// and its definition.
 fn definition_of(view: &DistributedView) -> EvResult<(String, ViewDefinition)> {
-    let arguments = spi::one::<String>(
-        "SELECT arguments::text FROM eventview._distributed_views WHERE view_id = $1",
-        &[view.view_id.into()],
-    )?
-    .ok_or_else(|| EvError::invalid("a distributed view is not catalogued"))?;
+    let arguments = distributed::view_arguments(view.view_id)?
+        .ok_or_else(|| EvError::invalid("a distributed view is not catalogued"))?;
     let definition = view_arguments(&arguments)?.definition()?;
     Ok((arguments, definition))
 }
@@ -1455,10 +1384,7 @@ fn definition_of(view: &DistributedView) -> EvResult<(String, ViewDefinition)> {
 /// and `skipped` added up over the shards. Read on every shard's node without the table's row
 /// lock and without writing.
 pub fn view_stats(view_id: i32) -> EvResult<String> {
-    let relid = spi::one::<pg_sys::Oid>(
-        "SELECT relid::oid FROM eventview._distributed_views WHERE view_id = $1",
-        &[view_id.into()],
-    )?;
+    let relid = distributed::view_relid(view_id)?;
     let Some(view) = relid.map(distributed_view).transpose()?.flatten() else {
         return Ok("{}".into());
     };
@@ -1505,22 +1431,7 @@ pub fn view_stats(view_id: i32) -> EvResult<String> {
 pub fn shard_view_stats(registry_shard: &str, shards: &str) -> EvResult<String> {
     with_shard_access(|| {
         let (_, names) = mapped_shards(registry_shard, shards)?;
-        // (As eventview.views figures them, for this one view.)
-        Ok(spi::one::<String>(
-            "SELECT coalesce((SELECT pg_catalog.json_build_object(
-                                  'pending_changes', p.changes,
-                                  'lag', CASE WHEN p.changes IS NULL THEN NULL
-                                              WHEN p.oldest IS NULL THEN interval '0'
-                                              ELSE greatest(now() - p.oldest, interval '0') END,
-                                  'quarantined', eventview._quarantined(w.view_id),
-                                  'skipped', w.skipped)
-                              FROM eventview._views w
-                              CROSS JOIN LATERAL eventview._pending(w.view_id) p
-                              WHERE w.data_relation = $1::regclass),
-                             '{\"pending_changes\": null}')::text",
-            &[names[0].as_str().into()],
-        )?
-        .unwrap_or_else(|| "{}".into()))
+        distributed::shard_view_figures(&names[0])
     })
 }
 
@@ -1550,13 +1461,7 @@ pub fn shard_observed(registry_shard: &str, shards: &str) -> EvResult<String> {
         let Some(source) = catalog::source_by_relid(relid)? else {
             return Ok("[]".into());
         };
-        Ok(spi::one::<String>(
-            "SELECT coalesce(pg_catalog.json_agg(o), '[]')::text
-             FROM (SELECT event_type, event_version, path, json_type, first_seen, last_seen, seen
-                   FROM eventview._observed WHERE source_id = $1) o",
-            &[source.source_id.into()],
-        )?
-        .unwrap_or_else(|| "[]".into()))
+        distributed::shard_observed(source.source_id)
     })
 }
 
@@ -1595,15 +1500,7 @@ pub fn maintain_shards(relid: pg_sys::Oid) -> EvResult<i64> {
 /// On a shard's node: the drift that the observer of the event table shard `relid` recorded,
 /// as a JSON array of rows of `eventview.drift` (without `id` and `source`).
 fn drift_of_shard(relid: pg_sys::Oid) -> EvResult<Vec<serde_json::Value>> {
-    parse_changes(
-        &spi::one::<String>(
-            "SELECT coalesce(pg_catalog.json_agg(d), '[]')::text
-             FROM (SELECT event_type, event_version, path, change, old_type, new_type, detected_at
-                   FROM eventview.drift WHERE source = $1::regclass) d",
-            &[relid.into()],
-        )?
-        .unwrap_or_else(|| "[]".into()),
-    )
+    parse_changes(&distributed::shard_drift(relid)?)
 }
 
 /// On the coordinator: the drift the shards of distributed event table `relid` recorded, each
@@ -1613,23 +1510,7 @@ fn merge_drift(relid: pg_sys::Oid, rows: Vec<serde_json::Value>) -> EvResult<()>
     if rows.is_empty() {
         return Ok(());
     }
-    let rows = serde_json::Value::Array(rows).to_string();
-    spi::run(
-        "INSERT INTO eventview.drift (source, event_type, event_version, path, change, old_type, new_type, detected_at)
-         SELECT $1::regclass, d.event_type, d.event_version, d.path, d.change, d.old_type, d.new_type, min(d.detected_at)
-         FROM pg_catalog.json_to_recordset($2::json)
-              AS d(event_type text, event_version integer, path text, change text, old_type text,
-                   new_type text, detected_at timestamptz)
-         WHERE NOT EXISTS (SELECT 1 FROM eventview.drift x
-                           WHERE x.source = $1::regclass AND x.event_type = d.event_type
-                             AND x.event_version = d.event_version AND x.path = d.path
-                             AND x.change = d.change
-                             AND x.old_type IS NOT DISTINCT FROM d.old_type
-                             AND x.new_type IS NOT DISTINCT FROM d.new_type)
-         GROUP BY d.event_type, d.event_version, d.path, d.change, d.old_type, d.new_type
-         ORDER BY min(d.detected_at)",
-        &[relid.into(), rows.as_str().into()],
-    )
+    distributed::merge_drift(relid, &serde_json::Value::Array(rows).to_string())
 }
 
 /// On a shard's node: the field observer of the event table shard co-located with registry
@@ -1651,16 +1532,6 @@ pub fn maintain_shard(
             .unwrap_or(0);
         Ok(serde_json::json!({"pruned": pruned, "drift": drift_of_shard(relid)?}).to_string())
     })
-}
-
-/// The row of distributed event table `source` in the catalog, locked `FOR <lock>`: a drop of
-/// the table (`FOR UPDATE`) and the making of a view over it (`FOR KEY SHARE`) wait for each
-/// other, and per-shard calls on the table (`FOR NO KEY UPDATE`) wait for each other.
-fn lock_source(source: &DistributedSource, lock: &str) -> EvResult<()> {
-    spi::run(
-        &format!("SELECT 1 FROM eventview._distributed_sources WHERE relid = $1::regclass {lock}"),
-        &[source.relid.into()],
-    )
 }
 
 /// `action` (refresh, rebuild, drop) of `view` by its owner (a member of the owner's role); a drop also
@@ -1693,11 +1564,7 @@ pub fn drop_view(view: &DistributedView) -> EvResult<()> {
     // (Citus made the relation on the coordinator only, and drops it there.)
     let user_view = relation::qualified(view.relid)?;
     spi::run_all(&[format!("DROP VIEW {user_view}")])?;
-    if spi::one::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM eventview._distributed_views WHERE view_id = $1)",
-        &[view.view_id.into()],
-    )? == Some(true)
-    {
+    if distributed::view_exists(view.view_id)? {
         forget_view(view)?;
     }
     Ok(())
@@ -1712,11 +1579,7 @@ fn forget_view(view: &DistributedView) -> EvResult<()> {
     })?;
     let (_, definition) = definition_of(view)?;
     let values = sql_for(&definition, view.view_id, "", None).merged_values_tables();
-    quarantine::forget_copies(view.view_id, None)?;
-    spi::run(
-        "DELETE FROM eventview._distributed_views WHERE view_id = $1",
-        &[view.view_id.into()],
-    )?;
+    distributed::delete_view(view.view_id)?;
     spi::run_all(&[
         format!("DROP TABLE IF EXISTS {} CASCADE", view.groups),
         format!(
@@ -1750,19 +1613,8 @@ pub fn forget_dropped(relid: pg_sys::Oid) -> EvResult<()> {
 
 /// The views over distributed event table `relid`, oldest first.
 fn views_of(relid: pg_sys::Oid) -> EvResult<Vec<DistributedView>> {
-    let relids = Spi::connect(|client| {
-        client
-            .select(
-                "SELECT relid::oid FROM eventview._distributed_views WHERE source = $1::regclass
-                 ORDER BY view_id",
-                None,
-                &[relid.into()],
-            )?
-            .map(|row| row.get::<pg_sys::Oid>(1))
-            .collect::<Result<Vec<_>, _>>()
-    })?;
     let mut views = Vec::new();
-    for relid in relids.into_iter().flatten() {
+    for relid in distributed::views_of(relid)? {
         views.extend(distributed_view(relid)?);
     }
     Ok(views)
@@ -1770,14 +1622,7 @@ fn views_of(relid: pg_sys::Oid) -> EvResult<Vec<DistributedView>> {
 
 /// A distributed event table's shard registry and catalog row.
 fn forget_source(source: &DistributedSource) -> EvResult<()> {
-    spi::run(
-        "DELETE FROM eventview._distributed_sources WHERE relid = $1::regclass",
-        &[source.relid.into()],
-    )?;
-    spi::run(
-        "DELETE FROM eventview.drift WHERE source = $1::regclass",
-        &[source.relid.into()],
-    )?;
+    distributed::delete_source(source.relid)?;
     spi::run_all(&[format!("DROP TABLE IF EXISTS {}", source.shards)])
 }
 
@@ -1786,7 +1631,7 @@ fn forget_source(source: &DistributedSource) -> EvResult<()> {
 /// tables), the registry and the catalog row.
 pub fn drop_event_table(source: &DistributedSource, cascade: bool) -> EvResult<()> {
     privileges::require_table_owner(source.relid, "drop")?;
-    lock_source(source, "FOR UPDATE")?;
+    distributed::lock_source(source.relid, SourceLock::Drops)?;
     let views = views_of(source.relid)?;
     if !views.is_empty() && !cascade {
         let names = views

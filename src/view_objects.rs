@@ -158,5 +158,5 @@ fn replace_user_view(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
         Reads::Stored
     };
     let statement = sql.replace_user_view(&relation::qualified(view.relid)?, reads);
-    roles::as_role(view.owner, || spi::run_all(&[statement]))
+    crate::citus::on_this_node_only(|| roles::as_role(view.owner, || spi::run_all(&[statement])))
 }

@@ -640,11 +640,16 @@ def test_register_refuses_what_it_cannot_capture(citus):
 def test_event_tables_on_the_coordinator_keep_working(citus):
     with citus.connect() as conn:
         conn.execute("SELECT eventview.create_event_table('local_ev')")
+        warnings = []
+        conn.add_notice_handler(lambda d: warnings.append(d.message_primary) if d.severity == "WARNING" else None)
         try:
+            # Made, and made realtime, without Citus warning that it keeps the relation local.
             conn.execute(
                 """SELECT eventview.create_view('local_by_sku', 'local_ev',
                      group_by => '{"sku": "$.sku"}', measures => '{"n": "count(*)", "amount": "sum($.amount)"}')"""
             )
+            conn.execute("SELECT eventview.alter_view('local_by_sku', realtime => true)")
+            assert warnings == []
             conn.execute(
                 """INSERT INTO local_ev (event_type, payload)
                    SELECT 'order', jsonb_build_object('sku', 'S' || (g % 3), 'amount', g)
@@ -784,6 +789,58 @@ def test_concurrent_refreshes_and_writes_leave_views_exact(citus):
                 sku_check(conn, "dconc", view, view)
         finally:
             conn.execute("SELECT eventview.drop_event_table('dconc', cascade => true)")
+
+
+def test_shard_moves_while_refreshes_and_writes_run_leave_views_exact(citus):
+    rng = random.Random(2627)
+    with citus.connect() as conn:
+        sku_table_with_pending_changes(conn, "dmov", rng)
+        try:
+            errors = []
+            moving = threading.Event()
+            moving.set()
+
+            def refresher() -> None:
+                try:
+                    with citus.connect() as c:
+                        while moving.is_set():
+                            c.execute("SELECT eventview.refresh('dmov_sku')")
+                except Exception as e:  # reported below
+                    errors.append(e)
+
+            def writer(seed: int) -> None:
+                try:
+                    local = random.Random(seed)
+                    with citus.connect() as c:
+                        while moving.is_set():
+                            insert_orders(c, "dmov", local, local.randint(1, 40))
+                            c.execute("DELETE FROM dmov WHERE event_id %% 29 = %s", (local.randint(0, 28),))
+                except Exception as e:  # reported below
+                    errors.append(e)
+
+            threads = [threading.Thread(target=refresher), threading.Thread(target=writer, args=(rng.randint(0, 10**6),))]
+            for t in threads:
+                t.start()
+            try:
+                # Every shard moved once, by logical replication, while the others run.
+                for shard, port in conn.execute(
+                    "SELECT shardid, nodeport FROM citus_shards WHERE table_name = 'dmov'::regclass ORDER BY 1"
+                ).fetchall():
+                    to = next(p for _, p in worker_nodes(conn) if p != port)
+                    conn.execute("SELECT citus_move_shard_placement(%s, '127.0.0.1', %s, '127.0.0.1', %s)", (shard, port, to))
+                    conn.execute("CALL citus_cleanup_orphaned_resources()")
+            finally:
+                moving.clear()
+                for t in threads:
+                    t.join()
+            assert errors == []
+            conn.execute("SELECT eventview.refresh('dmov_sku')")
+            sku_check(conn, "dmov", "dmov_sku", "after the moves")
+            # Each node has the views of the shards it holds, and no other.
+            shards = conn.execute("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'dmov'::regclass").fetchone()[0]
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == shards
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('dmov', cascade => true)")
 
 
 def pg_ctl(node: Cluster, *args: str) -> None:
@@ -1088,10 +1145,46 @@ def test_quarantine_on_the_coordinator_holds_every_shards_entries(citus):
                 sku_check(conn, "(SELECT * FROM dq WHERE jsonb_typeof(payload -> 'qty') IS DISTINCT FROM 'string') d",
                           "dq_sku_renamed" if op == "rename" else "dq_sku", op)
                 check(f"step {step}: {op}", "public.dq_sku_renamed" if op == "rename" else "public.dq_sku")
-            # A copy deleted by hand comes back at the next refresh: its shard's entries differ.
-            conn.execute("DELETE FROM eventview.quarantine WHERE id = (SELECT min(id) FROM eventview._distributed_quarantine)")
+            # Copies deleted by hand come back at the next refresh, whatever the shards did
+            # meanwhile; the name follows a rename at once.
+            conn.execute("DELETE FROM eventview.quarantine WHERE id IN (SELECT min(id) FROM eventview._distributed_quarantine)")
+            conn.execute("""UPDATE dq SET payload = payload || '{"qty": 1}' WHERE event_id =
+                              (SELECT max(event_id) FROM dq WHERE jsonb_typeof(payload -> 'qty') = 'string')""")
+            bad(1)
             conn.execute("SELECT eventview.refresh('dq_sku_renamed')")
             check("after a copy was deleted", "public.dq_sku_renamed")
+            # A copy deleted with its catalog row, of a shard with more copies.
+            gone = conn.execute(
+                """WITH victim AS (SELECT id FROM eventview._distributed_quarantine
+                                   WHERE shard IN (SELECT shard FROM eventview._distributed_quarantine
+                                                   GROUP BY shard HAVING count(*) >= 2)
+                                   ORDER BY shard_entry LIMIT 1),
+                        m AS (DELETE FROM eventview._distributed_quarantine WHERE id IN (SELECT id FROM victim) RETURNING id)
+                   DELETE FROM eventview.quarantine WHERE id IN (SELECT id FROM m) RETURNING id"""
+            ).fetchall()
+            assert len(gone) == 1
+            conn.execute("SELECT eventview.refresh('dq_sku_renamed')")
+            check("after a copy and its catalog row were deleted", "public.dq_sku_renamed")
+            conn.execute("ALTER VIEW dq_sku_renamed RENAME TO dq_sku_again")
+            check("after a rename", "public.dq_sku_again")
+            conn.execute("ALTER VIEW dq_sku_again RENAME TO dq_sku_renamed")
+            conn.execute("DELETE FROM eventview.quarantine WHERE source = 'dq'::regclass")
+            conn.execute("SELECT eventview.refresh('dq_sku_renamed')")
+            check("after every copy was deleted", "public.dq_sku_renamed")
+            # A view of this node given the name of the copies does not make them visible to
+            # its owner.
+            conn.execute("SELECT eventview.create_event_table('dq_local')")
+            conn.execute("ALTER VIEW dq_sku_renamed RENAME TO dq_sku_moved")
+            conn.execute("GRANT CREATE ON SCHEMA public TO dq_other")
+            conn.execute("GRANT SELECT ON dq_local TO dq_other")
+            conn.execute("SET ROLE dq_other")
+            conn.execute("""SELECT eventview.create_view('dq_sku_renamed', 'dq_local', measures => '{"n": "count(*)"}')""")
+            assert conn.execute("SELECT count(*) FROM eventview.quarantine").fetchone()[0] == 0
+            conn.execute("RESET ROLE")
+            conn.execute("SELECT eventview.drop_event_table('dq_local', cascade => true)")
+            conn.execute("REVOKE CREATE ON SCHEMA public FROM dq_other")
+            conn.execute("ALTER VIEW dq_sku_moved RENAME TO dq_sku_renamed")
+            check("after a view of this node took the old name and went", "public.dq_sku_renamed")
             # The view's owner may not delete its entries on the coordinator: they are copies.
             conn.execute("SET ROLE dq_owner")
             conn.execute("DELETE FROM eventview.quarantine")
@@ -1104,6 +1197,8 @@ def test_quarantine_on_the_coordinator_holds_every_shards_entries(citus):
             conn.execute("RESET ROLE")
             conn.execute("SELECT eventview.drop_event_table('dq', cascade => true)")
             conn.execute("REVOKE CREATE ON SCHEMA public FROM dq_owner")
+            conn.execute("DROP TABLE IF EXISTS dq_local CASCADE")
+            conn.execute("DROP OWNED BY dq_other")
             conn.execute("DROP ROLE dq_owner")
             conn.execute("DROP ROLE dq_other")
         assert conn.execute("SELECT count(*) FROM eventview._distributed_quarantine").fetchone()[0] == 0

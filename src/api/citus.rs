@@ -89,15 +89,24 @@ fn on_shard_view(
     })
 }
 
-/// The quarantine entries of the view keeping the groups shard co-located with
-/// `registry_shard` (tagged with `value`), as a JSON array (see `citus::shard_entries`).
+/// What the coordinator lacks of the quarantine entries of the view keeping the groups shard
+/// co-located with `registry_shard` (tagged with `value`), given what it has copied (see
+/// `citus::shard_entries`).
 #[pg_extern(name = "_shard_quarantine", volatile, strict, parallel_unsafe)]
 fn shard_quarantine(
     registry_shard: &str,
     value: &str,
     shards: pgrx::Json,
+    copied: pgrx::Json,
 ) -> Result<String, ErrorReport> {
-    at_boundary(|| crate::citus::shard_entries(registry_shard, value, &shards.0.to_string()))
+    at_boundary(|| {
+        crate::citus::shard_entries(
+            registry_shard,
+            value,
+            &shards.0.to_string(),
+            &copied.0.to_string(),
+        )
+    })
 }
 
 /// Drops the view keeping the groups shard co-located with `registry_shard`.

@@ -3,60 +3,75 @@
 //!
 //! Each shard's view files its entries in the quarantine of its own node, as any view does, and
 //! takes an entry back when its event changes. The coordinator keeps a copy of every shard's
-//! entries, filed under the distributed view's name, with the shard each came from
-//! (`eventview._distributed_quarantine`). Every refresh compares, per shard, a mark of the
-//! shard's entries (their count and the sum of their ids) with the same mark of its copies,
-//! and copies again the entries of every shard whose mark differs. Entry ids only grow on a
-//! node, so an entry filed or taken back always changes the mark; a shard's view made anew on a
-//! node it moved to (ids of another sequence) is copied again whatever its mark.
+//! entries, filed under the distributed view's name, with the shard each came from and the
+//! entry's id there (`eventview._distributed_quarantine`).
+//!
+//! Every shard's refresh answers a mark of its entries: their count and their largest id. Ids
+//! only grow on a node, so a filed entry raises the largest id and an entry taken back lowers
+//! the count: the mark changes whenever the entries do. The coordinator compares it with the
+//! same mark of its copies and, for each shard whose mark differs, asks the shard (one more
+//! per-shard call, on those shards only) for the entries above its largest copied id, and for
+//! the ids at or below it that are still there when their count differs from that of the
+//! copies (entries there are only ever taken back, so equal counts mean equal entries). It
+//! copies the new entries and drops the copies of entries taken back: the work is that of the
+//! entries that changed, not of all of them.
+//!
+//! A shard's view made anew (on a node the shard moved to, or by `rebuild`) numbers its entries
+//! afresh: its copies are replaced whole. So are those of a shard some of whose copies were
+//! deleted by hand (their catalog rows stay behind): the copies are the extension's.
 
 use super::{each_shard_where, mapped_shards, view_keeping, with_shard_access, Registry};
-use super::{DistributedView, ShardArgs};
+use super::{internal, DistributedView, ShardArgs};
+use crate::catalog::distributed;
 use crate::errors::EvResult;
-use crate::pg::spi;
+use eventview_core::quote;
 use pgrx::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The mark of no entries.
 const EMPTY: &str = "0:0";
 
-/// The entries of this node's view `relid`, as the quarantine holds them.
-const ENTRIES_OF_VIEW: &str = "FROM eventview.quarantine q
-     WHERE q.view_name = (SELECT known_name FROM eventview._views WHERE relid = $1::regclass)";
-
 /// On a shard's node: the mark of the quarantine entries of this node's view `relid`,
-/// `<count>:<sum of ids>`.
+/// `<count>:<largest id>`.
 pub(super) fn mark_of(relid: pg_sys::Oid) -> EvResult<String> {
-    Ok(spi::one::<String>(
-        &format!("SELECT count(*)::text || ':' || coalesce(sum(q.id), 0)::text {ENTRIES_OF_VIEW}"),
-        &[relid.into()],
-    )?
-    .unwrap_or_else(|| EMPTY.into()))
+    Ok(distributed::quarantine_mark(relid)?.unwrap_or_else(|| EMPTY.into()))
 }
 
-/// On a shard's node: the quarantine entries of the view keeping the groups shard co-located
-/// with registry shard `registry_shard` (as `shards` lists them), as a JSON array of
-/// `{"shard": <value>, "shard_entry": <id>, "event_id", "reason", "event", "quarantined_at"}`;
-/// `[]` when this node has no such view.
-pub fn shard_entries(registry_shard: &str, value: &str, shards: &str) -> EvResult<String> {
+/// On a shard's node: what the coordinator lacks of the quarantine entries of the view keeping
+/// the groups shard co-located with registry shard `registry_shard` (as `shards` lists them;
+/// `value` its tag), given `copied`, `{"<tag>": [<largest id copied>, <copies>], ...}`: `{"shard":
+/// <tag>, "entries": [<entries above the largest id copied>], "present": [<ids at or below it
+/// still there>] or null when there are as many as copies}`. Entries are as
+/// `catalog::distributed::quarantine_entries` lists them; a node without the view answers none.
+pub fn shard_entries(
+    registry_shard: &str,
+    value: &str,
+    shards: &str,
+    copied: &str,
+) -> EvResult<String> {
+    let (above, copies) = match serde_json::from_str::<serde_json::Value>(copied) {
+        Ok(map) => (
+            map[value][0].as_i64().unwrap_or(0),
+            map[value][1].as_i64().unwrap_or(0),
+        ),
+        Err(e) => {
+            return Err(internal(format!(
+                "copied quarantine marks are not JSON: {e}"
+            )))
+        }
+    };
     with_shard_access(|| {
         let (_, names) = mapped_shards(registry_shard, shards)?;
-        let Some(groups_shard) = names.get(1) else {
-            return Ok("[]".into());
+        let view = match names.get(1) {
+            Some(groups_shard) => view_keeping(groups_shard)?,
+            None => None,
         };
-        let Some(relid) = view_keeping(groups_shard)? else {
-            return Ok("[]".into());
+        let Some(relid) = view else {
+            return Ok(
+                serde_json::json!({"shard": value, "entries": [], "present": []}).to_string(),
+            );
         };
-        Ok(spi::one::<String>(
-            &format!(
-                "SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
-                     'shard', $2::text, 'shard_entry', q.id, 'event_id', q.event_id,
-                     'reason', q.reason, 'event', q.event, 'quarantined_at', q.quarantined_at)
-                     ORDER BY q.id), '[]')::text {ENTRIES_OF_VIEW}"
-            ),
-            &[relid.into(), value.into()],
-        )?
-        .unwrap_or_else(|| "[]".into()))
+        distributed::quarantine_changes(relid, value, above, copies)
     })
 }
 
@@ -84,119 +99,120 @@ impl ShardMarks {
 }
 
 /// After the shards' refreshes of `view`, in the same transaction: the copies of every shard
-/// whose entries differ from them (`answered`) are replaced by the shard's entries now; the
-/// copies of shards that no longer answer (split into others) go; every copy carries the view's
-/// name now (a renamed view's entries take the new name at its next refresh).
+/// whose mark differs from theirs follow the shard's entries; those of shards that no longer
+/// answer (split into others) go; every copy carries the view's name now.
 pub(super) fn follow(view: &DistributedView, answered: &ShardMarks) -> EvResult<()> {
-    let copied = copied_marks(view.view_id)?;
-    let stale: Vec<String> = answered
+    // Copies deleted by hand: their shards' copies are replaced whole.
+    let mut replaced: BTreeSet<String> = distributed::quarantine_copies_lost(view.view_id)?;
+    replaced.extend(answered.remade.iter().cloned());
+    let gone: Vec<String> = distributed::quarantine_copy_shards(view.view_id)?
+        .into_iter()
+        .filter(|shard| !answered.marks.contains_key(shard))
+        .collect();
+    distributed::forget_quarantine_copies(
+        view.view_id,
+        Some(replaced.iter().cloned().chain(gone).collect()),
+    )?;
+    let copied = distributed::quarantine_copy_marks(view.view_id)?;
+    let stale: BTreeMap<String, (i64, i64)> = answered
         .marks
         .iter()
         .filter(|(shard, mark)| {
-            answered.remade.contains(*shard)
-                || copied.get(*shard).map_or(EMPTY, String::as_str) != mark.as_str()
+            mark.as_str()
+                != copied
+                    .get(*shard)
+                    .map_or(EMPTY, |(mark, _, _)| mark.as_str())
         })
-        .map(|(shard, _)| shard.clone())
+        .map(|(shard, _)| {
+            let (above, copies) = copied.get(shard).map_or((0, 0), |(_, m, c)| (*m, *c));
+            (shard.clone(), (above, copies))
+        })
         .collect();
-    let gone = copied
-        .keys()
-        .filter(|shard| !answered.marks.contains_key(*shard))
-        .cloned();
-    forget_copies(
-        view.view_id,
-        Some(stale.iter().cloned().chain(gone).collect()),
-    )?;
-    let to_copy: Vec<String> = stale
-        .into_iter()
-        .filter(|shard| answered.marks[shard] != EMPTY)
-        .collect();
-    if !to_copy.is_empty() {
-        copy_entries(view, Some(&to_copy))?;
+    if !stale.is_empty() {
+        let lacking = follow_shards(view, Following::These(&stale))?;
+        if !lacking.is_empty() {
+            // (Copies of entries still there are missing: only hand deletions do that.)
+            distributed::forget_quarantine_copies(view.view_id, Some(lacking.clone()))?;
+            let all: BTreeMap<String, (i64, i64)> =
+                lacking.into_iter().map(|shard| (shard, (0, 0))).collect();
+            follow_shards(view, Following::These(&all))?;
+        }
     }
-    spi::run(
-        "UPDATE eventview.quarantine q
-         SET view_name = pg_catalog.format('%I.%I', n.nspname, c.relname)
-         FROM eventview._distributed_quarantine m, pg_catalog.pg_class c, pg_catalog.pg_namespace n
-         WHERE m.view_id = $1 AND q.id = m.id AND c.oid = $2 AND n.oid = c.relnamespace
-           AND q.view_name IS DISTINCT FROM pg_catalog.format('%I.%I', n.nspname, c.relname)",
-        &[view.view_id.into(), view.relid.into()],
-    )
+    distributed::rename_quarantine_copies(view.view_id, view.relid)
 }
 
-/// The copies of `view`'s entries on the coordinator: the entries of every shard, or of the
-/// shards `shards` tags, copied from their nodes under the view's name.
-pub(super) fn copy_entries(view: &DistributedView, shards: Option<&[String]>) -> EvResult<()> {
+/// The shards whose copies `follow_shards` makes follow their entries.
+enum Following<'a> {
+    /// These, each with the largest id copied and its number of copies.
+    These(&'a BTreeMap<String, (i64, i64)>),
+    /// Every shard, none copied yet.
+    Every,
+}
+
+/// The copies of `view`'s entries of the shards `following` names made to follow the shards'
+/// entries. Returns the shards some of whose entries still there have no copy.
+fn follow_shards(view: &DistributedView, following: Following) -> EvResult<Vec<String>> {
+    let (stale, tags) = match following {
+        Following::These(stale) => (
+            stale.clone(),
+            Some(stale.keys().cloned().collect::<Vec<_>>()),
+        ),
+        Following::Every => (BTreeMap::new(), None),
+    };
+    let copied = serde_json::Value::Object(
+        stale
+            .iter()
+            .map(|(shard, (above, copies))| (shard.clone(), serde_json::json!([above, copies])))
+            .collect(),
+    )
+    .to_string();
     let table_sql = view.source.table_sql()?;
     let answers = each_shard_where(
         &view.source,
         &[&table_sql, &view.groups],
         Registry::AsItIs,
-        shards,
+        tags.as_deref(),
         |a: &ShardArgs| {
             format!(
-                "eventview._shard_quarantine({}, {}, {})",
-                a.shard, a.value, a.shards
+                "eventview._shard_quarantine({}, {}, {}, {}::json)",
+                a.shard,
+                a.value,
+                a.shards,
+                quote::literal(&copied)
             )
         },
     )?;
-    for entries in answers.iter().filter(|e| e.as_str() != "[]") {
-        spi::run(
-            "WITH entries AS MATERIALIZED (
-                 SELECT pg_catalog.nextval('eventview.quarantine_id_seq'::regclass) AS id, e.*
-                 FROM pg_catalog.json_to_recordset($1::json) AS e(shard text, shard_entry bigint,
-                      event_id bigint, reason text, event jsonb, quarantined_at timestamptz)),
-             filed AS (
-                 INSERT INTO eventview.quarantine (id, source, view_name, event_id, reason, event, quarantined_at)
-                 OVERRIDING SYSTEM VALUE
-                 SELECT e.id, $2::regclass, pg_catalog.format('%I.%I', n.nspname, c.relname),
-                        e.event_id, e.reason, e.event, e.quarantined_at
-                 FROM entries e, pg_catalog.pg_class c, pg_catalog.pg_namespace n
-                 WHERE c.oid = $3 AND n.oid = c.relnamespace)
-             INSERT INTO eventview._distributed_quarantine (id, view_id, shard, shard_entry)
-             SELECT id, $4, shard, shard_entry FROM entries",
-            &[
-                entries.as_str().into(),
-                view.source.relid.into(),
-                view.relid.into(),
-                view.view_id.into(),
-            ],
-        )?;
+    let mut lacking = Vec::new();
+    for answer in answers {
+        let parsed: serde_json::Value = serde_json::from_str(&answer)
+            .map_err(|e| internal(format!("a shard's quarantine answered {answer}: {e}")))?;
+        let shard = parsed["shard"].as_str().unwrap_or_default().to_string();
+        let (above, _) = stale.get(&shard).copied().unwrap_or((0, 0));
+        if let Some(present) = parsed["present"].as_array() {
+            let present: Vec<i64> = present.iter().filter_map(|id| id.as_i64()).collect();
+            if distributed::forget_quarantine_copies_taken_back(
+                view.view_id,
+                &shard,
+                above,
+                present,
+            )? {
+                lacking.push(shard.clone());
+            }
+        }
+        let entries = parsed["entries"].to_string();
+        if entries != "[]" {
+            distributed::copy_quarantine_entries(
+                view.view_id,
+                view.relid,
+                view.source.relid,
+                &entries,
+            )?;
+        }
     }
-    Ok(())
+    Ok(lacking)
 }
 
-/// The copies of `view_id`'s entries deleted: of the shards `shards` tags, or all of them.
-pub(super) fn forget_copies(view_id: i32, shards: Option<Vec<String>>) -> EvResult<()> {
-    match shards {
-        Some(shards) if shards.is_empty() => Ok(()),
-        Some(shards) => spi::run(
-            "DELETE FROM eventview.quarantine WHERE id IN
-                 (SELECT id FROM eventview._distributed_quarantine
-                  WHERE view_id = $1 AND shard = ANY($2::text[]))",
-            &[view_id.into(), shards.into()],
-        ),
-        None => spi::run(
-            "DELETE FROM eventview.quarantine WHERE id IN
-                 (SELECT id FROM eventview._distributed_quarantine WHERE view_id = $1)",
-            &[view_id.into()],
-        ),
-    }
-}
-
-/// The mark of the copies of each shard's entries of `view_id` (shards without copies left out).
-fn copied_marks(view_id: i32) -> EvResult<BTreeMap<String, String>> {
-    Ok(Spi::connect(|client| {
-        client
-            .select(
-                "SELECT shard, count(*)::text || ':' || sum(shard_entry)::text
-                 FROM eventview._distributed_quarantine WHERE view_id = $1 GROUP BY shard",
-                None,
-                &[view_id.into()],
-            )?
-            .map(|row| Ok::<_, pgrx::spi::SpiError>((row.get::<String>(1)?, row.get::<String>(2)?)))
-            .collect::<Result<Vec<_>, _>>()
-    })?
-    .into_iter()
-    .filter_map(|(shard, mark)| Some((shard?, mark?)))
-    .collect())
+/// The copies of every shard's entries of `view`, made with it.
+pub(super) fn copy_entries(view: &DistributedView) -> EvResult<()> {
+    follow_shards(view, Following::Every).map(|_| ())
 }

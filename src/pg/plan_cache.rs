@@ -31,7 +31,7 @@ use std::rc::Rc;
 /// the next one needed, and every statement is parsed and planned again. A kept apply or
 /// observer statement holds about 0.5 MB, so a backend that refreshes that many views holds up
 /// to about 120 MB of them; one that refreshes a few views holds a few MB.
-const CAPACITY: usize = 256;
+pub(crate) const CAPACITY: usize = 256;
 
 /// (text, argument types, may write, size class for `Plans::PerSize`).
 type Key = (String, Vec<pg_sys::Oid>, bool, Option<SizeClass>);
