@@ -220,7 +220,7 @@ CREATE TABLE eventview._distributed_quarantine (
     shard       text NOT NULL,
     shard_entry bigint NOT NULL
 );
-CREATE INDEX ON eventview._distributed_quarantine (view_id, shard);
+CREATE INDEX ON eventview._distributed_quarantine (view_id, shard, shard_entry);
 COMMENT ON TABLE eventview._distributed_quarantine IS 'pg_eventview: quarantine entries of distributed views, with the shard that filed each';
 
 -- When each changelog segment was made (src/changelog.rs), and the first record number not
@@ -549,23 +549,30 @@ BEGIN
         FROM (SELECT view_id, known_name AS was, eventview._view_name(view_id) AS now FROM eventview._views) n
         WHERE v.view_id OPERATOR(pg_catalog.=) n.view_id AND n.now IS NOT NULL
           AND NOT coalesce(n.was OPERATOR(pg_catalog.=) n.now, false)
-        RETURNING n.was, n.now
+        RETURNING n.was, n.now, v.source_id
     )
     UPDATE eventview.quarantine q SET view_name = r2.now
-    FROM renamed r2 WHERE q.view_name OPERATOR(pg_catalog.=) r2.was;
+    FROM renamed r2 JOIN eventview._sources s ON s.source_id OPERATOR(pg_catalog.=) r2.source_id
+    WHERE q.view_name OPERATOR(pg_catalog.=) r2.was AND q.source OPERATOR(pg_catalog.=) s.relid;
     -- Renamed views over distributed event tables (or their schemas): the coordinator's copies
-    -- of their quarantine entries take the new name.
-    UPDATE eventview.quarantine q
-    SET view_name = pg_catalog.format('%I.%I', n.nspname, c.relname)
-    FROM eventview._distributed_quarantine m
-    JOIN eventview._distributed_views d ON d.view_id OPERATOR(pg_catalog.=) m.view_id
-    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.relid::oid
-    JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
-    WHERE q.id OPERATOR(pg_catalog.=) m.id
-      AND EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() x
-                  WHERE x.objid OPERATOR(pg_catalog.=) d.relid::oid
-                     OR x.objid OPERATOR(pg_catalog.=) c.relnamespace)
-      AND NOT coalesce(q.view_name OPERATOR(pg_catalog.=) pg_catalog.format('%I.%I', n.nspname, c.relname), false);
+    -- of their quarantine entries take the new name, once the view's refresh running now (which
+    -- holds its row, and copies under the name it read) is done.
+    FOR r IN
+        SELECT d.view_id, pg_catalog.format('%I.%I', n.nspname, c.relname) AS now
+        FROM eventview._distributed_views d
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.relid::oid
+        JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+        WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() x
+                      WHERE x.objid OPERATOR(pg_catalog.=) d.relid::oid
+                         OR x.objid OPERATOR(pg_catalog.=) c.relnamespace)
+        ORDER BY d.view_id
+    LOOP
+        PERFORM 1 FROM eventview._distributed_views WHERE view_id OPERATOR(pg_catalog.=) r.view_id FOR UPDATE;
+        UPDATE eventview.quarantine q SET view_name = r.now
+        FROM eventview._distributed_quarantine m
+        WHERE m.view_id OPERATOR(pg_catalog.=) r.view_id AND q.id OPERATOR(pg_catalog.=) m.id
+          AND NOT coalesce(q.view_name OPERATOR(pg_catalog.=) r.now, false);
+    END LOOP;
     PERFORM pg_catalog.set_config('eventview.following_ddl', 'off', true);
 END
 $$;

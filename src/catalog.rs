@@ -1366,11 +1366,11 @@ pub fn delete_view(view_id: i32) -> EvResult<Option<ForgottenView>> {
     };
     spi::run(
         "DELETE FROM eventview.quarantine
-         WHERE view_name OPERATOR(pg_catalog.=) $2
+         WHERE view_name OPERATOR(pg_catalog.=) $2 AND source OPERATOR(pg_catalog.=) $3::regclass
            AND NOT EXISTS (SELECT 1 FROM eventview._views o
                            WHERE o.known_name OPERATOR(pg_catalog.=) $2
                              AND o.view_id OPERATOR(pg_catalog.<>) $1)",
-        &[view_id.into(), known_name.into()],
+        &[view_id.into(), known_name.into(), source_relid.into()],
     )?;
     spi::run(
         "DELETE FROM eventview._views WHERE view_id OPERATOR(pg_catalog.=) $1",

@@ -756,7 +756,11 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     privileges::require_select(source.relid)?;
     privileges::require_no_row_security(roles::caller(), source.relid)?;
     // A drop of the table waits, or makes this wait.
-    distributed::lock_source(source.relid, SourceLock::MakesView)?;
+    if !distributed::lock_source(source.relid, SourceLock::MakesView)? {
+        return Err(EvError::invalid(
+            "the distributed event table is not catalogued",
+        ));
+    }
     if args.realtime {
         return Err(not_supported(
             "a realtime view over an event table distributed by Citus is not supported by this version of pg_eventview",

@@ -1171,16 +1171,28 @@ def test_quarantine_on_the_coordinator_holds_every_shards_entries(citus):
             conn.execute("DELETE FROM eventview.quarantine WHERE source = 'dq'::regclass")
             conn.execute("SELECT eventview.refresh('dq_sku_renamed')")
             check("after every copy was deleted", "public.dq_sku_renamed")
-            # A view of this node given the name of the copies does not make them visible to
-            # its owner.
+            # Copies that kept an old name (renamed while event triggers were off) are neither
+            # seen nor deleted through a view of this node renamed to that name.
             conn.execute("SELECT eventview.create_event_table('dq_local')")
-            conn.execute("ALTER VIEW dq_sku_renamed RENAME TO dq_sku_moved")
             conn.execute("GRANT CREATE ON SCHEMA public TO dq_other")
             conn.execute("GRANT SELECT ON dq_local TO dq_other")
             conn.execute("SET ROLE dq_other")
-            conn.execute("""SELECT eventview.create_view('dq_sku_renamed', 'dq_local', measures => '{"n": "count(*)"}')""")
-            assert conn.execute("SELECT count(*) FROM eventview.quarantine").fetchone()[0] == 0
+            conn.execute("""SELECT eventview.create_view('dq_lv', 'dq_local', measures => '{"n": "count(*)"}')""")
             conn.execute("RESET ROLE")
+            conn.execute("ALTER EVENT TRIGGER eventview_follow_ddl DISABLE")
+            try:
+                conn.execute("ALTER VIEW dq_sku_renamed RENAME TO dq_sku_moved")
+            finally:
+                conn.execute("ALTER EVENT TRIGGER eventview_follow_ddl ENABLE")
+            stale_names = "SELECT count(*) FROM eventview.quarantine WHERE view_name = 'public.dq_sku_renamed'"
+            copies = conn.execute(stale_names).fetchone()[0]
+            assert copies > 0
+            conn.execute("SET ROLE dq_other")
+            conn.execute("ALTER VIEW dq_lv RENAME TO dq_sku_renamed")
+            assert conn.execute("SELECT count(*) FROM eventview.quarantine").fetchone()[0] == 0
+            conn.execute("SELECT eventview.drop_view('dq_sku_renamed')")
+            conn.execute("RESET ROLE")
+            assert conn.execute(stale_names).fetchone()[0] == copies
             conn.execute("SELECT eventview.drop_event_table('dq_local', cascade => true)")
             conn.execute("REVOKE CREATE ON SCHEMA public FROM dq_other")
             conn.execute("ALTER VIEW dq_sku_moved RENAME TO dq_sku_renamed")

@@ -7,7 +7,7 @@ use crate::errors::EvResult;
 use crate::pg::spi;
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// A distributed event table's catalog row: (shard registry, distribution column, delta
 /// retention as interval text).
@@ -66,19 +66,21 @@ pub enum SourceLock {
     Drops,
 }
 
-/// Takes `lock` on distributed event table `relid`'s catalog row.
-pub fn lock_source(relid: pg_sys::Oid, lock: SourceLock) -> EvResult<()> {
+/// Takes `lock` on distributed event table `relid`'s catalog row; whether it is there (a drop
+/// that committed meanwhile took it).
+pub fn lock_source(relid: pg_sys::Oid, lock: SourceLock) -> EvResult<bool> {
     let clause = match lock {
         SourceLock::MakesView => "FOR KEY SHARE",
         SourceLock::RunsOnShards => "FOR NO KEY UPDATE",
         SourceLock::Drops => "FOR UPDATE",
     };
-    spi::run(
+    Ok(spi::one::<bool>(
         &format!(
-            "SELECT 1 FROM eventview._distributed_sources WHERE relid = $1::regclass {clause}"
+            "SELECT true FROM eventview._distributed_sources WHERE relid = $1::regclass {clause}"
         ),
         &[relid.into()],
-    )
+    )?
+    .unwrap_or(false))
 }
 
 /// Forgets distributed event table `relid`: its catalog row and the coordinator's drift of it.
@@ -357,16 +359,29 @@ pub fn quarantine_changes(
     .unwrap_or_else(|| "{}".into()))
 }
 
-/// On the coordinator: for each shard with copies of distributed view `view_id`'s quarantine
-/// entries, the mark of its copies (as `quarantine_mark`), their largest id on the shard's
-/// node and their number.
-pub fn quarantine_copy_marks(view_id: i32) -> EvResult<BTreeMap<String, (String, i64, i64)>> {
+/// The copies of one shard's quarantine entries of a distributed view, on the coordinator.
+pub struct CopiedEntries {
+    /// Their mark, as `quarantine_mark` gives the shard's.
+    pub mark: String,
+    /// The largest id on the shard's node among them.
+    pub above: i64,
+    /// How many there are.
+    pub copies: i64,
+    /// Whether some were deleted from the quarantine by hand (their catalog rows stay).
+    pub lost: bool,
+}
+
+/// On the coordinator: the copies of each shard's quarantine entries of distributed view
+/// `view_id`, by shard, in one pass over their catalog rows.
+pub fn quarantine_copies(view_id: i32) -> EvResult<BTreeMap<String, CopiedEntries>> {
     Ok(Spi::connect(|client| {
         client
             .select(
-                "SELECT m.shard, count(*), max(m.shard_entry)
+                "SELECT m.shard, count(q.id),
+                        coalesce(max(m.shard_entry) FILTER (WHERE q.id IS NOT NULL), 0),
+                        count(*) > count(q.id)
                  FROM eventview._distributed_quarantine m
-                 JOIN eventview.quarantine q ON q.id = m.id
+                 LEFT JOIN eventview.quarantine q ON q.id = m.id
                  WHERE m.view_id = $1 GROUP BY m.shard",
                 None,
                 &[view_id.into()],
@@ -376,53 +391,24 @@ pub fn quarantine_copy_marks(view_id: i32) -> EvResult<BTreeMap<String, (String,
                     row.get::<String>(1)?,
                     row.get::<i64>(2)?,
                     row.get::<i64>(3)?,
+                    row.get::<bool>(4)?,
                 ))
             })
             .collect::<Result<Vec<_>, _>>()
     })?
     .into_iter()
-    .filter_map(|(shard, copies, above)| {
+    .filter_map(|(shard, copies, above, lost)| {
         let (copies, above) = (copies?, above?);
-        Some((shard?, (format!("{copies}:{above}"), above, copies)))
+        Some((
+            shard?,
+            CopiedEntries {
+                mark: format!("{copies}:{above}"),
+                above,
+                copies,
+                lost: lost.unwrap_or(false),
+            },
+        ))
     })
-    .collect())
-}
-
-/// On the coordinator: the shards with copies of distributed view `view_id`'s quarantine
-/// entries.
-pub fn quarantine_copy_shards(view_id: i32) -> EvResult<Vec<String>> {
-    Ok(Spi::connect(|client| {
-        client
-            .select(
-                "SELECT DISTINCT shard FROM eventview._distributed_quarantine WHERE view_id = $1",
-                None,
-                &[view_id.into()],
-            )?
-            .map(|row| row.get::<String>(1))
-            .collect::<Result<Vec<_>, _>>()
-    })?
-    .into_iter()
-    .flatten()
-    .collect())
-}
-
-/// On the coordinator: the shards some of whose copies of distributed view `view_id`'s
-/// quarantine entries are gone from the quarantine (deleted by hand).
-pub fn quarantine_copies_lost(view_id: i32) -> EvResult<BTreeSet<String>> {
-    Ok(Spi::connect(|client| {
-        client
-            .select(
-                "SELECT DISTINCT m.shard FROM eventview._distributed_quarantine m
-                 WHERE m.view_id = $1
-                   AND NOT EXISTS (SELECT 1 FROM eventview.quarantine q WHERE q.id = m.id)",
-                None,
-                &[view_id.into()],
-            )?
-            .map(|row| row.get::<String>(1))
-            .collect::<Result<Vec<_>, _>>()
-    })?
-    .into_iter()
-    .flatten()
     .collect())
 }
 
@@ -481,10 +467,11 @@ pub fn forget_quarantine_copies_taken_back(
     present: Vec<i64>,
 ) -> EvResult<bool> {
     spi::run(
-        "WITH gone AS (DELETE FROM eventview._distributed_quarantine
-                       WHERE view_id = $1 AND shard = $2 AND shard_entry <= $3
-                         AND shard_entry <> ALL($4::bigint[])
-                       RETURNING id)
+        "WITH gone AS (DELETE FROM eventview._distributed_quarantine m
+                       WHERE m.view_id = $1 AND m.shard = $2 AND m.shard_entry <= $3
+                         AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest($4::bigint[]) p(id)
+                                         WHERE p.id = m.shard_entry)
+                       RETURNING m.id)
          DELETE FROM eventview.quarantine WHERE id IN (SELECT id FROM gone)",
         &[
             view_id.into(),
@@ -494,22 +481,9 @@ pub fn forget_quarantine_copies_taken_back(
         ],
     )?;
     Ok(spi::one::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM unnest($3::bigint[]) p(id)
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.unnest($3::bigint[]) p(id)
                         WHERE NOT EXISTS (SELECT 1 FROM eventview._distributed_quarantine m
                                           WHERE m.view_id = $1 AND m.shard = $2 AND m.shard_entry = p.id))",
         &[view_id.into(), shard.into(), present.into()],
     )? == Some(true))
-}
-
-/// On the coordinator: the copies of distributed view `view_id`'s quarantine entries carry the
-/// name of its user relation `relid` now.
-pub fn rename_quarantine_copies(view_id: i32, relid: pg_sys::Oid) -> EvResult<()> {
-    spi::run(
-        "UPDATE eventview.quarantine q
-         SET view_name = pg_catalog.format('%I.%I', n.nspname, c.relname)
-         FROM eventview._distributed_quarantine m, pg_catalog.pg_class c, pg_catalog.pg_namespace n
-         WHERE m.view_id = $1 AND q.id = m.id AND c.oid = $2 AND n.oid = c.relnamespace
-           AND q.view_name IS DISTINCT FROM pg_catalog.format('%I.%I', n.nspname, c.relname)",
-        &[view_id.into(), relid.into()],
-    )
 }

@@ -13,12 +13,16 @@
 //! per-shard call, on those shards only) for the entries above its largest copied id, and for
 //! the ids at or below it that are still there when their count differs from that of the
 //! copies (entries there are only ever taken back, so equal counts mean equal entries). It
-//! copies the new entries and drops the copies of entries taken back: the work is that of the
-//! entries that changed, not of all of them.
+//! copies the new entries and drops the copies of entries taken back: what travels is the
+//! entries that changed (and, when some were taken back, the ids of those still there), not all
+//! of them. The coordinator reads the catalog rows of a view's copies once per refresh.
 //!
 //! A shard's view made anew (on a node the shard moved to, or by `rebuild`) numbers its entries
 //! afresh: its copies are replaced whole. So are those of a shard some of whose copies were
-//! deleted by hand (their catalog rows stay behind): the copies are the extension's.
+//! deleted by hand (their catalog rows stay behind): the copies are the extension's. A node
+//! whose sequence of entry ids went back (restored to an earlier point in time) can give a new
+//! entry the id of one already copied; `rebuild` of the view copies everything anew. The copies
+//! of a renamed view take its new name in `_follow_ddl`.
 
 use super::{each_shard_where, mapped_shards, view_keeping, with_shard_access, Registry};
 use super::{internal, DistributedView, ShardArgs};
@@ -100,45 +104,46 @@ impl ShardMarks {
 
 /// After the shards' refreshes of `view`, in the same transaction: the copies of every shard
 /// whose mark differs from theirs follow the shard's entries; those of shards that no longer
-/// answer (split into others) go; every copy carries the view's name now.
+/// answer (split into others) go.
 pub(super) fn follow(view: &DistributedView, answered: &ShardMarks) -> EvResult<()> {
-    // Copies deleted by hand: their shards' copies are replaced whole.
-    let mut replaced: BTreeSet<String> = distributed::quarantine_copies_lost(view.view_id)?;
-    replaced.extend(answered.remade.iter().cloned());
-    let gone: Vec<String> = distributed::quarantine_copy_shards(view.view_id)?
-        .into_iter()
-        .filter(|shard| !answered.marks.contains_key(shard))
+    let mut copied = distributed::quarantine_copies(view.view_id)?;
+    // Copied whole: the shards whose views were made anew, and those some of whose copies
+    // were deleted by hand; gone: those that no longer answer.
+    let forgotten: Vec<String> = copied
+        .iter()
+        .filter(|(shard, c)| {
+            c.lost || answered.remade.contains(*shard) || !answered.marks.contains_key(*shard)
+        })
+        .map(|(shard, _)| shard.clone())
         .collect();
-    distributed::forget_quarantine_copies(
-        view.view_id,
-        Some(replaced.iter().cloned().chain(gone).collect()),
-    )?;
-    let copied = distributed::quarantine_copy_marks(view.view_id)?;
+    for shard in &forgotten {
+        copied.remove(shard);
+    }
+    distributed::forget_quarantine_copies(view.view_id, Some(forgotten))?;
     let stale: BTreeMap<String, (i64, i64)> = answered
         .marks
         .iter()
         .filter(|(shard, mark)| {
-            mark.as_str()
-                != copied
-                    .get(*shard)
-                    .map_or(EMPTY, |(mark, _, _)| mark.as_str())
+            mark.as_str() != copied.get(*shard).map_or(EMPTY, |c| c.mark.as_str())
         })
         .map(|(shard, _)| {
-            let (above, copies) = copied.get(shard).map_or((0, 0), |(_, m, c)| (*m, *c));
-            (shard.clone(), (above, copies))
+            let known = copied.get(shard).map_or((0, 0), |c| (c.above, c.copies));
+            (shard.clone(), known)
         })
         .collect();
-    if !stale.is_empty() {
-        let lacking = follow_shards(view, Following::These(&stale))?;
-        if !lacking.is_empty() {
-            // (Copies of entries still there are missing: only hand deletions do that.)
-            distributed::forget_quarantine_copies(view.view_id, Some(lacking.clone()))?;
-            let all: BTreeMap<String, (i64, i64)> =
-                lacking.into_iter().map(|shard| (shard, (0, 0))).collect();
-            follow_shards(view, Following::These(&all))?;
-        }
+    if stale.is_empty() {
+        return Ok(());
     }
-    distributed::rename_quarantine_copies(view.view_id, view.relid)
+    let lacking = follow_shards(view, Following::These(&stale))?;
+    if !lacking.is_empty() {
+        // (Copies of entries still there are missing: only hand deletions of copies with
+        // their catalog rows do that.)
+        distributed::forget_quarantine_copies(view.view_id, Some(lacking.clone()))?;
+        let all: BTreeMap<String, (i64, i64)> =
+            lacking.into_iter().map(|shard| (shard, (0, 0))).collect();
+        follow_shards(view, Following::These(&all))?;
+    }
+    Ok(())
 }
 
 /// The shards whose copies `follow_shards` makes follow their entries.
