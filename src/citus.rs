@@ -1224,15 +1224,12 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     let mut taken = ShardChanges::default();
     let mut marks = quarantine::ShardMarks::default();
     let mut drift = Vec::new();
-    for result in results {
-        let parsed: serde_json::Value = serde_json::from_str(&result)
-            .map_err(|e| internal(format!("a shard's refresh answered {result}: {e}")))?;
-        applied += parsed["applied"].as_i64().unwrap_or(0);
-        taken.add(&parsed);
-        marks.add(&parsed);
-        if let Some(rows) = parsed["drift"].as_array() {
-            drift.extend(rows.iter().cloned());
-        }
+    for result in &results {
+        let answer = ShardAnswer::parse(result)?;
+        applied += answer.number("applied");
+        taken.add(&answer);
+        marks.add(&answer);
+        drift.extend(answer.list("drift")?);
     }
     merge_drift(view.source.relid, drift)?;
     let merged = sql_for(&definition, view.view_id, &table_sql, None);
@@ -1242,30 +1239,90 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     Ok(applied)
 }
 
+/// A shard's answer to a per-shard call (a JSON object), its members left unparsed: the group
+/// changes of a refresh, thousands of objects, go on to the coordinator's statements as the
+/// text they came in.
+pub(crate) struct ShardAnswer<'a>(
+    std::collections::HashMap<String, &'a serde_json::value::RawValue>,
+);
+
+impl<'a> ShardAnswer<'a> {
+    fn parse(text: &'a str) -> EvResult<ShardAnswer<'a>> {
+        serde_json::from_str(text)
+            .map(ShardAnswer)
+            .map_err(|e| internal(format!("a shard answered {text}: {e}")))
+    }
+
+    /// Member `name` parsed (Null when absent or not JSON).
+    fn value(&self, name: &str) -> serde_json::Value {
+        self.0
+            .get(name)
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or(serde_json::Value::Null)
+    }
+
+    fn number(&self, name: &str) -> i64 {
+        self.value(name).as_i64().unwrap_or(0)
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.value(name).as_bool().unwrap_or(false)
+    }
+
+    fn text(&self, name: &str) -> Option<String> {
+        self.value(name).as_str().map(str::to_string)
+    }
+
+    /// The elements of array member `name`, parsed (none when absent).
+    fn list(&self, name: &str) -> EvResult<Vec<serde_json::Value>> {
+        match self.value(name) {
+            serde_json::Value::Array(items) => Ok(items),
+            serde_json::Value::Null => Ok(Vec::new()),
+            other => Err(internal(format!(
+                "a shard's {name} is not a JSON array: {other}"
+            ))),
+        }
+    }
+
+    /// The elements of array member `name` as the text between its brackets; None when it is
+    /// absent or empty.
+    fn elements(&self, name: &str) -> Option<&'a str> {
+        let raw = self.0.get(name)?.get().trim();
+        let inner = raw.strip_prefix('[')?.strip_suffix(']')?.trim();
+        (!inner.is_empty()).then_some(inner)
+    }
+}
+
+/// A JSON array of the elements `parts` hold (each the text between an array's brackets).
+fn json_array(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
+    out.push('[');
+    out.push_str(&parts.join(","));
+    out.push(']');
+    out
+}
+
 /// What the shards' refreshes of a view took: their group changes, the value changes of its
-/// count_distinct and percentile measures, and the shards whose values are replaced (made anew
-/// on a node they arrived on).
+/// count_distinct and percentile measures (each shard's as the text of its array's elements),
+/// and the shards whose values are replaced (made anew on a node they arrived on).
 #[derive(Default)]
-struct ShardChanges {
-    changes: Vec<serde_json::Value>,
-    values: Vec<serde_json::Value>,
-    replaces: Vec<serde_json::Value>,
+struct ShardChanges<'a> {
+    changes: Vec<&'a str>,
+    values: Vec<&'a str>,
+    replaces: Vec<String>,
     /// A shard's view was made anew (`refresh_shard_view`).
     rebuilt: bool,
 }
 
-impl ShardChanges {
+impl<'a> ShardChanges<'a> {
     /// A shard's answer (`refresh_shard_view`) added.
-    fn add(&mut self, answer: &serde_json::Value) {
-        self.rebuilt |= answer["rebuilt"].as_bool().unwrap_or(false);
-        for (into, member) in [
-            (&mut self.changes, "changes"),
-            (&mut self.values, "values"),
-            (&mut self.replaces, "replaces"),
-        ] {
-            if let Some(listed) = answer[member].as_array() {
-                into.extend(listed.iter().cloned());
-            }
+    fn add(&mut self, answer: &ShardAnswer<'a>) {
+        self.rebuilt |= answer.flag("rebuilt");
+        self.changes.extend(answer.elements("changes"));
+        self.values.extend(answer.elements("values"));
+        if let serde_json::Value::Array(shards) = answer.value("replaces") {
+            self.replaces
+                .extend(shards.iter().filter_map(|s| s.as_str().map(str::to_string)));
         }
     }
 
@@ -1281,7 +1338,7 @@ impl ShardChanges {
         if self.rebuilt {
             spi::run_all(&merged.merge_all(groups))?;
         } else if !self.changes.is_empty() {
-            let listed = serde_json::Value::Array(self.changes.clone()).to_string();
+            let listed = json_array(&self.changes);
             let dirty =
                 spi::one::<String>(&merged.apply_changes("$1::json"), &[listed.as_str().into()])?
                     .unwrap_or_else(|| "[]".into());
@@ -1293,17 +1350,12 @@ impl ShardChanges {
             return Ok(());
         }
         if !self.replaces.is_empty() {
-            let replaced: Vec<String> = self
-                .replaces
-                .iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect();
             for statement in merged.replace_shards_values() {
-                spi::run(&statement, &[replaced.clone().into()])?;
+                spi::run(&statement, &[self.replaces.clone().into()])?;
             }
         }
         if !self.values.is_empty() {
-            let listed = serde_json::Value::Array(self.values.clone()).to_string();
+            let listed = json_array(&self.values);
             for statement in merged.apply_value_changes() {
                 spi::run(&statement, &[listed.as_str().into()])?;
             }
@@ -1311,9 +1363,7 @@ impl ShardChanges {
         if self.rebuilt {
             spi::run_all(&merged.count_distinct_of(None))?;
         } else if !self.changes.is_empty() || !self.values.is_empty() {
-            let keys =
-                serde_json::Value::Array(self.changes.into_iter().chain(self.values).collect())
-                    .to_string();
+            let keys = json_array(&[self.changes, self.values].concat());
             for statement in merged.count_distinct_of(Some("$1::json")) {
                 spi::run(&statement, &[keys.as_str().into()])?;
             }

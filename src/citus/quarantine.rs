@@ -25,7 +25,7 @@
 //! of a renamed view take its new name in `_follow_ddl`.
 
 use super::{each_shard_where, mapped_shards, view_keeping, with_shard_access, Registry};
-use super::{internal, DistributedView, ShardArgs};
+use super::{internal, DistributedView, ShardAnswer, ShardArgs};
 use crate::catalog::distributed;
 use crate::errors::EvResult;
 use eventview_core::quote;
@@ -90,15 +90,14 @@ pub(super) struct ShardMarks {
 
 impl ShardMarks {
     /// A shard's answer (`refresh_shard_view`) added.
-    pub(super) fn add(&mut self, answer: &serde_json::Value) {
-        let (Some(shard), Some(mark)) = (answer["shard"].as_str(), answer["quarantine"].as_str())
-        else {
+    pub(super) fn add(&mut self, answer: &ShardAnswer) {
+        let (Some(shard), Some(mark)) = (answer.text("shard"), answer.text("quarantine")) else {
             return;
         };
-        self.marks.insert(shard.to_string(), mark.to_string());
-        if answer["rebuilt"].as_bool().unwrap_or(false) {
-            self.remade.insert(shard.to_string());
+        if answer.flag("rebuilt") {
+            self.remade.insert(shard.clone());
         }
+        self.marks.insert(shard, mark);
     }
 }
 
