@@ -1226,9 +1226,9 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     let mut drift = Vec::new();
     for result in &results {
         let answer = ShardAnswer::parse(result)?;
-        applied += answer.number("applied");
-        taken.add(&answer);
-        marks.add(&answer);
+        applied += answer.number("applied")?;
+        taken.add(&answer)?;
+        marks.add(&answer)?;
         drift.extend(answer.list("drift")?);
     }
     merge_drift(view.source.relid, drift)?;
@@ -1248,34 +1248,36 @@ pub(crate) struct ShardAnswer<'a>(
 
 impl<'a> ShardAnswer<'a> {
     fn parse(text: &'a str) -> EvResult<ShardAnswer<'a>> {
-        serde_json::from_str(text)
-            .map(ShardAnswer)
-            .map_err(|e| internal(format!("a shard answered {text}: {e}")))
+        serde_json::from_str(text).map(ShardAnswer).map_err(|e| {
+            let start: String = text.chars().take(300).collect();
+            internal(format!("a shard answered {start}...: {e}"))
+        })
     }
 
-    /// Member `name` parsed (Null when absent or not JSON).
-    fn value(&self, name: &str) -> serde_json::Value {
-        self.0
-            .get(name)
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or(serde_json::Value::Null)
+    /// Member `name` parsed (Null when absent).
+    fn value(&self, name: &str) -> EvResult<serde_json::Value> {
+        match self.0.get(name) {
+            Some(raw) => serde_json::from_str(raw.get())
+                .map_err(|e| internal(format!("a shard's {name} is not JSON: {e}"))),
+            None => Ok(serde_json::Value::Null),
+        }
     }
 
-    fn number(&self, name: &str) -> i64 {
-        self.value(name).as_i64().unwrap_or(0)
+    fn number(&self, name: &str) -> EvResult<i64> {
+        Ok(self.value(name)?.as_i64().unwrap_or(0))
     }
 
-    fn flag(&self, name: &str) -> bool {
-        self.value(name).as_bool().unwrap_or(false)
+    fn flag(&self, name: &str) -> EvResult<bool> {
+        Ok(self.value(name)?.as_bool().unwrap_or(false))
     }
 
-    fn text(&self, name: &str) -> Option<String> {
-        self.value(name).as_str().map(str::to_string)
+    fn text(&self, name: &str) -> EvResult<Option<String>> {
+        Ok(self.value(name)?.as_str().map(str::to_string))
     }
 
-    /// The elements of array member `name`, parsed (none when absent).
+    /// The elements of array member `name`, parsed (none when absent or null).
     fn list(&self, name: &str) -> EvResult<Vec<serde_json::Value>> {
-        match self.value(name) {
+        match self.value(name)? {
             serde_json::Value::Array(items) => Ok(items),
             serde_json::Value::Null => Ok(Vec::new()),
             other => Err(internal(format!(
@@ -1285,11 +1287,21 @@ impl<'a> ShardAnswer<'a> {
     }
 
     /// The elements of array member `name` as the text between its brackets; None when it is
-    /// absent or empty.
-    fn elements(&self, name: &str) -> Option<&'a str> {
-        let raw = self.0.get(name)?.get().trim();
-        let inner = raw.strip_prefix('[')?.strip_suffix(']')?.trim();
-        (!inner.is_empty()).then_some(inner)
+    /// absent, null or empty.
+    fn elements(&self, name: &str) -> EvResult<Option<&'a str>> {
+        let Some(raw) = self.0.get(name) else {
+            return Ok(None);
+        };
+        let raw = raw.get().trim();
+        if raw == "null" {
+            return Ok(None);
+        }
+        let inner = raw
+            .strip_prefix('[')
+            .and_then(|r| r.strip_suffix(']'))
+            .ok_or_else(|| internal(format!("a shard's {name} is not a JSON array")))?
+            .trim();
+        Ok((!inner.is_empty()).then_some(inner))
     }
 }
 
@@ -1316,14 +1328,17 @@ struct ShardChanges<'a> {
 
 impl<'a> ShardChanges<'a> {
     /// A shard's answer (`refresh_shard_view`) added.
-    fn add(&mut self, answer: &ShardAnswer<'a>) {
-        self.rebuilt |= answer.flag("rebuilt");
-        self.changes.extend(answer.elements("changes"));
-        self.values.extend(answer.elements("values"));
-        if let serde_json::Value::Array(shards) = answer.value("replaces") {
-            self.replaces
-                .extend(shards.iter().filter_map(|s| s.as_str().map(str::to_string)));
-        }
+    fn add(&mut self, answer: &ShardAnswer<'a>) -> EvResult<()> {
+        self.rebuilt |= answer.flag("rebuilt")?;
+        self.changes.extend(answer.elements("changes")?);
+        self.values.extend(answer.elements("values")?);
+        self.replaces.extend(
+            answer
+                .list("replaces")?
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_string)),
+        );
+        Ok(())
     }
 
     /// Merged into the coordinator's storage of view `merged` (its partial groups `groups`):

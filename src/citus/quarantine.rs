@@ -90,14 +90,15 @@ pub(super) struct ShardMarks {
 
 impl ShardMarks {
     /// A shard's answer (`refresh_shard_view`) added.
-    pub(super) fn add(&mut self, answer: &ShardAnswer) {
-        let (Some(shard), Some(mark)) = (answer.text("shard"), answer.text("quarantine")) else {
-            return;
+    pub(super) fn add(&mut self, answer: &ShardAnswer) -> EvResult<()> {
+        let (Some(shard), Some(mark)) = (answer.text("shard")?, answer.text("quarantine")?) else {
+            return Ok(());
         };
-        if answer.flag("rebuilt") {
+        if answer.flag("rebuilt")? {
             self.remade.insert(shard.clone());
         }
         self.marks.insert(shard, mark);
+        Ok(())
     }
 }
 
