@@ -46,7 +46,7 @@ pub(super) fn mark_of(relid: pg_sys::Oid) -> EvResult<String> {
 /// `value` its tag), given `copied`, `{"<tag>": [<largest id copied>, <copies>], ...}`: `{"shard":
 /// <tag>, "entries": [<entries above the largest id copied>], "present": [<ids at or below it
 /// still there>] or null when there are as many as copies}`. Entries are as
-/// `catalog::distributed::quarantine_entries` lists them; a node without the view answers none.
+/// `catalog::distributed::quarantine_changes` lists them; a node without the view answers none.
 pub fn shard_entries(
     registry_shard: &str,
     value: &str,
