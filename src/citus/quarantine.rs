@@ -157,12 +157,10 @@ enum Following<'a> {
 /// The copies of `view`'s entries of the shards `following` names made to follow the shards'
 /// entries. Returns the shards some of whose entries still there have no copy.
 fn follow_shards(view: &DistributedView, following: Following) -> EvResult<Vec<String>> {
+    let none = BTreeMap::new();
     let (stale, tags) = match following {
-        Following::These(stale) => (
-            stale.clone(),
-            Some(stale.keys().cloned().collect::<Vec<_>>()),
-        ),
-        Following::Every => (BTreeMap::new(), None),
+        Following::These(stale) => (stale, Some(stale.keys().cloned().collect::<Vec<_>>())),
+        Following::Every => (&none, None),
     };
     let copied = serde_json::Value::Object(
         stale
