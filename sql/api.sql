@@ -196,6 +196,7 @@ REVOKE EXECUTE ON FUNCTION eventview._attach_shard_view(text, text, json, intege
 REVOKE EXECUTE ON FUNCTION eventview._refresh_shard_view(text, text, json, integer, text, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._detach_shard_view(text, json) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._shard_quarantine(text, text, json, json) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION eventview._shard_pending_groups(text, text, json, integer, text, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._maintain_shard(text, json, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._shard_view_stats(text, json) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION eventview._shard_observed(text, json) FROM PUBLIC;
@@ -235,7 +236,7 @@ SELECT d.relid,
                                     'event_types', d.arguments -> 'event_types', 'time_bucket', d.arguments -> 'time_bucket',
                                     'time_zone', d.arguments -> 'time_zone', 'unnest', d.arguments -> 'unnest',
                                     'filter', d.arguments -> 'filter', 'on_type_error', d.arguments -> 'on_type_error'),
-       false,
+       d.realtime,
        d.schedule,
        d.last_refresh_at,
        NULL::double precision,

@@ -140,7 +140,9 @@ CREATE TABLE eventview._distributed_views (
     -- error of the last scheduled refresh that failed.
     schedule        interval,
     last_refresh_at timestamptz,
-    last_error      text
+    last_error      text,
+    -- Read realtime (src/citus/realtime.rs).
+    realtime        boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE eventview._distributed_views IS 'pg_eventview: views over event tables distributed by Citus';
 

@@ -40,13 +40,15 @@ use crate::privileges;
 use crate::relation;
 use crate::views::{self, CreateViewArgs};
 use eventview_core::definition::{parse_definition, DefinitionInput, ViewDefinition};
-use eventview_core::sqlgen::{self, Reads, ViewSql};
+use eventview_core::sqlgen::{self, ViewSql};
 use eventview_core::{envelope_sql, names, quote};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
 mod quarantine;
+mod realtime;
 pub use quarantine::shard_entries;
+pub use realtime::{alter_view, realtime_groups, shard_pending_groups};
 
 /// Whether the Citus extension is installed in this database.
 fn installed() -> EvResult<bool> {
@@ -750,8 +752,7 @@ fn capture_shard(
 
 /// `create_view` over a distributed event table: the distributed table of partial groups,
 /// the view over every shard (filled from the shard's events), the coordinator's merged groups
-/// and values, and the user relation that reads them. A realtime view is refused with 0A000
-/// before anything is made.
+/// and values, and the user relation that reads them (realtime: `citus::realtime`).
 pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResult<pg_sys::Oid> {
     privileges::require_select(source.relid)?;
     privileges::require_no_row_security(roles::caller(), source.relid)?;
@@ -759,12 +760,6 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     if !distributed::lock_source(source.relid, SourceLock::MakesView)? {
         return Err(EvError::invalid(
             "the distributed event table is not catalogued",
-        ));
-    }
-    if args.realtime {
-        return Err(not_supported(
-            "a realtime view over an event table distributed by Citus is not supported by this version of pg_eventview",
-            "Make the view without realtime: a refresh keeps it fresh.",
         ));
     }
     let definition = parse_definition(&DefinitionInput {
@@ -780,6 +775,9 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     })?;
     let table_sql = source.table_sql()?;
     let view_id = catalog::next_view_id()?;
+    if args.realtime {
+        realtime::require_mergeable(&definition, view_id)?;
+    }
     let groups = format!("eventview.{}", quote::ident(&format!("_v{view_id}_groups")));
     let sql = sql_for(&definition, view_id, &table_sql, Some(groups.clone()));
     let type_name = distribution_type(source.relid, &source.distribute_by)?;
@@ -805,14 +803,7 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     }
     // The relation is read on the coordinator only: Citus does not make it on the workers.
     let user_view = relation::qualified_for_create(args.name)?;
-    guc::with_setting(c"citus.enable_ddl_propagation", c"off", || {
-        roles::as_caller(|| {
-            spi::run_all(&[
-                merged.create_user_view(&user_view, Reads::Stored),
-                ViewSql::read_only_trigger(&user_view),
-            ])
-        })
-    })?;
+    realtime::install_user_view(&merged, &user_view, args.realtime, true)?;
     let relid = relation::created(&user_view)?;
     let arguments = distributed::insert_view(distributed::NewView {
         view_id,
@@ -828,6 +819,7 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
         time_zone: definition.time_zone.as_deref(),
         unnest: definition.unnest.as_ref().map(|u| u.display()),
         owner,
+        realtime: args.realtime,
     })?;
     let values = each_shard(source, &[&table_sql, &groups], Registry::Filled, |a| {
         format!(

@@ -216,6 +216,13 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                 "group_by => %s, measures => %s, time_bucket => '1 day')",
                 (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
             )
+            # A realtime view: equal to the aggregate from scratch before every refresh too.
+            conn.execute(
+                "SELECT eventview.create_view('dev_rt', 'dev', event_types => ARRAY['order'], "
+                "group_by => %s, measures => %s, time_bucket => '1 day', realtime => true)",
+                (SKU_VIEW["group_by"], RT_MEASURES),
+            )
+            good_orders = "(SELECT * FROM dev WHERE jsonb_typeof(payload -> 'qty') IS DISTINCT FROM 'string') d"
             # A view without buckets or measures: one row per type, filtered.
             conn.execute(
                 """SELECT eventview.create_view('dev_types', 'dev', group_by => '{"type": "event_type"}',
@@ -311,10 +318,18 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                             "INSERT INTO dev (event_type, payload) VALUES ('order', %s)",
                             (psycopg.types.json.Jsonb({"sku": rng.choice("ABC"), "qty": 1, "price": 7}),),
                         )
+                if op in ("move", "split"):
+                    # The shard that arrived has no view of dev_rt on its node until a refresh.
+                    state, got = refusal(conn, "SELECT count(*) FROM dev_rt")
+                    assert state == "55000", (step, got)
+                else:
+                    rt_check(conn, good_orders, "dev_rt", f"step {step}: {op}, before the refresh")
                 applied = conn.execute("SELECT eventview.refresh('dev_sku')").fetchone()[0]
                 assert applied >= 0
                 conn.execute("SELECT eventview.refresh('dev_types')")
+                conn.execute("SELECT eventview.refresh('dev_rt')")
                 check(f"step {step}: {op}")
+                rt_check(conn, good_orders, "dev_rt", f"step {step}: {op}, after the refresh")
             assert max(spoiled_counts) > 0, spoiled_counts
             # A point read is a read of the coordinator's merged groups through their index.
             conn.execute("SET enable_seqscan = off")
@@ -332,10 +347,10 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
             shards = conn.execute("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'dev'::regclass").fetchone()[0]
             assert shards == 5
             assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == shards
-            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 2 * shards
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 3 * shards
             conn.execute("SELECT eventview.drop_view('dev_types')")
             assert conn.execute("SELECT to_regclass('dev_types')").fetchone()[0] is None
-            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == shards
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 2 * shards
         finally:
             conn.execute("SELECT eventview.drop_event_table('dev', cascade => true)")
         assert conn.execute("SELECT to_regclass('dev_sku')").fetchone()[0] is None
@@ -523,11 +538,24 @@ def test_what_is_not_distributed_yet_is_refused(citus):
         assert state == "22023" and "distribute_by" in got
         conn.execute("SELECT eventview.create_event_table('dref', distribute_by => 'event_id')")
         try:
-            state, got = refusal(conn, "SELECT eventview.create_view('dref_v', 'dref', realtime => true)")
-            assert state == "0A000" and "distributed by Citus is not supported" in got, got
+            # A realtime view merges every measure across shards: not count_distinct, not an
+            # exact percentile.
+            state, got = refusal(
+                conn,
+                "SELECT eventview.create_view('dref_v', 'dref', realtime => true, measures => %s)",
+                '{"n": "count(*)", "users": "count_distinct($.user)", "p": "percentile($.q, 0.5)"}',
+            )
+            assert state == "0A000" and 'cannot merge measure(s) "users", "p" across shards' in got, got
             assert conn.execute("SELECT to_regclass('dref_v')").fetchone()[0] is None
             assert conn.execute("SELECT count(*) FROM eventview._distributed_views").fetchone()[0] == 0
-            conn.execute("""SELECT eventview.create_view('dref_v', 'dref', measures => '{"n": "count(*)"}')""")
+            conn.execute(
+                """SELECT eventview.create_view('dref_v', 'dref', measures => '{"n": "count(*)", "users": "count_distinct($.user)"}')"""
+            )
+            state, got = refusal(conn, "SELECT eventview.alter_view('dref_v', realtime => true)")
+            assert state == "0A000" and "users" in got, got
+            state, got = refusal(conn, "SELECT eventview.alter_view('dref_v', on_type_error => 'skip')")
+            assert state == "0A000" and "on_type_error" in got, got
+            assert conn.execute("SELECT realtime FROM eventview.views WHERE name = 'dref_v'::regclass").fetchone() == (False,)
             state, got = refusal(conn, "SELECT eventview.drop_event_table('dref')")
             assert state == "2BP01", got
         finally:
@@ -697,6 +725,117 @@ def sku_check(conn, table: str, view: str, step: str) -> None:
         assert (g[-1] is None) == (w[-1] is None), (step, g, w)
         if w[-1] is not None:
             assert abs(g[-1] - float(w[-1])) <= 0.0101 * abs(float(w[-1])), (step, g, w)
+
+
+# The measures of SKU_VIEW a realtime view over a distributed table merges across shards.
+RT_MEASURES = (
+    '{"n": "count(*)", "qty": "sum($.qty)", "avg_qty": "avg($.qty)", "top": "max($.price)", '
+    '"low": "min($.price)", "priced": "count($.price)", "p90_price": "approx_percentile($.price, 0.9)"}'
+)
+RT_FROM_SCRATCH = """
+    SELECT pg_catalog.date_bin('1 day', occurred_at, '2000-01-01 00:00:00+00'), payload->>'sku',
+           count(*), sum((payload->>'qty')::numeric), round(avg((payload->>'qty')::numeric), 10),
+           max((payload->>'price')::numeric), min((payload->>'price')::numeric), count(payload->'price'),
+           percentile_disc(0.9) WITHIN GROUP (ORDER BY (payload->>'price')::numeric)
+    FROM {table} WHERE event_type = 'order' GROUP BY 1, 2 ORDER BY 1, 2 NULLS FIRST"""
+RT_READ = """
+    SELECT bucket, sku, n, qty, round(avg_qty, 10), top, low, priced, p90_price
+    FROM {view} {where} ORDER BY 1, 2 NULLS FIRST"""
+
+
+def rt_check(conn, table: str, view: str, step: str, where: str = "") -> None:
+    """Realtime view `view` equals the aggregate from scratch over `table` now, refreshed or
+    not; its approx_percentile (the last column) within the sketch's 1% of the exact one."""
+    got = conn.execute(RT_READ.format(view=view, where=where)).fetchall()
+    scratch = RT_FROM_SCRATCH.format(table=table)
+    if where:
+        scratch = f"SELECT * FROM ({scratch}) s(bucket, sku) {where} ORDER BY 1, 2 NULLS FIRST"
+    want = conn.execute(scratch).fetchall()
+    assert [row[:-1] for row in got] == [row[:-1] for row in want], step
+    for g, w in zip(got, want):
+        assert (g[-1] is None) == (w[-1] is None), (step, g, w)
+        if w[-1] is not None:
+            assert abs(g[-1] - float(w[-1])) <= 0.0101 * abs(float(w[-1])), (step, g, w)
+
+
+def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_refreshes(citus):
+    rng = random.Random(2626)
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("SELECT eventview.create_event_table('drt', distribute_by => 'event_id')")
+        try:
+            insert_orders(conn, "drt", rng, 150)
+            conn.execute(
+                "SELECT eventview.create_view('drt_sku', 'drt', event_types => ARRAY['order'], "
+                "group_by => %s, measures => %s, time_bucket => '1 day', realtime => true)",
+                (SKU_VIEW["group_by"], RT_MEASURES),
+            )
+            assert conn.execute("SELECT realtime FROM eventview.views WHERE name = 'drt_sku'::regclass").fetchone() == (True,)
+            rt_check(conn, "drt", "drt_sku", "made")
+            for step in range(14):
+                op = rng.choice(["insert", "update", "delete", "transaction", "refresh", "spoil"])
+                if op == "insert":
+                    insert_orders(conn, "drt", rng, rng.randint(1, 200))
+                elif op == "update":
+                    # Maxima and minima retracted and moved outwards.
+                    conn.execute(
+                        "UPDATE drt SET payload = payload || %s WHERE event_id %% 7 = %s",
+                        (psycopg.types.json.Jsonb({"qty": rng.randint(1, 9), "price": rng.choice([0.5, 150, 42])}), rng.randint(0, 6)),
+                    )
+                elif op == "delete":
+                    conn.execute("DELETE FROM drt WHERE event_id %% 5 = %s", (rng.randint(0, 4),))
+                elif op == "spoil":
+                    # A qty of the wrong type leaves the event out, as a refresh leaves it out.
+                    conn.execute("""UPDATE drt SET payload = payload || '{"qty": "many"}' WHERE event_id % 23 = 1""")
+                    conn.execute("DELETE FROM drt WHERE jsonb_typeof(payload -> 'qty') = 'string'")
+                elif op == "transaction":
+                    # The reader's own uncommitted writes, on every shard, are in its reads.
+                    with conn.transaction():
+                        insert_orders(conn, "drt", rng, 40)
+                        conn.execute("DELETE FROM drt WHERE event_id % 9 = 4")
+                        rt_check(conn, "drt", "drt_sku", f"step {step}: inside a transaction")
+                else:
+                    conn.execute("SELECT eventview.refresh('drt_sku')")
+                rt_check(conn, "drt", "drt_sku", f"step {step}: {op}")
+                # A point read: the touched groups merged anew, the rest from the storage.
+                rt_check(conn, "drt", "drt_sku", f"step {step}: {op}, point read", "WHERE sku = 'A' AND bucket = '2026-03-02'")
+                rt_check(conn, "drt", "drt_sku", f"step {step}: {op}, NULL key", "WHERE sku IS NULL")
+            # Turned off, the view reads its stored groups; on again, the pending changes too.
+            insert_orders(conn, "drt", rng, 50)
+            conn.execute("SELECT eventview.alter_view('drt_sku', realtime => false)")
+            stored = conn.execute("SELECT sum(n) FROM drt_sku").fetchone()[0]
+            total = conn.execute("SELECT count(*) FROM drt WHERE event_type = 'order'").fetchone()[0]
+            assert stored < total
+            conn.execute("SELECT eventview.alter_view('drt_sku', realtime => true)")
+            rt_check(conn, "drt", "drt_sku", "realtime again")
+            # Someone without SELECT on the view cannot read it through the function it calls.
+            conn.execute("DROP ROLE IF EXISTS drt_reader")
+            conn.execute("CREATE ROLE drt_reader")
+            view_id = conn.execute(
+                "SELECT view_id FROM eventview._distributed_views WHERE relid = 'drt_sku'::regclass"
+            ).fetchone()[0]
+            conn.execute("SET ROLE drt_reader")
+            state, got = refusal(conn, f"SELECT eventview._distributed_realtime({view_id})")
+            conn.execute("RESET ROLE")
+            assert state == "42501" and "drt_sku" in got, got
+            conn.execute("GRANT SELECT ON drt_sku TO drt_reader")
+            conn.execute("SET ROLE drt_reader")
+            assert conn.execute("SELECT sum(n) FROM drt_sku").fetchone()[0] == total
+            conn.execute("RESET ROLE")
+            # A shard moved since the last refresh: its pending changes are unknown until the
+            # next refresh makes its view on the new node.
+            insert_orders(conn, "drt", rng, 30)
+            move_a_shard(conn, "drt", rng)
+            state, got = refusal(conn, "SELECT count(*) FROM drt_sku")
+            assert state == "55000" and "arrived on this node" in got, got
+            conn.execute("SELECT eventview.refresh('drt_sku')")
+            rt_check(conn, "drt", "drt_sku", "after a move and a refresh")
+            insert_orders(conn, "drt", rng, 30)
+            rt_check(conn, "drt", "drt_sku", "after a move, pending")
+        finally:
+            conn.execute("RESET ROLE")
+            conn.execute("SELECT eventview.drop_event_table('drt', cascade => true)")
+            conn.execute("DROP ROLE IF EXISTS drt_reader")
 
 
 def test_views_follow_a_rebalance_onto_a_new_worker_and_a_drain(citus):

@@ -89,6 +89,37 @@ fn on_shard_view(
     })
 }
 
+/// The groups the pending changes of the view keeping the groups shard co-located with
+/// `registry_shard` touch, as they would be after its next refresh (see
+/// `citus::shard_pending_groups`).
+#[pg_extern(name = "_shard_pending_groups", volatile, strict, parallel_unsafe)]
+fn shard_pending_groups(
+    registry_shard: &str,
+    value: &str,
+    shards: pgrx::Json,
+    view_id: i32,
+    arguments: &str,
+    delta_retention: Interval,
+) -> Result<String, ErrorReport> {
+    on_shard_view(
+        crate::citus::shard_pending_groups,
+        registry_shard,
+        value,
+        shards,
+        view_id,
+        arguments,
+        delta_retention,
+    )
+}
+
+/// The groups the shards' pending changes touch in view `view_id` over a distributed event
+/// table, merged across shards (a JSON array's text): what its realtime user relation reads in place of those
+/// stored groups (see `citus::realtime_groups`). Callable by anyone with SELECT on the view.
+#[pg_extern(name = "_distributed_realtime", volatile, strict, parallel_unsafe)]
+fn distributed_realtime(view_id: i32) -> Result<String, ErrorReport> {
+    at_boundary(|| crate::citus::realtime_groups(view_id))
+}
+
 /// What the coordinator lacks of the quarantine entries of the view keeping the groups shard
 /// co-located with `registry_shard` (tagged with `value`), given what it has copied (see
 /// `citus::shard_entries`).

@@ -55,7 +55,14 @@ fn alter_view(
     realtime: Option<bool>,
     on_type_error: Option<&str>,
 ) -> Result<(), ErrorReport> {
-    at_boundary(|| crate::views::alter_view(required(name, "name")?, realtime, on_type_error))
+    at_boundary(|| {
+        let name = required(name, "name")?;
+        crate::citus::or_distributed(
+            crate::views::alter_view(name, realtime, on_type_error),
+            || crate::citus::distributed_view_named(name),
+            |view| crate::citus::alter_view(view, realtime, on_type_error),
+        )
+    })
 }
 
 /// `eventview.views.groups` (see `views::group_count`). Not an API call: a read of the catalog

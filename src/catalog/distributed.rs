@@ -139,17 +139,18 @@ pub struct NewView<'a> {
     pub time_zone: Option<&'a str>,
     pub unnest: Option<&'a str>,
     pub owner: pg_sys::Oid,
+    pub realtime: bool,
 }
 
 /// Catalogues distributed view `v`; returns its arguments as `_distributed_views` keeps them.
 pub fn insert_view(v: NewView) -> EvResult<String> {
     Ok(spi::one::<String>(
-        "INSERT INTO eventview._distributed_views (view_id, relid, source, groups, arguments, owner)
+        "INSERT INTO eventview._distributed_views (view_id, relid, source, groups, arguments, owner, realtime)
          VALUES ($1, $2::regclass, $3::regclass, $4::regclass,
                  json_build_object('group_by', $5::json, 'measures', $6::json, 'event_types', $7::text[],
                                    'time_bucket', $8::interval, 'filter', $9::json,
                                    'on_type_error', $10::text, 'time_zone', $11::text, 'unnest', $12::text),
-                 $13::oid::regrole)
+                 $13::oid::regrole, $14)
          RETURNING arguments::text",
         &[
             v.view_id.into(),
@@ -165,9 +166,18 @@ pub fn insert_view(v: NewView) -> EvResult<String> {
             v.time_zone.into(),
             v.unnest.into(),
             v.owner.into(),
+            v.realtime.into(),
         ],
     )?
     .unwrap_or_default())
+}
+
+/// Sets whether distributed view `view_id` is read realtime (`eventview.views.realtime`).
+pub fn set_view_realtime(view_id: i32, realtime: bool) -> EvResult<()> {
+    spi::run(
+        "UPDATE eventview._distributed_views SET realtime = $2 WHERE view_id = $1",
+        &[view_id.into(), realtime.into()],
+    )
 }
 
 /// The arguments distributed view `view_id` was made with, as `_distributed_views` keeps them.

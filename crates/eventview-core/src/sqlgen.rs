@@ -148,6 +148,10 @@ pub enum Reads<'b> {
     /// The stored groups with the pending changes folded in; the view's bucket width as the
     /// text of an interval.
     Realtime { bucket_width: Option<&'b str> },
+    /// On the coordinator, for a view over an event table distributed by Citus: the merged
+    /// groups with the groups the shards' pending changes touch merged anew
+    /// (`realtime_across_shards`).
+    RealtimeAcrossShards,
 }
 
 impl<'a> ViewSql<'a> {
@@ -533,6 +537,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 AggKind::Percentile | AggKind::ApproxPercentile => match reads {
                     Reads::Realtime { .. } => format!("m{n}_val"),
                     Reads::Stored => self.stored_percentile(n, m, &self.data()),
+                    Reads::RealtimeAcrossShards => self.stored_percentile(n, m, "merged"),
                 },
             };
             cols.push(format!("{expr} AS {}", quote::ident(&m.name)));
@@ -541,10 +546,14 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
             // A view with neither keys nor measures still shows whether any event counts.
             cols.push("__count AS events".into());
         }
-        if let Reads::Realtime { bucket_width } = reads {
+        let realtime = match reads {
+            Reads::Realtime { bucket_width } => Some(self.realtime_groups(bucket_width)),
+            Reads::RealtimeAcrossShards => Some(self.realtime_across_shards()),
+            Reads::Stored => None,
+        };
+        if let Some(groups) = realtime {
             format!(
-                "{create} {user_view} AS\n{}\nSELECT {}\nFROM merged\nWHERE __count > 0",
-                self.realtime_groups(bucket_width),
+                "{create} {user_view} AS\n{groups}\nSELECT {}\nFROM merged\nWHERE __count > 0",
                 cols.join(",\n       ")
             )
         } else {

@@ -373,6 +373,156 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
         )
     }
 
+    /// The measures a realtime read across shards cannot merge (count_distinct and exact
+    /// percentiles, whose values no partial group carries), by name.
+    pub fn measures_without_realtime_across_shards(&self) -> Vec<&str> {
+        self.value_measures()
+            .map(|(_, m)| m.name.as_str())
+            .collect()
+    }
+
+    /// The columns of a realtime read across shards after the keys, in the storage's columns
+    /// and order: `__count`, then each measure's counters, extremes and sketches
+    /// (`merged_changes`).
+    fn partial_group_record(&self) -> Vec<String> {
+        self.merged_changes()
+            .into_iter()
+            .map(|c| format!("{} {}", c.name, c.type_name))
+            .collect()
+    }
+
+    /// On a shard's node, for the view of a shard: the groups its pending changes touch, each
+    /// as it would be after the view's next refresh (the stored partial group with the pending
+    /// changes folded in, as this node's realtime read folds them: min/max of a group that
+    /// lost values from its multiset, log and pending values), tagged with `shard` (a literal),
+    /// as a JSON array's text. Read only; its cost grows with the pending changes.
+    ///
+    /// ```sql
+    /// WITH <pending_group_deltas>, lg<n> ...
+    /// SELECT coalesce(json_agg(x), '[]')::text FROM (
+    ///     SELECT coalesce(s.__k, d0.__k) AS __k, ..., '17' AS __shard,
+    ///            coalesce(s.__count, 0) + d0.__count AS __count, ...
+    ///     FROM d0 LEFT JOIN <groups shard> s USING (__k, bucket, g1, g1_null)) x
+    /// ```
+    pub fn pending_partial_groups(&self, shard: &str, bucket_width: Option<&str>) -> String {
+        let width = match bucket_width {
+            Some(w) => quote::typed_literal(w, "interval"),
+            None => "NULL::interval".to_string(),
+        };
+        let mut ctes = self.pending_group_deltas(&width);
+        ctes.extend(self.minmax_measures().map(|(n, _)| self.value_log_read(n)));
+        let keys = self.key_columns();
+        let mut columns: Vec<String> = keys
+            .iter()
+            .map(|k| format!("coalesce(s.{k}, d0.{k}) AS {k}"))
+            .collect();
+        columns.push(format!("{shard}::text AS __shard"));
+        columns.push("coalesce(s.__count, 0) + d0.__count AS __count".into());
+        for (n, m) in self.numbered_measures() {
+            match m.kind {
+                AggKind::ApproxPercentile => columns.push(format!(
+                    "CASE WHEN d0.m{n}_sk IS NULL THEN s.m{n}_sk WHEN s.m{n}_sk IS NULL THEN d0.m{n}_sk \
+                     ELSE eventview._sketch_merge(s.m{n}_sk, d0.m{n}_sk) END AS m{n}_sk"
+                )),
+                // Refused for realtime reads across shards (`measures_without_realtime_across_shards`).
+                AggKind::CountDistinct | AggKind::Percentile => {}
+                _ => columns.extend(self.merged_measure(n, m)),
+            }
+        }
+        format!(
+            "WITH {}\nSELECT coalesce(pg_catalog.json_agg(x), '[]')::text FROM (\n    SELECT {}\n    FROM d0 LEFT JOIN {} s USING ({})) x",
+            ctes.join(",\n"),
+            columns.join(",\n           "),
+            self.data(),
+            keys.join(", ")
+        )
+    }
+
+    /// On the coordinator: the partial groups `groups` (the distributed table) holds of the
+    /// groups `keys` lists (the SQL of a JSON array of objects with the key columns; other
+    /// members ignored), one JSON object's text per partial group, its `__shard` as the text
+    /// `shard_text` makes of it (the tag the shards' answers carry).
+    pub fn partial_groups_of(&self, groups: &str, keys: &str, shard_text: &str) -> String {
+        let list = self.key_list();
+        let merged: Vec<String> = self.merged_changes().into_iter().map(|c| c.name).collect();
+        format!(
+            "SELECT pg_catalog.row_to_json(x)::text FROM (
+    SELECT {list}, {shard_text} AS __shard, {}
+    FROM {groups}
+    WHERE __k AND ({list}) IN (SELECT {list} FROM pg_catalog.json_to_recordset({keys}::json) AS t({}))) x",
+            merged.join(", "),
+            self.key_record().join(", ")
+        )
+    }
+
+    /// On the coordinator: the groups the shards' pending changes touch, merged across shards
+    /// as a refresh would merge them: `$1` the shards' pending partial groups
+    /// (`pending_partial_groups` of every shard, one JSON array), `$2` the stored partial
+    /// groups of those groups (`partial_groups_of`, one JSON array), of which those a shard
+    /// answered with its pending changes folded in are left out. One row per group (a count of
+    /// 0: the group is gone), as a JSON array's text.
+    pub fn merge_across_shards(&self) -> String {
+        let keys = self.key_list();
+        let mut record = self.key_record();
+        record.push("__shard text".into());
+        record.extend(self.partial_group_record());
+        let record = record.join(", ");
+        let merged = self.merged_changes();
+        let columns: Vec<String> = merged.iter().map(|c| c.name.clone()).collect();
+        let aggregated: Vec<String> = merged
+            .iter()
+            .map(|c| format!("{} AS {}", c.aggregated(), c.name))
+            .collect();
+        format!(
+            "WITH p AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($1::json) AS p({record}))
+SELECT coalesce(pg_catalog.json_agg(x), '[]')::text FROM (
+    SELECT {keys}, {} FROM (
+        SELECT {keys}, {cols} FROM p
+        UNION ALL
+        SELECT {keys}, {cols} FROM pg_catalog.json_to_recordset($2::json) AS g({record})
+        WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = g.__shard AND {})) u
+    GROUP BY {keys}) x",
+            aggregated.join(", "),
+            self.keys_equal("p", "g"),
+            cols = columns.join(", ")
+        )
+    }
+
+    /// The realtime read of a view across shards, on the coordinator: `WITH ... merged`, the
+    /// merged groups in the storage's columns, of which the groups the shards' pending changes
+    /// touch come merged anew (`eventview._distributed_realtime`: each shard's touched groups
+    /// as they would be after its next refresh, with every other shard's partial groups of
+    /// them). With nothing pending it is a read of the storage, through its indexes.
+    ///
+    /// ```sql
+    /// WITH t AS MATERIALIZED (SELECT * FROM json_to_recordset(eventview._distributed_realtime(7)) ...),
+    /// merged AS (SELECT <stored> FROM eventview._v7_data s WHERE s.__k AND NOT EXISTS (<in t>)
+    ///            UNION ALL SELECT <touched> FROM t)
+    /// ```
+    pub(super) fn realtime_across_shards(&self) -> String {
+        let mut record = self.key_record();
+        record.extend(self.partial_group_record());
+        let mut columns = self.key_columns();
+        columns.extend(self.merged_changes().into_iter().map(|c| c.name));
+        let columns = columns.join(", ");
+        format!(
+            "WITH t AS MATERIALIZED (
+    SELECT * FROM pg_catalog.json_to_recordset(eventview._distributed_realtime({})::json) AS t({})
+),
+merged AS (
+    SELECT {columns}
+    FROM {} s
+    WHERE s.__k AND NOT EXISTS (SELECT 1 FROM t WHERE {})
+    UNION ALL
+    SELECT {columns} FROM t
+)",
+            self.view_id,
+            record.join(", "),
+            self.data(),
+            self.keys_equal("t", "s")
+        )
+    }
+
     /// The key columns with their types: `__k`, `bucket`, `g<i>` and `g<i>_null`.
     fn key_column_types(&self) -> Vec<(String, String)> {
         let mut columns = vec![("__k".to_string(), "boolean".to_string())];
@@ -559,6 +709,56 @@ mod tests {
             apply.ends_with("FROM (SELECT __k, bucket, g1, g1_null FROM written WHERE __dirty) k"),
             "{apply}"
         );
+    }
+
+    #[test]
+    fn a_realtime_read_across_shards_merges_the_touched_groups_anew() {
+        let d = def(
+            r#"{"n": "count(*)", "q": "sum($.q)", "hi": "max($.p)", "a": "approx_percentile($.p, 0.9)"}"#,
+        );
+        let view = sql(&d);
+        assert!(view.measures_without_realtime_across_shards().is_empty());
+        let refused = def(r#"{"u": "count_distinct($.u)", "p": "percentile($.q, 0.5)"}"#);
+        assert_eq!(
+            sql(&refused).measures_without_realtime_across_shards(),
+            ["u", "p"]
+        );
+        // A shard's touched groups: its stored partial group with the pending changes folded
+        // in, a max that lost values from the multiset, tagged with the shard.
+        let pending = view.pending_partial_groups("'17'", Some("1 day"));
+        assert!(pending.contains("'17'::text AS __shard"), "{pending}");
+        assert!(
+            pending.contains("coalesce(s.__count, 0) + d0.__count AS __count"),
+            "{pending}"
+        );
+        assert!(pending.contains("CASE WHEN d0.__dirty THEN"), "{pending}");
+        assert!(
+            pending.contains("eventview._sketch_merge(s.m4_sk, d0.m4_sk) END AS m4_sk"),
+            "{pending}"
+        );
+        assert!(
+            pending.ends_with(
+                "FROM d0 LEFT JOIN eventview._v7_data s USING (__k, bucket, g1, g1_null)) x"
+            ),
+            "{pending}"
+        );
+        // The other shards' partial groups of the touched groups, by key.
+        let stored = view.partial_groups_of("eventview._v7_groups", "'[]'", "__shard::text");
+        assert!(stored.contains("SELECT __k, bucket, g1, g1_null, __shard::text AS __shard, __count, m2_n, m2_sum, m3_val, m4_sk\n    FROM eventview._v7_groups\n    WHERE __k AND (__k, bucket, g1, g1_null) IN (SELECT __k, bucket, g1, g1_null FROM pg_catalog.json_to_recordset('[]'::json)"), "{stored}");
+        // Merged as a refresh merges partial groups; a shard's stored partial group gives way
+        // to its answer with the pending changes.
+        let merge = view.merge_across_shards();
+        assert!(merge.contains("WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = g.__shard AND p.__k = g.__k AND p.bucket = g.bucket AND p.g1 = g.g1 AND p.g1_null = g.g1_null)) u"), "{merge}");
+        assert!(merge.contains("sum(__count)::bigint AS __count, sum(m2_n)::bigint AS m2_n, sum(m2_sum)::numeric AS m2_sum, max(m3_val)::numeric AS m3_val, eventview._sketch_sum(m4_sk)::bigint[] AS m4_sk"), "{merge}");
+        // The user relation: stored groups no pending change touches, and the touched ones.
+        let user = view.create_user_view("\"v\"", Reads::RealtimeAcrossShards);
+        assert!(user.contains("pg_catalog.json_to_recordset(eventview._distributed_realtime(7)::json) AS t(__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m2_n bigint, m2_sum numeric, m3_val numeric, m4_sk bigint[])"), "{user}");
+        assert!(user.contains("WHERE s.__k AND NOT EXISTS (SELECT 1 FROM t WHERE t.__k = s.__k AND t.bucket = s.bucket AND t.g1 = s.g1 AND t.g1_null = s.g1_null)"), "{user}");
+        assert!(
+            user.contains("eventview._sketch_quantile(merged.m4_sk, 0.9::float8) AS \"a\""),
+            "{user}"
+        );
+        assert!(user.ends_with("FROM merged\nWHERE __count > 0"), "{user}");
     }
 
     #[test]

@@ -1,0 +1,275 @@
+//! Realtime reads of views over distributed event tables (API.md section 10: realtime views).
+//!
+//! The coordinator's merged groups are as of the last refresh; the changes not applied yet are
+//! on the shards' nodes, in each shard's changelog. A realtime read asks every shard's node (one
+//! per-shard call, read only) for the groups its shard's pending changes touch, each as it
+//! would be after that shard's next refresh: its stored partial group with the pending changes
+//! folded in, computed as a realtime read of a view of that node computes it (the same batch
+//! under that node's snapshot, the same type checks, min/max of a group that lost values from
+//! the shard's multiset). For those groups the coordinator reads the other shards' partial
+//! groups, and merges them all as a refresh merges partial groups. Every other group is read
+//! from the merged storage, through its indexes.
+//!
+//! Each shard is read under its own node's snapshot, as any read of a distributed table is. A
+//! group a shard's pending changes touch is merged from every shard's partial group as each
+//! node has it, never from the coordinator's copy: a refresh committing during the read cannot
+//! count a change twice or lose one. A group no pending change touches is read as the
+//! coordinator's snapshot has it, which a refresh committing during the read may have moved on
+//! from: that read shows the group as of the refresh before.
+//!
+//! A shard that arrived on its node since the view's last refresh (a move, a split) has no view
+//! there yet: its pending changes are unknown until a refresh makes the view, and a realtime
+//! read says so (55000) rather than miss them. count_distinct and exact percentiles, whose
+//! values no partial group carries, are refused in realtime views of distributed tables
+//! (0A000).
+
+use super::{
+    definition_of, distributed_view, each_shard, internal, json_array, mapped_shards,
+    not_supported, require_owner, sql_for, view_keeping, with_shard_access, DistributedView,
+    Registry, ShardAnswer, ShardViewCall,
+};
+use crate::catalog::{self, distributed};
+use crate::errors::{EvError, EvResult};
+use crate::pg::guc;
+use crate::pg::roles;
+use crate::pg::spi;
+use crate::privileges;
+use crate::relation;
+use eventview_core::definition::ViewDefinition;
+use eventview_core::sqlgen::{Reads, ViewSql};
+use eventview_core::{envelope_sql, quote};
+use pgrx::prelude::*;
+
+/// A realtime view over a distributed event table merges every measure across shards: 0A000
+/// for count_distinct and exact percentiles, naming them.
+pub fn require_mergeable(definition: &ViewDefinition, view_id: i32) -> EvResult<()> {
+    let sql = sql_for(definition, view_id, "", None);
+    let refused = sql.measures_without_realtime_across_shards();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(not_supported(
+        format!(
+            "a realtime view over an event table distributed by Citus cannot merge measure(s) {} across shards: count_distinct and percentile are not supported there",
+            refused
+                .iter()
+                .map(|m| quote::ident(m))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        "Make the view without realtime (a refresh keeps it fresh), or use approx_percentile.",
+    ))
+}
+
+/// The user relation of distributed view `view_id` made (`create`) or replaced in place, reading
+/// the merged groups as stored or realtime. Citus does not make it on the workers.
+pub fn install_user_view(
+    merged: &ViewSql,
+    user_view: &str,
+    realtime: bool,
+    create: bool,
+) -> EvResult<()> {
+    let reads = if realtime {
+        Reads::RealtimeAcrossShards
+    } else {
+        Reads::Stored
+    };
+    guc::with_setting(c"citus.enable_ddl_propagation", c"off", || {
+        roles::as_caller(|| {
+            if create {
+                spi::run_all(&[
+                    merged.create_user_view(user_view, reads),
+                    ViewSql::read_only_trigger(user_view),
+                ])
+            } else {
+                spi::run_all(&[merged.replace_user_view(user_view, reads)])
+            }
+        })
+    })
+}
+
+/// `alter_view` of a view over a distributed event table: `realtime` turns realtime reads on or
+/// off (the user relation replaced in place); `on_type_error`, which every shard's view applies,
+/// is refused with 0A000.
+pub fn alter_view(
+    view: &DistributedView,
+    realtime: Option<bool>,
+    on_type_error: Option<&str>,
+) -> EvResult<()> {
+    require_owner(view, "alter")?;
+    if on_type_error.is_some() {
+        return Err(not_supported(
+            "on_type_error of a view over an event table distributed by Citus cannot be changed by this version of pg_eventview",
+            "Drop the view and make it again with the policy you want.",
+        ));
+    }
+    let Some(realtime) = realtime else {
+        return Ok(());
+    };
+    distributed::lock_view(view.view_id)?;
+    let (_, definition) = definition_of(view)?;
+    if realtime {
+        require_mergeable(&definition, view.view_id)?;
+    }
+    distributed::set_view_realtime(view.view_id, realtime)?;
+    let merged = sql_for(&definition, view.view_id, "", None);
+    install_user_view(
+        &merged,
+        &relation::regclass_text(view.relid)?,
+        realtime,
+        false,
+    )
+}
+
+/// The groups the shards' pending changes touch in distributed view `view_id`, merged across
+/// shards (`ViewSql::merge_across_shards`), as a JSON array's text: what its realtime user
+/// relation reads in place of those stored groups. The caller needs SELECT on the view; the
+/// view's owner must still read its event table, as for a refresh.
+pub fn realtime_groups(view_id: i32) -> EvResult<String> {
+    let relid = distributed::view_relid(view_id)?;
+    let Some(view) = relid.map(distributed_view).transpose()?.flatten() else {
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            format!("no view over a distributed event table has id {view_id}"),
+        ));
+    };
+    require_reader(&view)?;
+    privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
+    let (arguments, definition) = definition_of(&view)?;
+    let table_sql = view.source.table_sql()?;
+    let answers = each_shard(
+        &view.source,
+        &[&table_sql, &view.groups],
+        Registry::Read,
+        |a| {
+            format!(
+                "eventview._shard_pending_groups({}, {}, {}, {}, {}, {})",
+                a.shard,
+                a.value,
+                a.shards,
+                view.view_id,
+                quote::literal(&arguments),
+                a.delta_retention
+            )
+        },
+    )?;
+    require_every_shard_answered(&view, answers.len())?;
+    let mut pending = Vec::new();
+    for answer in &answers {
+        let answer = ShardAnswer::parse(answer)?;
+        pending.extend(answer.elements("groups")?);
+    }
+    if pending.is_empty() {
+        return Ok("[]".into());
+    }
+    let pending = json_array(&pending);
+    let merged = sql_for(&definition, view.view_id, &table_sql, None);
+    let (type_name, _) = envelope_sql::distribution_value_of(&view.source.distribute_by)
+        .ok_or_else(|| internal("no distribution column".into()))?;
+    let stored: Vec<String> = Spi::connect(|client| {
+        client
+            .select(
+                &merged.partial_groups_of(
+                    &view.groups,
+                    &quote::literal(&pending),
+                    &envelope_sql::canonical_text("__shard", type_name),
+                ),
+                None,
+                &[],
+            )?
+            .map(|row| row.get::<String>(1))
+            .collect::<Result<Vec<_>, _>>()
+    })?
+    .into_iter()
+    .flatten()
+    .collect();
+    let stored: Vec<&str> = stored.iter().map(String::as_str).collect();
+    Ok(spi::one::<String>(
+        &merged.merge_across_shards(),
+        &[pending.as_str().into(), json_array(&stored).as_str().into()],
+    )?
+    .unwrap_or_else(|| "[]".into()))
+}
+
+/// A realtime read of `view` by a role with SELECT on its user relation (42501 otherwise: the
+/// function the relation calls is callable by anyone).
+fn require_reader(view: &DistributedView) -> EvResult<()> {
+    let allowed = spi::one::<bool>(
+        "SELECT pg_catalog.has_table_privilege($1, $2, 'SELECT')",
+        &[roles::caller().into(), view.relid.into()],
+    )?;
+    if allowed == Some(true) {
+        return Ok(());
+    }
+    Err(EvError::new(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        format!(
+            "permission denied for view {}",
+            relation::regclass_text(view.relid)?
+        ),
+    )
+    .with_hint("Ask the view's owner to GRANT SELECT on it to you."))
+}
+
+/// Every shard of `view`'s event table answered (`answers` of them): a split leaves the shards
+/// it made without a registry row until the next refresh, and their pending changes unknown
+/// (55000).
+fn require_every_shard_answered(view: &DistributedView, answers: usize) -> EvResult<()> {
+    let shards = spi::one::<i64>(
+        "SELECT count(*) FROM pg_catalog.pg_dist_shard WHERE logicalrelid = $1::regclass",
+        &[view.source.shards.as_str().into()],
+    )?
+    .unwrap_or(0);
+    if answers as i64 == shards {
+        return Ok(());
+    }
+    Err(needs_refresh(&relation::regclass_text(view.relid)?))
+}
+
+/// A realtime read that cannot know some shard's pending changes until the view's next refresh
+/// makes that shard's view on its node (55000).
+fn needs_refresh(view: &str) -> EvError {
+    EvError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("realtime view {view} cannot be read until its next refresh: shards of its event table moved or were split since the last one"),
+    )
+    .with_hint(format!(
+        "Run SELECT eventview.refresh({}); it makes the views of those shards on their new nodes.",
+        quote::literal(view)
+    ))
+}
+
+/// On a shard's node: the groups the pending changes of the shard's view touch, as they would be
+/// after its next refresh (`ViewSql::pending_partial_groups`), tagged with the registry
+/// shard's value: `{"groups": [...]}`. Read only. 55000 when the shard has no view on this node
+/// (it arrived since the view's last refresh).
+pub fn shard_pending_groups(call: &ShardViewCall) -> EvResult<String> {
+    with_shard_access(|| {
+        let (_, names) = mapped_shards(call.registry_shard, call.shards)?;
+        let Some(groups_shard) = names.get(1) else {
+            return Err(super::shard_not_found(call.registry_shard));
+        };
+        let view = match view_keeping(groups_shard)? {
+            Some(relid) => catalog::view_by_relid(relid, false)?,
+            None => None,
+        };
+        let Some(view) = view else {
+            return Err(EvError::new(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "shard {} of a realtime view's event table arrived on this node since the view's last refresh: its pending changes are unknown until then",
+                    call.registry_shard
+                ),
+            )
+            .with_hint("Refresh the view: that makes the shard's view on this node."));
+        };
+        let (_, width) = catalog::view_reads(view.view_id)?;
+        let groups = spi::one::<String>(
+            &crate::view_objects::sql_of(&view)
+                .pending_partial_groups(&quote::literal(call.value), width.as_deref()),
+            &[],
+        )?
+        .unwrap_or_else(|| "[]".into());
+        Ok(format!("{{\"groups\": {groups}}}"))
+    })
+}
