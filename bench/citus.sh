@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # pg_eventview benchmark on Citus (API.md section 10, issue #26): starts a coordinator and two
 # workers of its own (production durability), runs bench/citus.py (ingest through the
-# coordinator, refresh over 32 shards against a single-node refresh, point reads), stops and
-# deletes the clusters on exit. Skipped, with one line, where Citus is not installed for the
+# coordinator, refresh over 32 shards against a single-node refresh, point reads, realtime
+# point reads), stops and deletes the clusters on exit. Skipped, with one line, where Citus is not installed for the
 # server's PostgreSQL (it is in no package registry: build it by hand from its public source).
 # Installs a release build of pg_eventview first (BENCH_NO_INSTALL=1 uses what is installed).
 set -euo pipefail

@@ -421,7 +421,7 @@ fn not_a_view(relid: pg_sys::Oid, name: &str) -> EvResult<EvError> {
                 "{} is a view over an event table distributed by Citus, which this call does not support in this version of pg_eventview",
                 relation::regclass_text(relid)?
             ),
-            "On such a view, refresh, rebuild, schedule and drop_view are supported (see Citus in docs/reference.md).",
+            "On such a view, refresh, rebuild, schedule, alter_view (realtime) and drop_view are supported (see Citus in docs/reference.md).",
         ));
     }
     Ok(EvError::invalid(format!(

@@ -775,9 +775,6 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     })?;
     let table_sql = source.table_sql()?;
     let view_id = catalog::next_view_id()?;
-    if args.realtime {
-        realtime::require_mergeable(&definition, view_id)?;
-    }
     let groups = format!("eventview.{}", quote::ident(&format!("_v{view_id}_groups")));
     let sql = sql_for(&definition, view_id, &table_sql, Some(groups.clone()));
     let type_name = distribution_type(source.relid, &source.distribute_by)?;
@@ -1402,6 +1399,17 @@ pub fn rebuild(view: &DistributedView, windowed: bool) -> EvResult<i64> {
         format!("eventview._detach_shard_view({}, {})", a.shard, a.shards)
     })?;
     refresh(view)?;
+    // A whole rebuild makes a realtime view's read anew too, as for a view of this node (a
+    // release whose realtime read changes asks for it).
+    if distributed::view_realtime(view.view_id)? {
+        let (_, definition) = definition_of(view)?;
+        realtime::install_user_view(
+            &sql_for(&definition, view.view_id, "", None),
+            &relation::regclass_text(view.relid)?,
+            true,
+            false,
+        )?;
+    }
     Ok(spi::one::<i64>(
         &format!("SELECT count(*) FROM {}", names::view_data(view.view_id)),
         &[],

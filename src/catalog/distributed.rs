@@ -172,6 +172,14 @@ pub fn insert_view(v: NewView) -> EvResult<String> {
     .unwrap_or_default())
 }
 
+/// Whether distributed view `view_id` is read realtime.
+pub fn view_realtime(view_id: i32) -> EvResult<bool> {
+    Ok(spi::one::<bool>(
+        "SELECT realtime FROM eventview._distributed_views WHERE view_id = $1",
+        &[view_id.into()],
+    )? == Some(true))
+}
+
 /// Sets whether distributed view `view_id` is read realtime (`eventview.views.realtime`).
 pub fn set_view_realtime(view_id: i32, realtime: bool) -> EvResult<()> {
     spi::run(

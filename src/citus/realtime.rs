@@ -19,9 +19,10 @@
 //!
 //! A shard that arrived on its node since the view's last refresh (a move, a split) has no view
 //! there yet: its pending changes are unknown until a refresh makes the view, and a realtime
-//! read says so (55000) rather than miss them. count_distinct and exact percentiles, whose
-//! values no partial group carries, are refused in realtime views of distributed tables
-//! (0A000).
+//! read says so (55000) rather than miss them. For count_distinct and exact percentiles, whose
+//! values no partial group carries, each shard also answers every value of the groups it
+//! touches (its multiset with the pending values added); the coordinator counts and reads them
+//! with its value multisets' rows of the other shards.
 
 use super::{
     definition_of, distributed_view, each_shard, internal, json_array, mapped_shards,
@@ -35,31 +36,9 @@ use crate::pg::roles;
 use crate::pg::spi;
 use crate::privileges;
 use crate::relation;
-use eventview_core::definition::ViewDefinition;
 use eventview_core::sqlgen::{Reads, ViewSql};
 use eventview_core::{envelope_sql, quote};
 use pgrx::prelude::*;
-
-/// A realtime view over a distributed event table merges every measure across shards: 0A000
-/// for count_distinct and exact percentiles, naming them.
-pub fn require_mergeable(definition: &ViewDefinition, view_id: i32) -> EvResult<()> {
-    let sql = sql_for(definition, view_id, "", None);
-    let refused = sql.measures_without_realtime_across_shards();
-    if refused.is_empty() {
-        return Ok(());
-    }
-    Err(not_supported(
-        format!(
-            "a realtime view over an event table distributed by Citus cannot merge measure(s) {} across shards: count_distinct and percentile are not supported there",
-            refused
-                .iter()
-                .map(|m| quote::ident(m))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        "Make the view without realtime (a refresh keeps it fresh), or use approx_percentile.",
-    ))
-}
 
 /// The user relation of distributed view `view_id` made (`create`) or replaced in place, reading
 /// the merged groups as stored or realtime. Citus does not make it on the workers.
@@ -108,9 +87,6 @@ pub fn alter_view(
     };
     distributed::lock_view(view.view_id)?;
     let (_, definition) = definition_of(view)?;
-    if realtime {
-        require_mergeable(&definition, view.view_id)?;
-    }
     distributed::set_view_realtime(view.view_id, realtime)?;
     let merged = sql_for(&definition, view.view_id, "", None);
     install_user_view(
@@ -155,14 +131,17 @@ pub fn realtime_groups(view_id: i32) -> EvResult<String> {
     )?;
     require_every_shard_answered(&view, answers.len())?;
     let mut pending = Vec::new();
+    let mut values = Vec::new();
     for answer in &answers {
         let answer = ShardAnswer::parse(answer)?;
         pending.extend(answer.elements("groups")?);
+        values.extend(answer.elements("values")?);
     }
     if pending.is_empty() {
         return Ok("[]".into());
     }
     let pending = json_array(&pending);
+    let values = json_array(&values);
     let merged = sql_for(&definition, view.view_id, &table_sql, None);
     let (type_name, _) = envelope_sql::distribution_value_of(&view.source.distribute_by)
         .ok_or_else(|| internal("no distribution column".into()))?;
@@ -186,16 +165,22 @@ pub fn realtime_groups(view_id: i32) -> EvResult<String> {
     let stored: Vec<&str> = stored.iter().map(String::as_str).collect();
     Ok(spi::one::<String>(
         &merged.merge_across_shards(),
-        &[pending.as_str().into(), json_array(&stored).as_str().into()],
+        &[
+            pending.as_str().into(),
+            json_array(&stored).as_str().into(),
+            values.as_str().into(),
+        ],
     )?
     .unwrap_or_else(|| "[]".into()))
 }
 
-/// A realtime read of `view` by a role with SELECT on its user relation (42501 otherwise: the
-/// function the relation calls is callable by anyone).
+/// A realtime read of `view` by a role with SELECT on its user relation, or on a column of it
+/// (42501 otherwise: the function the relation calls is callable by anyone). The role is the
+/// one running the query: a realtime distributed view read through another role's view needs
+/// the reader's own SELECT on it.
 fn require_reader(view: &DistributedView) -> EvResult<()> {
     let allowed = spi::one::<bool>(
-        "SELECT pg_catalog.has_table_privilege($1, $2, 'SELECT')",
+        "SELECT pg_catalog.has_any_column_privilege($1, $2, 'SELECT')",
         &[roles::caller().into(), view.relid.into()],
     )?;
     if allowed == Some(true) {
@@ -264,12 +249,11 @@ pub fn shard_pending_groups(call: &ShardViewCall) -> EvResult<String> {
             .with_hint("Refresh the view: that makes the shard's view on this node."));
         };
         let (_, width) = catalog::view_reads(view.view_id)?;
-        let groups = spi::one::<String>(
+        Ok(spi::one::<String>(
             &crate::view_objects::sql_of(&view)
                 .pending_partial_groups(&quote::literal(call.value), width.as_deref()),
             &[],
         )?
-        .unwrap_or_else(|| "[]".into());
-        Ok(format!("{{\"groups\": {groups}}}"))
+        .unwrap_or_else(|| "{}".into()))
     })
 }

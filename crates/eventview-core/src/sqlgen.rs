@@ -537,6 +537,10 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 AggKind::Percentile | AggKind::ApproxPercentile => match reads {
                     Reads::Realtime { .. } => format!("m{n}_val"),
                     Reads::Stored => self.stored_percentile(n, m, &self.data()),
+                    // An exact percentile comes computed (`realtime_across_shards`).
+                    Reads::RealtimeAcrossShards if m.kind == AggKind::Percentile => {
+                        format!("m{n}_val")
+                    }
                     Reads::RealtimeAcrossShards => self.stored_percentile(n, m, "merged"),
                 },
             };

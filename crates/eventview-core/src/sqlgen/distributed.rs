@@ -373,36 +373,22 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
         )
     }
 
-    /// The measures a realtime read across shards cannot merge (count_distinct and exact
-    /// percentiles, whose values no partial group carries), by name.
-    pub fn measures_without_realtime_across_shards(&self) -> Vec<&str> {
-        self.value_measures()
-            .map(|(_, m)| m.name.as_str())
-            .collect()
-    }
-
-    /// The columns of a realtime read across shards after the keys, in the storage's columns
-    /// and order: `__count`, then each measure's counters, extremes and sketches
-    /// (`merged_changes`).
-    fn partial_group_record(&self) -> Vec<String> {
-        self.merged_changes()
-            .into_iter()
-            .map(|c| format!("{} {}", c.name, c.type_name))
-            .collect()
-    }
-
     /// On a shard's node, for the view of a shard: the groups its pending changes touch, each
     /// as it would be after the view's next refresh (the stored partial group with the pending
     /// changes folded in, as this node's realtime read folds them: min/max of a group that
     /// lost values from its multiset, log and pending values), tagged with `shard` (a literal),
-    /// as a JSON array's text. Read only; its cost grows with the pending changes.
+    /// and every value of those groups' count_distinct and percentile measures with its count
+    /// (the multiset with the pending values added), as the JSON object
+    /// `{"groups": [...], "values": [{<keys>, "m": <measure>, "__shard": <shard>, "v": <value>,
+    /// "n": <events>}, ...]}`. Read only; its cost grows with the pending changes.
     ///
     /// ```sql
     /// WITH <pending_group_deltas>, lg<n> ...
-    /// SELECT coalesce(json_agg(x), '[]')::text FROM (
+    /// SELECT json_build_object('groups', (SELECT json_agg(x) FROM (
     ///     SELECT coalesce(s.__k, d0.__k) AS __k, ..., '17' AS __shard,
     ///            coalesce(s.__count, 0) + d0.__count AS __count, ...
-    ///     FROM d0 LEFT JOIN <groups shard> s USING (__k, bucket, g1, g1_null)) x
+    ///     FROM d0 LEFT JOIN <groups shard> s USING (__k, bucket, g1, g1_null)) x),
+    ///   'values', (SELECT json_agg(x) FROM (<multiset + pending values of each d0 group>) x))
     /// ```
     pub fn pending_partial_groups(&self, shard: &str, bucket_width: Option<&str>) -> String {
         let width = match bucket_width {
@@ -424,17 +410,36 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
                     "CASE WHEN d0.m{n}_sk IS NULL THEN s.m{n}_sk WHEN s.m{n}_sk IS NULL THEN d0.m{n}_sk \
                      ELSE eventview._sketch_merge(s.m{n}_sk, d0.m{n}_sk) END AS m{n}_sk"
                 )),
-                // Refused for realtime reads across shards (`measures_without_realtime_across_shards`).
+                // Counted or read on the coordinator from every shard's values.
                 AggKind::CountDistinct | AggKind::Percentile => {}
                 _ => columns.extend(self.merged_measure(n, m)),
             }
         }
+        let d0_keys: Vec<String> = keys.iter().map(|k| format!("d0.{k}")).collect();
+        let values: Vec<String> = self
+            .value_measures()
+            .map(|(n, _)| {
+                format!(
+                    "SELECT {}, {n} AS m, {shard}::text AS __shard, pg_catalog.to_jsonb(u.v) AS v, u.n
+      FROM d0 CROSS JOIN LATERAL (
+          SELECT w.v, sum(w.n)::bigint AS n FROM (
+              SELECT ms.v, ms.n FROM {} ms WHERE {}
+              UNION ALL
+              SELECT p.v, p.s FROM unnest(d0.m{n}_vs, d0.m{n}_signs) AS p(v, s)) w
+          GROUP BY w.v HAVING sum(w.n) > 0) u",
+                    d0_keys.join(", "),
+                    names::view_values(self.view_id, n),
+                    self.keys_equal("ms", "d0")
+                )
+            })
+            .collect();
         format!(
-            "WITH {}\nSELECT coalesce(pg_catalog.json_agg(x), '[]')::text FROM (\n    SELECT {}\n    FROM d0 LEFT JOIN {} s USING ({})) x",
+            "WITH {}\nSELECT pg_catalog.json_build_object(\n  'groups', (SELECT coalesce(pg_catalog.json_agg(x), '[]') FROM (\n    SELECT {}\n    FROM d0 LEFT JOIN {} s USING ({})) x),\n  'values', {})::text",
             ctes.join(",\n"),
             columns.join(",\n           "),
             self.data(),
-            keys.join(", ")
+            keys.join(", "),
+            Self::json_rows(&values)
         )
     }
 
@@ -459,13 +464,20 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
     /// as a refresh would merge them: `$1` the shards' pending partial groups
     /// (`pending_partial_groups` of every shard, one JSON array), `$2` the stored partial
     /// groups of those groups (`partial_groups_of`, one JSON array), of which those a shard
-    /// answered with its pending changes folded in are left out. One row per group (a count of
-    /// 0: the group is gone), as a JSON array's text.
+    /// answered with its pending changes folded in are left out; `$3` the shards' values of
+    /// those groups' count_distinct and percentile measures, with which the coordinator's
+    /// value multisets of the other shards count the distinct values and read the
+    /// percentiles. One row per group (a count of 0: the group is gone), as a JSON array's
+    /// text.
     pub fn merge_across_shards(&self) -> String {
         let keys = self.key_list();
         let mut record = self.key_record();
         record.push("__shard text".into());
-        record.extend(self.partial_group_record());
+        record.extend(
+            self.merged_changes()
+                .into_iter()
+                .map(|c| format!("{} {}", c.name, c.type_name)),
+        );
         let record = record.join(", ");
         let merged = self.merged_changes();
         let columns: Vec<String> = merged.iter().map(|c| c.name.clone()).collect();
@@ -473,15 +485,47 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
             .iter()
             .map(|c| format!("{} AS {}", c.aggregated(), c.name))
             .collect();
+        let mut value_columns = vec!["x.*".to_string()];
+        for ((n, m), multiset) in self.value_measures().zip(self.merged_values_tables()) {
+            let value = match m.value_type() {
+                SqlType::Jsonb => "pv.v".to_string(),
+                other => format!("(pv.v #>> '{{}}')::{}", other.name()),
+            };
+            // The group's values: those of the shards that answered it, and the coordinator's
+            // of every other shard.
+            let values = format!(
+                "SELECT w.v, sum(w.n) AS n FROM (
+                   SELECT {value} AS v, pv.n FROM pv WHERE pv.m = {n} AND {}
+                   UNION ALL
+                   SELECT ms.v, ms.n FROM {multiset} ms WHERE {}
+                     AND NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = ms.__shard AND {})) w
+               GROUP BY w.v HAVING sum(w.n) > 0",
+                self.keys_equal("pv", "x"),
+                self.keys_equal("ms", "x"),
+                self.keys_equal("p", "ms")
+            );
+            value_columns.push(match m.kind {
+                AggKind::CountDistinct => {
+                    format!("(SELECT count(*) FROM ({values}) c)::bigint AS m{n}_val")
+                }
+                _ => format!("{} AS m{n}_val", Self::percentile_over(&values, m)),
+            });
+        }
+        let mut value_record = self.key_record();
+        value_record.extend(["m integer", "__shard text", "v jsonb", "n bigint"].map(String::from));
         format!(
-            "WITH p AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($1::json) AS p({record}))
-SELECT coalesce(pg_catalog.json_agg(x), '[]')::text FROM (
+            "WITH p AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($1::json) AS p({record})),
+pv AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($3::json) AS pv({}))
+SELECT coalesce(pg_catalog.json_agg(y), '[]')::text FROM (
+  SELECT {} FROM (
     SELECT {keys}, {} FROM (
         SELECT {keys}, {cols} FROM p
         UNION ALL
         SELECT {keys}, {cols} FROM pg_catalog.json_to_recordset($2::json) AS g({record})
         WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = g.__shard AND {})) u
-    GROUP BY {keys}) x",
+    GROUP BY {keys}) x) y",
+            value_record.join(", "),
+            value_columns.join(",\n         "),
             aggregated.join(", "),
             self.keys_equal("p", "g"),
             cols = columns.join(", ")
@@ -501,25 +545,43 @@ SELECT coalesce(pg_catalog.json_agg(x), '[]')::text FROM (
     /// ```
     pub(super) fn realtime_across_shards(&self) -> String {
         let mut record = self.key_record();
-        record.extend(self.partial_group_record());
-        let mut columns = self.key_columns();
-        columns.extend(self.merged_changes().into_iter().map(|c| c.name));
-        let columns = columns.join(", ");
+        let mut stored = self.key_columns();
+        let mut touched = self.key_columns();
+        for c in self.merged_changes() {
+            record.push(format!("{} {}", c.name, c.type_name));
+            stored.push(c.name.clone());
+            touched.push(c.name);
+        }
+        for (n, m) in self.value_measures() {
+            let name = format!("m{n}_val");
+            if m.kind == AggKind::CountDistinct {
+                record.push(format!("{name} bigint"));
+                stored.push(name.clone());
+            } else {
+                // A stored group's percentile is read from the merged values, as a stored
+                // view's is.
+                record.push(format!("{name} {}", m.value_type().name()));
+                stored.push(format!("{} AS {name}", self.stored_percentile(n, m, "s")));
+            }
+            touched.push(name);
+        }
         format!(
             "WITH t AS MATERIALIZED (
     SELECT * FROM pg_catalog.json_to_recordset(eventview._distributed_realtime({})::json) AS t({})
 ),
 merged AS (
-    SELECT {columns}
+    SELECT {}
     FROM {} s
     WHERE s.__k AND NOT EXISTS (SELECT 1 FROM t WHERE {})
     UNION ALL
-    SELECT {columns} FROM t
+    SELECT {} FROM t
 )",
             self.view_id,
             record.join(", "),
+            stored.join(", "),
             self.data(),
-            self.keys_equal("t", "s")
+            self.keys_equal("t", "s"),
+            touched.join(", ")
         )
     }
 
@@ -717,12 +779,6 @@ mod tests {
             r#"{"n": "count(*)", "q": "sum($.q)", "hi": "max($.p)", "a": "approx_percentile($.p, 0.9)"}"#,
         );
         let view = sql(&d);
-        assert!(view.measures_without_realtime_across_shards().is_empty());
-        let refused = def(r#"{"u": "count_distinct($.u)", "p": "percentile($.q, 0.5)"}"#);
-        assert_eq!(
-            sql(&refused).measures_without_realtime_across_shards(),
-            ["u", "p"]
-        );
         // A shard's touched groups: its stored partial group with the pending changes folded
         // in, a max that lost values from the multiset, tagged with the shard.
         let pending = view.pending_partial_groups("'17'", Some("1 day"));
@@ -737,8 +793,8 @@ mod tests {
             "{pending}"
         );
         assert!(
-            pending.ends_with(
-                "FROM d0 LEFT JOIN eventview._v7_data s USING (__k, bucket, g1, g1_null)) x"
+            pending.contains(
+                "FROM d0 LEFT JOIN eventview._v7_data s USING (__k, bucket, g1, g1_null)) x),\n  'values', '[]'::json)::text"
             ),
             "{pending}"
         );
@@ -759,6 +815,51 @@ mod tests {
             "{user}"
         );
         assert!(user.ends_with("FROM merged\nWHERE __count > 0"), "{user}");
+    }
+
+    #[test]
+    fn a_realtime_read_across_shards_counts_distinct_values_and_percentiles_from_every_shards_values(
+    ) {
+        let d = def(r#"{"u": "count_distinct($.u)", "p": "percentile($.q, 0.5)"}"#);
+        let view = sql(&d);
+        // A shard answers every value of the groups it touches: multiset plus pending values.
+        let pending = view.pending_partial_groups("'17'", None);
+        assert!(pending.contains("SELECT d0.__k, d0.bucket, d0.g1, d0.g1_null, 1 AS m, '17'::text AS __shard, pg_catalog.to_jsonb(u.v) AS v, u.n"), "{pending}");
+        assert!(
+            pending.contains("SELECT ms.v, ms.n FROM eventview._v7_m2 ms WHERE ms.__k = d0.__k"),
+            "{pending}"
+        );
+        assert!(
+            pending.contains("GROUP BY w.v HAVING sum(w.n) > 0) u"),
+            "{pending}"
+        );
+        // The coordinator takes the other shards' values from its multisets.
+        let merge = view.merge_across_shards();
+        assert!(merge.contains("SELECT ms.v, ms.n FROM eventview._v7_m1 ms WHERE ms.__k = x.__k AND ms.bucket = x.bucket AND ms.g1 = x.g1 AND ms.g1_null = x.g1_null
+                     AND NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = ms.__shard AND p.__k = ms.__k"), "{merge}");
+        assert!(
+            merge.contains("(SELECT count(*) FROM (SELECT w.v, sum(w.n) AS n FROM ("),
+            "{merge}"
+        );
+        assert!(
+            merge.contains("SELECT (pv.v #>> '{}')::numeric AS v, pv.n FROM pv WHERE pv.m = 2"),
+            "{merge}"
+        );
+        assert!(
+            merge.contains("SELECT pv.v AS v, pv.n FROM pv WHERE pv.m = 1"),
+            "{merge}"
+        );
+        // Stored groups read their percentile from the merged values; touched ones come computed.
+        let user = view.create_user_view("\"v\"", Reads::RealtimeAcrossShards);
+        assert!(user.contains("AS t(__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m1_val bigint, m2_val numeric)"), "{user}");
+        assert!(
+            user.contains("FROM eventview._v7_m2 ms WHERE ms.__k = s.__k"),
+            "{user}"
+        );
+        assert!(
+            user.contains("m1_val AS \"u\",\n       m2_val AS \"p\""),
+            "{user}"
+        );
     }
 
     #[test]
