@@ -542,7 +542,9 @@ def test_what_is_not_distributed_yet_is_refused(citus):
             # Every shard's view applies the type policy: it stays as the view was made.
             state, got = refusal(conn, "SELECT eventview.alter_view('dref_v', on_type_error => 'skip')")
             assert state == "0A000" and "on_type_error" in got, got
-            assert conn.execute("SELECT realtime FROM eventview.views WHERE name = 'dref_v'::regclass").fetchone() == (False,)
+            assert conn.execute(
+                "SELECT definition ->> 'on_type_error' FROM eventview.views WHERE name = 'dref_v'::regclass"
+            ).fetchone() == ("quarantine",)
             state, got = refusal(conn, "SELECT eventview.drop_event_table('dref')")
             assert state == "2BP01", got
         finally:
@@ -734,17 +736,31 @@ def rt_check(conn, table: str, view: str, step: str, where: str = "") -> None:
             assert abs(g[-1] - float(w[-1])) <= 0.0101 * abs(float(w[-1])), (step, g, w)
 
 
-def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_refreshes(citus):
+WHEN_READ = "SELECT sku, mid, users FROM drt_when ORDER BY 1 NULLS FIRST"
+WHEN_FROM_SCRATCH = """
+    SELECT payload->>'sku', percentile_disc(0.25) WITHIN GROUP (ORDER BY (payload->>'price')::numeric),
+           count(DISTINCT payload->'user')
+    FROM drt WHERE event_type = 'order' GROUP BY 1 ORDER BY 1 NULLS FIRST"""
+
+
+@pytest.mark.parametrize("distribute_by", ["event_id", "occurred_at"])
+def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_refreshes(citus, distribute_by):
     rng = random.Random(2626)
     with citus.connect() as conn:
         conn.execute("SET citus.shard_count = 4")
-        conn.execute("SELECT eventview.create_event_table('drt', distribute_by => 'event_id')")
+        conn.execute("SELECT eventview.create_event_table('drt', distribute_by => %s)", (distribute_by,))
         try:
             insert_orders(conn, "drt", rng, 150)
             conn.execute(
                 "SELECT eventview.create_view('drt_sku', 'drt', event_types => ARRAY['order'], "
                 "group_by => %s, measures => %s, time_bucket => '1 day', realtime => true)",
                 (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
+            )
+            # Another percentile and distinct JSON values, without buckets.
+            conn.execute(
+                """SELECT eventview.create_view('drt_when', 'drt', event_types => ARRAY['order'],
+                     group_by => '{"sku": "$.sku"}', realtime => true,
+                     measures => '{"mid": "percentile($.price, 0.25)", "users": "count_distinct($.user)"}')"""
             )
             assert conn.execute("SELECT realtime FROM eventview.views WHERE name = 'drt_sku'::regclass").fetchone() == (True,)
             rt_check(conn, "drt", "drt_sku", "made")
@@ -776,6 +792,7 @@ def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_r
                 # A point read: the touched groups merged anew, the rest from the storage.
                 rt_check(conn, "drt", "drt_sku", f"step {step}: {op}, point read", "WHERE sku = 'A' AND bucket = '2026-03-02'")
                 rt_check(conn, "drt", "drt_sku", f"step {step}: {op}, NULL key", "WHERE sku IS NULL")
+                assert conn.execute(WHEN_READ).fetchall() == conn.execute(WHEN_FROM_SCRATCH).fetchall(), step
             # Turned off, the view reads its stored groups; on again, the pending changes too.
             insert_orders(conn, "drt", rng, 50)
             conn.execute("SELECT eventview.alter_view('drt_sku', realtime => false)")
@@ -784,20 +801,30 @@ def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_r
             assert stored < total
             conn.execute("SELECT eventview.alter_view('drt_sku', realtime => true)")
             rt_check(conn, "drt", "drt_sku", "realtime again")
-            # A rebuild keeps it realtime.
+            # A rebuild makes the realtime read anew (here, of a view whose read is stored).
+            view_id = conn.execute(
+                "SELECT view_id FROM eventview._distributed_views WHERE relid = 'drt_sku'::regclass"
+            ).fetchone()[0]
+            conn.execute("SELECT eventview.alter_view('drt_sku', realtime => false)")
+            conn.execute(f"UPDATE eventview._distributed_views SET realtime = true WHERE view_id = {view_id}")
+            assert "_distributed_realtime" not in conn.execute("SELECT pg_get_viewdef('drt_sku')").fetchone()[0]
             conn.execute("SELECT eventview.rebuild('drt_sku')")
+            assert "_distributed_realtime" in conn.execute("SELECT pg_get_viewdef('drt_sku')").fetchone()[0]
             insert_orders(conn, "drt", rng, 20)
             rt_check(conn, "drt", "drt_sku", "after a rebuild")
             # Someone without SELECT on the view cannot read it through the function it calls.
             conn.execute("DROP ROLE IF EXISTS drt_reader")
             conn.execute("CREATE ROLE drt_reader LOGIN")
-            view_id = conn.execute(
-                "SELECT view_id FROM eventview._distributed_views WHERE relid = 'drt_sku'::regclass"
-            ).fetchone()[0]
             conn.execute("SET ROLE drt_reader")
             state, got = refusal(conn, f"SELECT eventview._distributed_realtime({view_id})")
             conn.execute("RESET ROLE")
             assert state == "42501" and "drt_sku" in got, got
+            # Nor with SELECT on some columns: the function answers all of them.
+            conn.execute("GRANT SELECT (sku, n) ON drt_sku TO drt_reader")
+            conn.execute("SET ROLE drt_reader")
+            state, got = refusal(conn, f"SELECT eventview._distributed_realtime({view_id})")
+            conn.execute("RESET ROLE")
+            assert state == "42501", got
             conn.execute("GRANT SELECT ON drt_sku TO drt_reader")
             orders = conn.execute("SELECT count(*) FROM drt WHERE event_type = 'order'").fetchone()[0]
             conn.execute("SET ROLE drt_reader")

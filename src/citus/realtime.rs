@@ -12,8 +12,11 @@
 //!
 //! Each shard is read under its own node's snapshot, as any read of a distributed table is. A
 //! group a shard's pending changes touch is merged from every shard's partial group as each
-//! node has it, never from the coordinator's copy: a refresh committing during the read cannot
-//! count a change twice or lose one. A group no pending change touches is read as the
+//! node has it, never from the coordinator's merged copy: a refresh committing during the read
+//! cannot count a change twice or lose one. (The values of count_distinct and percentile
+//! measures of the shards that did not answer a group come from the coordinator's value
+//! multisets, per shard: a refresh committing during the read may show there a shard's values
+//! one refresh ahead of or behind its counters.) A group no pending change touches is read as the
 //! coordinator's snapshot has it, which a refresh committing during the read may have moved on
 //! from: that read shows the group as of the refresh before.
 //!
@@ -174,13 +177,13 @@ pub fn realtime_groups(view_id: i32) -> EvResult<String> {
     .unwrap_or_else(|| "[]".into()))
 }
 
-/// A realtime read of `view` by a role with SELECT on its user relation, or on a column of it
-/// (42501 otherwise: the function the relation calls is callable by anyone). The role is the
-/// one running the query: a realtime distributed view read through another role's view needs
-/// the reader's own SELECT on it.
+/// A realtime read of `view` by a role with SELECT on its user relation (42501 otherwise: the
+/// function the relation calls is callable by anyone and answers every column, so a grant of
+/// some columns does not do). The role is the one running the query: a realtime distributed
+/// view read through another role's view needs the reader's own SELECT on it.
 fn require_reader(view: &DistributedView) -> EvResult<()> {
     let allowed = spi::one::<bool>(
-        "SELECT pg_catalog.has_any_column_privilege($1, $2, 'SELECT')",
+        "SELECT pg_catalog.has_table_privilege($1, $2, 'SELECT')",
         &[roles::caller().into(), view.relid.into()],
     )?;
     if allowed == Some(true) {
@@ -225,8 +228,9 @@ fn needs_refresh(view: &str) -> EvError {
 }
 
 /// On a shard's node: the groups the pending changes of the shard's view touch, as they would be
-/// after its next refresh (`ViewSql::pending_partial_groups`), tagged with the registry
-/// shard's value: `{"groups": [...]}`. Read only. 55000 when the shard has no view on this node
+/// after its next refresh, and the values of their count_distinct and percentile measures
+/// (`ViewSql::pending_partial_groups`), tagged with the registry shard's value:
+/// `{"groups": [...], "values": [...]}`. Read only. 55000 when the shard has no view on this node
 /// (it arrived since the view's last refresh).
 pub fn shard_pending_groups(call: &ShardViewCall) -> EvResult<String> {
     with_shard_access(|| {

@@ -485,37 +485,73 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
             .iter()
             .map(|c| format!("{} AS {}", c.aggregated(), c.name))
             .collect();
+        // Each count_distinct and percentile measure's values of the touched groups: those of
+        // the shards that answered a group, and the coordinator's of every other shard, added
+        // up per group and value in one pass (`vals<n>`), then counted or read per group.
+        let touched_keys = format!("SELECT DISTINCT {keys} FROM p");
+        let mut value_ctes = Vec::new();
         let mut value_columns = vec!["x.*".to_string()];
+        let mut value_joins = String::new();
         for ((n, m), multiset) in self.value_measures().zip(self.merged_values_tables()) {
             let value = match m.value_type() {
                 SqlType::Jsonb => "pv.v".to_string(),
                 other => format!("(pv.v #>> '{{}}')::{}", other.name()),
             };
-            // The group's values: those of the shards that answered it, and the coordinator's
-            // of every other shard.
-            let values = format!(
-                "SELECT w.v, sum(w.n) AS n FROM (
-                   SELECT {value} AS v, pv.n FROM pv WHERE pv.m = {n} AND {}
-                   UNION ALL
-                   SELECT ms.v, ms.n FROM {multiset} ms WHERE {}
-                     AND NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = ms.__shard AND {})) w
-               GROUP BY w.v HAVING sum(w.n) > 0",
-                self.keys_equal("pv", "x"),
-                self.keys_equal("ms", "x"),
+            let ms_keys: Vec<String> = self
+                .key_columns()
+                .iter()
+                .map(|k| format!("ms.{k}"))
+                .collect();
+            value_ctes.push(format!(
+                "vals{n} AS MATERIALIZED (
+    SELECT {keys}, w.v, sum(w.n) AS n FROM (
+        SELECT {keys}, {value} AS v, pv.n FROM pv WHERE pv.m = {n}
+        UNION ALL
+        SELECT {}, ms.v, ms.n FROM {multiset} ms JOIN ({touched_keys}) k ON {}
+        WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = ms.__shard AND {})) w
+    GROUP BY {keys}, w.v HAVING sum(w.n) > 0)",
+                ms_keys.join(", "),
+                self.keys_equal("ms", "k"),
                 self.keys_equal("p", "ms")
-            );
-            value_columns.push(match m.kind {
+            ));
+            match m.kind {
                 AggKind::CountDistinct => {
-                    format!("(SELECT count(*) FROM ({values}) c)::bigint AS m{n}_val")
+                    value_ctes.push(format!(
+                        "c{n} AS (SELECT {keys}, count(*)::bigint AS c FROM vals{n} GROUP BY {keys})"
+                    ));
+                    value_columns.push(format!("coalesce(c{n}.c, 0) AS m{n}_val"));
+                    value_joins.push_str(&format!(" LEFT JOIN c{n} USING ({keys})"));
                 }
-                _ => format!("{} AS m{n}_val", Self::percentile_over(&values, m)),
-            });
+                _ => {
+                    // percentile_disc(p): per group, the first value whose running count reaches
+                    // ceil(p * total) (at least the first), as `percentile_over` computes it.
+                    let p = m.fraction.unwrap_or(0.5);
+                    value_ctes.push(format!(
+                        "c{n} AS (
+    SELECT DISTINCT ON ({keys}) {keys}, o.v FROM (
+        SELECT {keys}, v, sum(n) OVER (PARTITION BY {keys} ORDER BY v) AS cum,
+               sum(n) OVER (PARTITION BY {keys}) AS total
+        FROM vals{n}) o
+    WHERE o.cum::float8 >= greatest(ceil({p}::float8 * o.total::float8), 1)
+    ORDER BY {keys}, o.v)"
+                    ));
+                    value_columns.push(format!("c{n}.v AS m{n}_val"));
+                    value_joins.push_str(&format!(" LEFT JOIN c{n} USING ({keys})"));
+                }
+            }
         }
         let mut value_record = self.key_record();
         value_record.extend(["m integer", "__shard text", "v jsonb", "n bigint"].map(String::from));
+        let mut ctes = vec![
+            format!("p AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($1::json) AS p({record}))"),
+            format!(
+                "pv AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($3::json) AS pv({}))",
+                value_record.join(", ")
+            ),
+        ];
+        ctes.extend(value_ctes);
         format!(
-            "WITH p AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($1::json) AS p({record})),
-pv AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($3::json) AS pv({}))
+            "WITH {}
 SELECT coalesce(pg_catalog.json_agg(y), '[]')::text FROM (
   SELECT {} FROM (
     SELECT {keys}, {} FROM (
@@ -523,9 +559,9 @@ SELECT coalesce(pg_catalog.json_agg(y), '[]')::text FROM (
         UNION ALL
         SELECT {keys}, {cols} FROM pg_catalog.json_to_recordset($2::json) AS g({record})
         WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = g.__shard AND {})) u
-    GROUP BY {keys}) x) y",
-            value_record.join(", "),
-            value_columns.join(",\n         "),
+    GROUP BY {keys}) x{value_joins}) y",
+            ctes.join(",\n"),
+            value_columns.join(", "),
             aggregated.join(", "),
             self.keys_equal("p", "g"),
             cols = columns.join(", ")
@@ -833,22 +869,35 @@ mod tests {
             pending.contains("GROUP BY w.v HAVING sum(w.n) > 0) u"),
             "{pending}"
         );
-        // The coordinator takes the other shards' values from its multisets.
+        // The coordinator takes the other shards' values from its multisets, adds them up per
+        // group and value in one pass, and counts them or reads the percentile per group.
         let merge = view.merge_across_shards();
-        assert!(merge.contains("SELECT ms.v, ms.n FROM eventview._v7_m1 ms WHERE ms.__k = x.__k AND ms.bucket = x.bucket AND ms.g1 = x.g1 AND ms.g1_null = x.g1_null
-                     AND NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = ms.__shard AND p.__k = ms.__k"), "{merge}");
+        assert!(merge.contains("SELECT ms.__k, ms.bucket, ms.g1, ms.g1_null, ms.v, ms.n FROM eventview._v7_m1 ms JOIN (SELECT DISTINCT __k, bucket, g1, g1_null FROM p) k ON ms.__k = k.__k"), "{merge}");
         assert!(
-            merge.contains("(SELECT count(*) FROM (SELECT w.v, sum(w.n) AS n FROM ("),
+            merge.contains(
+                "WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = ms.__shard AND p.__k = ms.__k"
+            ),
             "{merge}"
         );
         assert!(
-            merge.contains("SELECT (pv.v #>> '{}')::numeric AS v, pv.n FROM pv WHERE pv.m = 2"),
+            merge.contains(
+                "SELECT __k, bucket, g1, g1_null, pv.v AS v, pv.n FROM pv WHERE pv.m = 1"
+            ),
+            "{merge}"
+        );
+        assert!(merge.contains("SELECT __k, bucket, g1, g1_null, (pv.v #>> '{}')::numeric AS v, pv.n FROM pv WHERE pv.m = 2"), "{merge}");
+        assert!(merge.contains("c1 AS (SELECT __k, bucket, g1, g1_null, count(*)::bigint AS c FROM vals1 GROUP BY __k, bucket, g1, g1_null)"), "{merge}");
+        assert!(
+            merge.contains(
+                "WHERE o.cum::float8 >= greatest(ceil(0.5::float8 * o.total::float8), 1)"
+            ),
             "{merge}"
         );
         assert!(
-            merge.contains("SELECT pv.v AS v, pv.n FROM pv WHERE pv.m = 1"),
+            merge.contains("SELECT x.*, coalesce(c1.c, 0) AS m1_val, c2.v AS m2_val FROM ("),
             "{merge}"
         );
+        assert!(merge.contains(") x LEFT JOIN c1 USING (__k, bucket, g1, g1_null) LEFT JOIN c2 USING (__k, bucket, g1, g1_null)) y"), "{merge}");
         // Stored groups read their percentile from the merged values; touched ones come computed.
         let user = view.create_user_view("\"v\"", Reads::RealtimeAcrossShards);
         assert!(user.contains("AS t(__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m1_val bigint, m2_val numeric)"), "{user}");
