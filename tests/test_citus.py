@@ -793,6 +793,15 @@ def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_r
                 rt_check(conn, "drt", "drt_sku", f"step {step}: {op}, point read", "WHERE sku = 'A' AND bucket = '2026-03-02'")
                 rt_check(conn, "drt", "drt_sku", f"step {step}: {op}, NULL key", "WHERE sku IS NULL")
                 assert conn.execute(WHEN_READ).fetchall() == conn.execute(WHEN_FROM_SCRATCH).fetchall(), step
+            # A point read of a realtime view reads the stored groups through their index too.
+            conn.execute("SET enable_seqscan = off")
+            plan = "\n".join(
+                r[0] for r in conn.execute(
+                    "EXPLAIN SELECT * FROM drt_sku WHERE sku = 'A' AND bucket = '2026-03-02'"
+                ).fetchall()
+            )
+            conn.execute("RESET enable_seqscan")
+            assert "Index Scan using _v" in plan and "json_to_recordset" in plan, plan
             # Turned off, the view reads its stored groups; on again, the pending changes too.
             insert_orders(conn, "drt", rng, 50)
             conn.execute("SELECT eventview.alter_view('drt_sku', realtime => false)")

@@ -116,9 +116,37 @@ pub fn realtime_groups(view_id: i32) -> EvResult<String> {
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
     let (arguments, definition) = definition_of(&view)?;
     let table_sql = view.source.table_sql()?;
+    with_cached_connections(|| merged_across_shards(&view, &arguments, &definition, &table_sql))
+}
+
+/// Runs `f`, whose queries reach every shard, with no more connections per worker than Citus
+/// keeps open between statements (`citus.max_cached_conns_per_worker`, 1 by default): a
+/// connection opened beyond those starts a backend on its worker at every read, which costs more
+/// than the small per-shard calls of a read that it would run in parallel.
+fn with_cached_connections<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
+    let cached = spi::one::<String>(
+        "SELECT pg_catalog.current_setting('citus.max_cached_conns_per_worker', true)",
+        &[],
+    )?
+    .and_then(|c| c.parse::<i32>().ok())
+    .unwrap_or(1)
+    .max(1);
+    let pool = std::ffi::CString::new(cached.to_string())
+        .map_err(|e| internal(format!("a pool size is not a C string: {e}")))?;
+    guc::with_setting(c"citus.max_adaptive_executor_pool_size", &pool, f)
+}
+
+/// The groups the shards' pending changes touch in `view`, merged across shards (see
+/// `realtime_groups`).
+fn merged_across_shards(
+    view: &DistributedView,
+    arguments: &str,
+    definition: &eventview_core::definition::ViewDefinition,
+    table_sql: &str,
+) -> EvResult<String> {
     let answers = each_shard(
         &view.source,
-        &[&table_sql, &view.groups],
+        &[table_sql, &view.groups],
         Registry::Read,
         |a| {
             format!(
@@ -127,12 +155,12 @@ pub fn realtime_groups(view_id: i32) -> EvResult<String> {
                 a.value,
                 a.shards,
                 view.view_id,
-                quote::literal(&arguments),
+                quote::literal(arguments),
                 a.delta_retention
             )
         },
     )?;
-    require_every_shard_answered(&view, answers.len())?;
+    require_every_shard_answered(view, answers.len())?;
     let mut pending = Vec::new();
     let mut values = Vec::new();
     for answer in &answers {
@@ -145,7 +173,7 @@ pub fn realtime_groups(view_id: i32) -> EvResult<String> {
     }
     let pending = json_array(&pending);
     let values = json_array(&values);
-    let merged = sql_for(&definition, view.view_id, &table_sql, None);
+    let merged = sql_for(definition, view.view_id, table_sql, None);
     let (type_name, _) = envelope_sql::distribution_value_of(&view.source.distribute_by)
         .ok_or_else(|| internal("no distribution column".into()))?;
     let stored: Vec<String> = Spi::connect(|client| {
