@@ -194,7 +194,7 @@ fn merged_across_shards(
     .flatten()
     .collect();
     let stored: Vec<&str> = stored.iter().map(String::as_str).collect();
-    Ok(spi::one::<String>(
+    Ok(spi::one_replanned::<String>(
         &merged.merge_across_shards(),
         &[
             pending.as_str().into(),
@@ -281,7 +281,8 @@ pub fn shard_pending_groups(call: &ShardViewCall) -> EvResult<String> {
             .with_hint("Refresh the view: that makes the shard's view on this node."));
         };
         let (_, width) = catalog::view_reads(view.view_id)?;
-        Ok(spi::one::<String>(
+        // Planned at each read for the tables as they are, as a realtime read of this node is.
+        Ok(spi::one_replanned::<String>(
             &crate::view_objects::sql_of(&view)
                 .pending_partial_groups(&quote::literal(call.value), width.as_deref()),
             &[],

@@ -508,11 +508,11 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
         SELECT {keys}, {value} AS v, pv.n FROM pv WHERE pv.m = {n}
         UNION ALL
         SELECT {}, ms.v, ms.n FROM {multiset} ms JOIN ({touched_keys}) k ON {}
-        WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = ms.__shard AND {})) w
+        WHERE {}) w
     GROUP BY {keys}, w.v HAVING sum(w.n) > 0)",
                 ms_keys.join(", "),
                 self.keys_equal("ms", "k"),
-                self.keys_equal("p", "ms")
+                self.not_answered("ms")
             ));
             match m.kind {
                 AggKind::CountDistinct => {
@@ -558,13 +558,30 @@ SELECT coalesce(pg_catalog.json_agg(y), '[]')::text FROM (
         SELECT {keys}, {cols} FROM p
         UNION ALL
         SELECT {keys}, {cols} FROM pg_catalog.json_to_recordset($2::json) AS g({record})
-        WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = g.__shard AND {})) u
+        WHERE {}) u
     GROUP BY {keys}) x{value_joins}) y",
             ctes.join(",\n"),
             value_columns.join(", "),
             aggregated.join(", "),
-            self.keys_equal("p", "g"),
+            self.not_answered("g"),
             cols = columns.join(", ")
+        )
+    }
+
+    /// `(<alias>.__shard, <alias>.<keys>) NOT IN (SELECT __shard, <keys> FROM p)`: the rows of
+    /// `alias` whose shard did not answer their group. NOT IN over a small set is a hashed
+    /// subplan, one probe per row (a NOT EXISTS is planned as a nested loop on the estimate of
+    /// a JSON record set); no key column is ever NULL (NULL keys are a placeholder and a flag).
+    fn not_answered(&self, alias: &str) -> String {
+        let keys = self.key_columns();
+        let own: Vec<String> = keys.iter().map(|k| format!("{alias}.{k}")).collect();
+        format!(
+            "({alias}.__shard, {}) NOT IN (SELECT p.__shard, {} FROM p)",
+            own.join(", "),
+            keys.iter()
+                .map(|k| format!("p.{k}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     }
 
@@ -576,7 +593,7 @@ SELECT coalesce(pg_catalog.json_agg(y), '[]')::text FROM (
     ///
     /// ```sql
     /// WITH t AS MATERIALIZED (SELECT * FROM json_to_recordset(eventview._distributed_realtime(7)) ...),
-    /// merged AS (SELECT <stored> FROM eventview._v7_data s WHERE s.__k AND NOT EXISTS (<in t>)
+    /// merged AS (SELECT <stored> FROM eventview._v7_data s WHERE s.__k AND (<keys>) NOT IN (<t>)
     ///            UNION ALL SELECT <touched> FROM t)
     /// ```
     pub(super) fn realtime_across_shards(&self) -> String {
@@ -608,7 +625,7 @@ SELECT coalesce(pg_catalog.json_agg(y), '[]')::text FROM (
 merged AS (
     SELECT {}
     FROM {} s
-    WHERE s.__k AND NOT EXISTS (SELECT 1 FROM t WHERE {})
+    WHERE s.__k AND ({}) NOT IN (SELECT {} FROM t)
     UNION ALL
     SELECT {} FROM t
 )",
@@ -616,7 +633,12 @@ merged AS (
             record.join(", "),
             stored.join(", "),
             self.data(),
-            self.keys_equal("t", "s"),
+            self.key_columns()
+                .iter()
+                .map(|k| format!("s.{k}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.key_list(),
             touched.join(", ")
         )
     }
@@ -840,12 +862,12 @@ mod tests {
         // Merged as a refresh merges partial groups; a shard's stored partial group gives way
         // to its answer with the pending changes.
         let merge = view.merge_across_shards();
-        assert!(merge.contains("WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = g.__shard AND p.__k = g.__k AND p.bucket = g.bucket AND p.g1 = g.g1 AND p.g1_null = g.g1_null)) u"), "{merge}");
+        assert!(merge.contains("WHERE (g.__shard, g.__k, g.bucket, g.g1, g.g1_null) NOT IN (SELECT p.__shard, p.__k, p.bucket, p.g1, p.g1_null FROM p)) u"), "{merge}");
         assert!(merge.contains("sum(__count)::bigint AS __count, sum(m2_n)::bigint AS m2_n, sum(m2_sum)::numeric AS m2_sum, max(m3_val)::numeric AS m3_val, eventview._sketch_sum(m4_sk)::bigint[] AS m4_sk"), "{merge}");
         // The user relation: stored groups no pending change touches, and the touched ones.
         let user = view.create_user_view("\"v\"", Reads::RealtimeAcrossShards);
         assert!(user.contains("pg_catalog.json_to_recordset(eventview._distributed_realtime(7)::json) AS t(__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m2_n bigint, m2_sum numeric, m3_val numeric, m4_sk bigint[])"), "{user}");
-        assert!(user.contains("WHERE s.__k AND NOT EXISTS (SELECT 1 FROM t WHERE t.__k = s.__k AND t.bucket = s.bucket AND t.g1 = s.g1 AND t.g1_null = s.g1_null)"), "{user}");
+        assert!(user.contains("WHERE s.__k AND (s.__k, s.bucket, s.g1, s.g1_null) NOT IN (SELECT __k, bucket, g1, g1_null FROM t)"), "{user}");
         assert!(
             user.contains("eventview._sketch_quantile(merged.m4_sk, 0.9::float8) AS \"a\""),
             "{user}"
@@ -875,7 +897,7 @@ mod tests {
         assert!(merge.contains("SELECT ms.__k, ms.bucket, ms.g1, ms.g1_null, ms.v, ms.n FROM eventview._v7_m1 ms JOIN (SELECT DISTINCT __k, bucket, g1, g1_null FROM p) k ON ms.__k = k.__k"), "{merge}");
         assert!(
             merge.contains(
-                "WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.__shard = ms.__shard AND p.__k = ms.__k"
+                "WHERE (ms.__shard, ms.__k, ms.bucket, ms.g1, ms.g1_null) NOT IN (SELECT p.__shard, p.__k"
             ),
             "{merge}"
         );
