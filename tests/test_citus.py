@@ -988,6 +988,67 @@ def test_concurrent_refreshes_and_writes_leave_views_exact(citus):
             conn.execute("SELECT eventview.drop_event_table('dconc', cascade => true)")
 
 
+def test_realtime_reads_during_refreshes_and_writes_never_count_an_event_twice(citus):
+    """A realtime read while refreshes commit: a group a shard's pending changes touch comes from
+    the shards as they are, so no read counts more events than are committed when it ends."""
+    rng = random.Random(2628)
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("SELECT eventview.create_event_table('drace', distribute_by => 'event_id')")
+        try:
+            conn.execute(
+                "SELECT eventview.create_view('drace_sku', 'drace', group_by => %s, "
+                """measures => '{"n": "count(*)"}', time_bucket => '1 day', realtime => true)""",
+                (SKU_VIEW["group_by"],),
+            )
+            insert_orders(conn, "drace", rng, 200)
+            errors = []
+            running = threading.Event()
+            running.set()
+
+            def refresher() -> None:
+                try:
+                    with citus.connect() as c:
+                        while running.is_set():
+                            c.execute("SELECT eventview.refresh('drace_sku')")
+                except Exception as e:  # reported below
+                    errors.append(e)
+
+            def writer(seed: int) -> None:
+                try:
+                    local = random.Random(seed)
+                    with citus.connect() as c:
+                        while running.is_set():
+                            insert_orders(c, "drace", local, local.randint(1, 30))
+                except Exception as e:  # reported below
+                    errors.append(e)
+
+            threads = [threading.Thread(target=refresher), threading.Thread(target=writer, args=(rng.randint(0, 10**6),))]
+            for t in threads:
+                t.start()
+            reads = []
+            try:
+                with citus.connect() as reader:
+                    for _ in range(60):
+                        shown = reader.execute("SELECT coalesce(sum(n), 0) FROM drace_sku").fetchone()[0]
+                        committed = reader.execute("SELECT count(*) FROM drace").fetchone()[0]
+                        reads.append((shown, committed))
+            finally:
+                running.clear()
+                for t in threads:
+                    t.join()
+            assert errors == []
+            assert all(shown <= committed for shown, committed in reads), reads
+            # The reads saw pending events (more than the last refresh before them had applied).
+            assert len({shown for shown, _ in reads}) > 10, reads
+            conn.execute("SELECT eventview.refresh('drace_sku')")
+            assert conn.execute("SELECT sum(n) FROM drace_sku").fetchone()[0] == conn.execute(
+                "SELECT count(*) FROM drace"
+            ).fetchone()[0]
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('drace', cascade => true)")
+
+
 def test_shard_moves_while_refreshes_and_writes_run_leave_views_exact(citus):
     rng = random.Random(2627)
     with citus.connect() as conn:

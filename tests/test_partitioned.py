@@ -284,12 +284,15 @@ def test_a_partition_made_ahead_takes_over_its_events_from_the_default_partition
 def test_prune_drops_partitions_past_retention_once_views_applied_them(db):
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev', retention => '2 hours', partition_interval => '1 hour')")
+        # Every partition and event from one instant: statements on both sides of an hour's turn
+        # would otherwise put an event outside the partition made for it.
+        base = _one(a, "SELECT now()::text")
+        hour = "date_bin('1 hour', '{}'::timestamptz - interval '{} hours', '2000-01-01 00:00:00+00')"
         for hours in (5, 4, 3):
             a.execute(f"""CREATE TABLE ev_old{hours} PARTITION OF ev FOR VALUES
-                          FROM (date_bin('1 hour', now() - interval '{hours} hours', '2000-01-01 00:00:00+00'))
-                          TO (date_bin('1 hour', now() - interval '{hours} hours', '2000-01-01 00:00:00+00') + interval '1 hour')""")
+                          FROM ({hour.format(base, hours)}) TO ({hour.format(base, hours)} + interval '1 hour')""")
         for hours in (5, 5, 4, 3, 0):
-            _insert(a, f"now() - interval '{hours} hours' + interval '1 second'", sku=f"h{hours}", qty=hours, key=f"k{hours}-{_one(a, 'SELECT count(*) FROM ev')}")
+            _insert(a, f"{hour.format(base, hours)} + interval '1 second'", sku=f"h{hours}", qty=hours, key=f"k{hours}-{_one(a, 'SELECT count(*) FROM ev')}")
         _insert(a, "now() - interval '10 days'", sku="old", qty=1)  # in the default partition
         a.execute(VIEW)
         a.execute("UPDATE ev SET payload = payload || '{\"qty\": 50}' WHERE payload ->> 'sku' = 'h5'")
