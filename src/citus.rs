@@ -7,7 +7,9 @@
 //! `eventview._v<id>_groups`, a distributed table of partial groups (its column `__shard` holds
 //! one value of the shard's hash range, so the shard's rows stay on the shard). The coordinator
 //! keeps the groups merged from every shard's in a storage table of its own, which the user
-//! relation reads as a stored view of one node reads its own (`sqlgen::distributed`).
+//! relation reads as a stored view of one node reads its own (`sqlgen::distributed`), or, for a
+//! realtime view, with the groups the shards' pending changes touch merged anew
+//! (`citus::realtime`).
 //!
 //! The coordinator runs the work of each shard on the shard's node, inside its own distributed
 //! transaction, through the table's shard registry `eventview._shards_<oid>`: a distributed
@@ -316,7 +318,7 @@ enum Registry {
     /// without a row has had no call since it was made, hence nothing) and must go on where
     /// no row fits a shard's range.
     AsItIs,
-    /// As it is, and not written: the monitoring reads, which take no catalog row lock and leave the
+    /// As it is, and not written: the monitoring and realtime reads, which take no catalog row lock and leave the
     /// transaction without a write on the workers.
     Read,
 }

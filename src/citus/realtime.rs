@@ -1,4 +1,5 @@
-//! Realtime reads of views over distributed event tables (API.md section 10: realtime views).
+//! Realtime reads of views over distributed event tables (API.md section 10, with views read as
+//! section 3 reads a realtime view).
 //!
 //! The coordinator's merged groups are as of the last refresh; the changes not applied yet are
 //! on the shards' nodes, in each shard's changelog. A realtime read asks every shard's node (one
@@ -43,8 +44,8 @@ use eventview_core::sqlgen::{Reads, ViewSql};
 use eventview_core::{envelope_sql, quote};
 use pgrx::prelude::*;
 
-/// The user relation of distributed view `view_id` made (`create`) or replaced in place, reading
-/// the merged groups as stored or realtime. Citus does not make it on the workers.
+/// The user relation `user_view` of the distributed view `merged` generates, made (`create`) or
+/// replaced in place, reading the merged groups as stored or realtime. Citus does not make it on the workers.
 pub fn install_user_view(
     merged: &ViewSql,
     user_view: &str,

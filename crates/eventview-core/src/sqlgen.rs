@@ -480,7 +480,8 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     }
 
     /// The relation users SELECT from. `user_view` is the quoted qualified name. A realtime
-    /// view reads the stored groups merged with the pending changes (`realtime_groups`).
+    /// view reads the stored groups merged with the pending changes (`realtime_groups`; on a
+    /// Citus coordinator, `realtime_across_shards`).
     pub fn create_user_view(&self, user_view: &str, reads: Reads) -> String {
         self.user_view_sql(user_view, reads, "CREATE VIEW")
     }

@@ -384,8 +384,8 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
     ///
     /// ```sql
     /// WITH <pending_group_deltas>, lg<n> ...
-    /// SELECT json_build_object('groups', (SELECT json_agg(x) FROM (
-    ///     SELECT coalesce(s.__k, d0.__k) AS __k, ..., '17' AS __shard,
+    /// SELECT json_build_object('groups', (SELECT coalesce(json_agg(x), '[]') FROM (
+    ///     SELECT coalesce(s.__k, d0.__k) AS __k, ..., '17'::text AS __shard,
     ///            coalesce(s.__count, 0) + d0.__count AS __count, ...
     ///     FROM d0 LEFT JOIN <groups shard> s USING (__k, bucket, g1, g1_null)) x),
     ///   'values', (SELECT json_agg(x) FROM (<multiset + pending values of each d0 group>) x))
