@@ -436,18 +436,23 @@ fn shard_args(
                 .len(),
         )
     })?;
-    let shard_count = spi::one::<i64>(
-        "SELECT count(*) FROM pg_catalog.pg_dist_shard WHERE logicalrelid = $1::regclass",
-        &[source.shards.as_str().into()],
-    )?
-    .unwrap_or(0);
-    if written as i64 != shard_count && registry == Registry::Filled {
+    if written as i64 != shard_count(&source.shards)? && registry == Registry::Filled {
         // Split since: a new shard has no row yet. One row per shard again (which writes
         // every registry shard too).
         spi::run_all(&[format!("DELETE FROM {}", source.shards)])?;
         fill_shard_registry(source.relid, &source.shards, &source.distribute_by)?;
     }
     shard_call_args(source, tables)
+}
+
+/// How many shards the registry `registry` (and so its event table) has, as the coordinator's
+/// metadata lists them: a shard a split made has no registry row until a call fills it.
+fn shard_count(registry: &str) -> EvResult<i64> {
+    Ok(spi::one::<i64>(
+        "SELECT count(*) FROM pg_catalog.pg_dist_shard WHERE logicalrelid = $1::regclass",
+        &[registry.into()],
+    )?
+    .unwrap_or(0))
 }
 
 /// The arguments of a per-shard call over the registry of `source`, as they are.
@@ -1469,12 +1474,7 @@ pub fn view_stats(view_id: i32) -> EvResult<String> {
         .map_err(|e| internal(format!("a shard's figures are not JSON: {e}")))?;
     // A shard that a split made has no registry row until the next refresh or maintenance:
     // unknown, as a shard without a view.
-    let shard_count = spi::one::<i64>(
-        "SELECT count(*) FROM pg_catalog.pg_dist_shard WHERE logicalrelid = $1::regclass",
-        &[view.source.shards.as_str().into()],
-    )?
-    .unwrap_or(0);
-    if answers.len() as i64 != shard_count {
+    if answers.len() as i64 != shard_count(&view.source.shards)? {
         answers.push(serde_json::json!({"pending_changes": null}));
     }
     let answers = serde_json::Value::Array(answers).to_string();

@@ -988,6 +988,48 @@ def test_concurrent_refreshes_and_writes_leave_views_exact(citus):
             conn.execute("SELECT eventview.drop_event_table('dconc', cascade => true)")
 
 
+@contextlib.contextmanager
+def refreshing_and_writing(citus, view: str, table: str, seed: int, deletes_every: int | None = None):
+    """While the block runs: one session refreshing `view` again and again, and one inserting
+    orders into `table` (and, with `deletes_every`, deleting some); afterwards, neither failed."""
+    errors = []
+    running = threading.Event()
+    running.set()
+
+    def refresher() -> None:
+        try:
+            with citus.connect() as c:
+                while running.is_set():
+                    c.execute("SELECT eventview.refresh(%s)", (view,))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    def writer() -> None:
+        try:
+            local = random.Random(seed)
+            with citus.connect() as c:
+                while running.is_set():
+                    insert_orders(c, table, local, local.randint(1, 30))
+                    if deletes_every:
+                        c.execute(
+                            f"DELETE FROM {table} WHERE event_id %% {deletes_every} = %s",
+                            (local.randint(0, deletes_every - 1),),
+                        )
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=refresher), threading.Thread(target=writer)]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        running.clear()
+        for t in threads:
+            t.join()
+    assert errors == []
+
+
 def test_realtime_reads_during_refreshes_and_writes_never_count_an_event_twice(citus):
     """A realtime read while refreshes commit: a group a shard's pending changes touch comes from
     the shards as they are, so no read counts more events than are committed when it ends."""
@@ -1002,35 +1044,11 @@ def test_realtime_reads_during_refreshes_and_writes_never_count_an_event_twice(c
                 (SKU_VIEW["group_by"],),
             )
             insert_orders(conn, "drace", rng, 200)
-            errors = []
-            running = threading.Event()
-            running.set()
-
-            def refresher() -> None:
-                try:
-                    with citus.connect() as c:
-                        while running.is_set():
-                            c.execute("SELECT eventview.refresh('drace_sku')")
-                except Exception as e:  # reported below
-                    errors.append(e)
-
-            def writer(seed: int) -> None:
-                try:
-                    local = random.Random(seed)
-                    with citus.connect() as c:
-                        while running.is_set():
-                            insert_orders(c, "drace", local, local.randint(1, 30))
-                except Exception as e:  # reported below
-                    errors.append(e)
-
-            threads = [threading.Thread(target=refresher), threading.Thread(target=writer, args=(rng.randint(0, 10**6),))]
-            for t in threads:
-                t.start()
             view_id = conn.execute(
                 "SELECT view_id FROM eventview._distributed_views WHERE relid = 'drace_sku'::regclass"
             ).fetchone()[0]
             reads = []
-            try:
+            with refreshing_and_writing(citus, "drace_sku", "drace", rng.randint(0, 10**6)):
                 with citus.connect() as reader:
                     for _ in range(60):
                         shown = reader.execute("SELECT coalesce(sum(n), 0) FROM drace_sku").fetchone()[0]
@@ -1039,11 +1057,6 @@ def test_realtime_reads_during_refreshes_and_writes_never_count_an_event_twice(c
                             f"SELECT coalesce(sum(__count), 0) FROM eventview._v{view_id}_data"
                         ).fetchone()[0]
                         reads.append((shown, committed, stored))
-            finally:
-                running.clear()
-                for t in threads:
-                    t.join()
-            assert errors == []
             assert all(shown <= committed for shown, committed, _ in reads), reads
             # Reads saw pending events: more than the refreshes had applied even after them.
             assert sum(shown > stored for shown, _, stored in reads) > 10, reads
@@ -1060,32 +1073,7 @@ def test_shard_moves_while_refreshes_and_writes_run_leave_views_exact(citus):
     with citus.connect() as conn:
         sku_table_with_pending_changes(conn, "dmov", rng)
         try:
-            errors = []
-            moving = threading.Event()
-            moving.set()
-
-            def refresher() -> None:
-                try:
-                    with citus.connect() as c:
-                        while moving.is_set():
-                            c.execute("SELECT eventview.refresh('dmov_sku')")
-                except Exception as e:  # reported below
-                    errors.append(e)
-
-            def writer(seed: int) -> None:
-                try:
-                    local = random.Random(seed)
-                    with citus.connect() as c:
-                        while moving.is_set():
-                            insert_orders(c, "dmov", local, local.randint(1, 40))
-                            c.execute("DELETE FROM dmov WHERE event_id %% 29 = %s", (local.randint(0, 28),))
-                except Exception as e:  # reported below
-                    errors.append(e)
-
-            threads = [threading.Thread(target=refresher), threading.Thread(target=writer, args=(rng.randint(0, 10**6),))]
-            for t in threads:
-                t.start()
-            try:
+            with refreshing_and_writing(citus, "dmov_sku", "dmov", rng.randint(0, 10**6), deletes_every=29):
                 # Every shard moved once, by logical replication, while the others run.
                 for shard, port in conn.execute(
                     "SELECT shardid, nodeport FROM citus_shards WHERE table_name = 'dmov'::regclass ORDER BY 1"
@@ -1093,11 +1081,6 @@ def test_shard_moves_while_refreshes_and_writes_run_leave_views_exact(citus):
                     to = next(p for _, p in worker_nodes(conn) if p != port)
                     conn.execute("SELECT citus_move_shard_placement(%s, '127.0.0.1', %s, '127.0.0.1', %s)", (shard, port, to))
                     conn.execute("CALL citus_cleanup_orphaned_resources()")
-            finally:
-                moving.clear()
-                for t in threads:
-                    t.join()
-            assert errors == []
             conn.execute("SELECT eventview.refresh('dmov_sku')")
             sku_check(conn, "dmov", "dmov_sku", "after the moves")
             # Each node has the views of the shards it holds, and no other.

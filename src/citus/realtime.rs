@@ -30,8 +30,8 @@
 
 use super::{
     definition_of, distributed_view, each_shard, internal, json_array, mapped_shards,
-    not_supported, require_owner, sql_for, view_keeping, with_shard_access, DistributedView,
-    Registry, ShardAnswer, ShardViewCall,
+    not_supported, require_owner, shard_count, sql_for, view_keeping, with_shard_access,
+    DistributedView, Registry, ShardAnswer, ShardViewCall,
 };
 use crate::catalog::{self, distributed};
 use crate::errors::{EvError, EvResult};
@@ -232,12 +232,7 @@ fn require_reader(view: &DistributedView) -> EvResult<()> {
 /// it made without a registry row until the next refresh, and their pending changes unknown
 /// (55000).
 fn require_every_shard_answered(view: &DistributedView, answers: usize) -> EvResult<()> {
-    let shards = spi::one::<i64>(
-        "SELECT count(*) FROM pg_catalog.pg_dist_shard WHERE logicalrelid = $1::regclass",
-        &[view.source.shards.as_str().into()],
-    )?
-    .unwrap_or(0);
-    if answers as i64 == shards {
+    if answers as i64 == shard_count(&view.source.shards)? {
         return Ok(());
     }
     Err(needs_refresh(&relation::regclass_text(view.relid)?))
