@@ -142,7 +142,11 @@ CREATE TABLE eventview._distributed_views (
     last_refresh_at timestamptz,
     last_error      text,
     -- Read realtime (src/citus/realtime.rs).
-    realtime        boolean NOT NULL DEFAULT false
+    realtime        boolean NOT NULL DEFAULT false,
+    -- The position of every shard's view the merged groups were last merged from, shard to
+    -- position (NULL before the first refresh): a realtime read whose shards are all still
+    -- there adds their pending changes onto the merged groups.
+    shard_positions json
 );
 COMMENT ON TABLE eventview._distributed_views IS 'pg_eventview: views over event tables distributed by Citus';
 

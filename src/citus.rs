@@ -1111,6 +1111,8 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
             .unwrap_or_default();
             spi::run_all(&[format!("DELETE FROM {}", shard.groups_shard)])?;
             let relid = shard.make(call)?;
+            let view = catalog::view_by_relid(relid, false)?
+                .ok_or_else(|| shard_view_gone(&shard.groups_shard))?;
             return Ok(serde_json::json!({
                 "applied": 0,
                 "rebuilt": true,
@@ -1118,6 +1120,7 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
                 "replaces": replaces,
                 "drift": drift_of_shard(shard.event_relid)?,
                 "shard": call.value,
+                "position": shard_view_position(view.view_id)?,
                 "quarantine": quarantine::mark_of(relid)?,
             })
             .to_string());
@@ -1136,9 +1139,19 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
         result["applied"] = applied.into();
         result["drift"] = drift_of_shard(shard.event_relid)?.into();
         result["shard"] = call.value.into();
+        result["position"] = shard_view_position(view.view_id)?.into();
         result["quarantine"] = quarantine::mark_of(relid)?.into();
         Ok(result.to_string())
     })
+}
+
+/// On a shard's node: the position of its view `view_id` after this transaction's changes
+/// (`ViewSql::shard_view_position`).
+fn shard_view_position(view_id: i32) -> EvResult<Option<String>> {
+    spi::one::<String>(
+        &format!("SELECT {}", ViewSql::shard_view_position(view_id)),
+        &[],
+    )
 }
 
 /// An error of the protocol between the coordinator and the shards' nodes (XX000): a bug.
@@ -1220,18 +1233,25 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     let mut taken = ShardChanges::default();
     let mut marks = quarantine::ShardMarks::default();
     let mut drift = Vec::new();
+    let mut positions = serde_json::Map::new();
     for result in &results {
         let answer = ShardAnswer::parse(result)?;
         applied += answer.number("applied")?;
         taken.add(&answer)?;
         marks.add(&answer)?;
         drift.extend(answer.list("drift")?);
+        if let (Some(shard), Some(position)) = (answer.text("shard")?, answer.text("position")?) {
+            positions.insert(shard, position.into());
+        }
     }
     merge_drift(view.source.relid, drift)?;
     let merged = sql_for(&definition, view.view_id, &table_sql, None);
     taken.merge_into(&merged, &view.groups)?;
     quarantine::follow(view, &marks)?;
-    distributed::record_refresh(view.view_id)?;
+    distributed::record_refresh(
+        view.view_id,
+        &serde_json::Value::Object(positions).to_string(),
+    )?;
     Ok(applied)
 }
 
@@ -1285,20 +1305,26 @@ impl<'a> ShardAnswer<'a> {
     /// The elements of array member `name` as the text between its brackets; None when it is
     /// absent, null or empty.
     fn elements(&self, name: &str) -> EvResult<Option<&'a str>> {
-        let Some(raw) = self.0.get(name) else {
-            return Ok(None);
-        };
-        let raw = raw.get().trim();
-        if raw == "null" {
-            return Ok(None);
+        match self.0.get(name) {
+            Some(raw) => array_elements(raw.get(), name),
+            None => Ok(None),
         }
-        let inner = raw
-            .strip_prefix('[')
-            .and_then(|r| r.strip_suffix(']'))
-            .ok_or_else(|| internal(format!("a shard's {name} is not a JSON array")))?
-            .trim();
-        Ok((!inner.is_empty()).then_some(inner))
     }
+}
+
+/// The elements of the JSON array `raw` (`what` it is, for the error) as the text between its
+/// brackets; None when it is null or empty.
+fn array_elements<'t>(raw: &'t str, what: &str) -> EvResult<Option<&'t str>> {
+    let raw = raw.trim();
+    if raw == "null" {
+        return Ok(None);
+    }
+    let inner = raw
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .ok_or_else(|| internal(format!("a shard's {what} is not a JSON array")))?
+        .trim();
+    Ok((!inner.is_empty()).then_some(inner))
 }
 
 /// A JSON array of the elements `parts` hold (each the text between an array's brackets).

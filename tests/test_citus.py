@@ -736,6 +736,33 @@ def rt_check(conn, table: str, view: str, step: str, where: str = "") -> None:
             assert abs(g[-1] - float(w[-1])) <= 0.0101 * abs(float(w[-1])), (step, g, w)
 
 
+MERGED_FROM_PARTIAL_GROUPS = (
+    "every touched group merged from the shards' partial groups: a shard's view is not where the last refresh merged from"
+)
+ADDED_ONTO_MERGED = "the pending changes added onto the merged groups"
+BUT_INWARDS = ", but for the groups whose extremes moved inwards"
+
+
+def merged_by(conn, step: str) -> list:
+    """rt_check of drt_sku, with how its read merged the touched groups (the realtime read's
+    DEBUG1 messages, without the view's id)."""
+    seen = []
+
+    def note(d):
+        message = d.message_primary or ""
+        if message.startswith("realtime read of distributed view"):
+            seen.append(message.split(": ", 1)[1])
+
+    conn.add_notice_handler(note)
+    conn.execute("SET client_min_messages = debug1")
+    try:
+        rt_check(conn, "drt", "drt_sku", step)
+    finally:
+        conn.execute("RESET client_min_messages")
+        conn.remove_notice_handler(note)
+    return seen
+
+
 WHEN_READ = "SELECT sku, mid, users FROM drt_when ORDER BY 1 NULLS FIRST"
 WHEN_FROM_SCRATCH = """
     SELECT payload->>'sku', percentile_disc(0.25) WITHIN GROUP (ORDER BY (payload->>'price')::numeric),
@@ -764,6 +791,20 @@ def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_r
             )
             assert conn.execute("SELECT realtime FROM eventview.views WHERE name = 'drt_sku'::regclass").fetchone() == (True,)
             rt_check(conn, "drt", "drt_sku", "made")
+            # How a read merges the touched groups: before the first refresh, from every shard's
+            # partial groups; after it, the pending changes added onto the merged groups, but a
+            # group whose maximum a change moved inwards from every shard's partial groups.
+            insert_orders(conn, "drt", rng, 40)
+            assert merged_by(conn, "before the first refresh") == [MERGED_FROM_PARTIAL_GROUPS]
+            conn.execute("SELECT eventview.refresh('drt_sku')")
+            insert_orders(conn, "drt", rng, 60)
+            assert merged_by(conn, "inserts after a refresh") == [ADDED_ONTO_MERGED]
+            conn.execute(
+                """UPDATE drt SET payload = payload || '{"price": 0.25}' WHERE event_id = (
+                     SELECT event_id FROM drt WHERE event_type = 'order' AND payload ? 'price'
+                     ORDER BY (payload->>'price')::numeric DESC LIMIT 1)"""
+            )
+            assert merged_by(conn, "a maximum moved inwards") == [ADDED_ONTO_MERGED + BUT_INWARDS]
             for step in range(14):
                 op = rng.choice(["insert", "update", "delete", "transaction", "refresh", "spoil"])
                 if op == "insert":

@@ -230,12 +230,15 @@ pub fn lock_view(view_id: i32) -> EvResult<()> {
     )
 }
 
-/// Records a refresh of distributed view `view_id` that succeeded.
-pub fn record_refresh(view_id: i32) -> EvResult<()> {
+/// Records a refresh of distributed view `view_id` that succeeded, with the position of every
+/// shard's view it merged the groups from (`positions`, a JSON object: shard to position), which
+/// realtime reads compare with the shards' (`ViewSql::merge_onto_stored`).
+pub fn record_refresh(view_id: i32, positions: &str) -> EvResult<()> {
     spi::run(
-        "UPDATE eventview._distributed_views SET last_refresh_at = clock_timestamp(), last_error = NULL
+        "UPDATE eventview._distributed_views
+         SET last_refresh_at = clock_timestamp(), last_error = NULL, shard_positions = $2::json
          WHERE view_id = $1",
-        &[view_id.into()],
+        &[view_id.into(), positions.into()],
     )
 }
 

@@ -7,14 +7,21 @@
 //! would be after that shard's next refresh: its stored partial group with the pending changes
 //! folded in, computed as a realtime read of a view of that node computes it (the same batch
 //! under that node's snapshot, the same type checks, min/max of a group that lost values from
-//! the shard's multiset). For those groups the coordinator reads the other shards' partial
-//! groups, and merges them all as a refresh merges partial groups. Every other group is read
-//! from the merged storage, through its indexes.
+//! the shard's multiset), with the deltas of what adds, its stored extremes and the position of
+//! its view (which every apply moves). When every shard's position is the one the view's last
+//! refresh recorded, the coordinator's merged groups are the sum of the shards' stored partial
+//! groups, and the deltas are added onto them (`ViewSql::merge_onto_stored`). Otherwise, and
+//! for the groups whose extremes moved inwards on the answering shards (the replacement may be
+//! on another shard), the coordinator reads the other shards' partial groups of those groups
+//! and merges them all as a refresh merges partial groups (`ViewSql::merge_across_shards`).
+//! Every other group is read from the merged storage, through its indexes.
 //!
 //! Each shard is read under its own node's snapshot, as any read of a distributed table is. A
-//! group a shard's pending changes touch is merged from every shard's partial group as each
-//! node has it, never from the coordinator's merged copy: a refresh committing during the read
-//! cannot count a change twice or lose one. (The values of count_distinct and percentile
+//! group a shard's pending changes touch is added onto the coordinator's merged copy only when
+//! the positions, read under the coordinator's snapshot with that copy, say that every shard's
+//! view is where the copy was merged from; else it is merged from every shard's partial group
+//! as each node has it: a refresh committing during the read cannot count a change twice or
+//! lose one. (The values of count_distinct and percentile
 //! measures of the shards that did not answer a group come from the coordinator's value
 //! multisets, per shard: a refresh committing during the read may show there a shard's values
 //! one refresh ahead of or behind its counters.) A group no pending change touches is read as the
@@ -29,9 +36,9 @@
 //! with its value multisets' rows of the other shards.
 
 use super::{
-    definition_of, distributed_view, each_shard, internal, json_array, mapped_shards,
-    not_supported, require_owner, shard_count, sql_for, view_keeping, with_shard_access,
-    DistributedView, Registry, ShardAnswer, ShardViewCall,
+    array_elements, definition_of, distributed_view, each_shard, internal, json_array,
+    mapped_shards, not_supported, require_owner, shard_count, sql_for, view_keeping,
+    with_shard_access, DistributedView, Registry, ShardAnswer, ShardViewCall,
 };
 use crate::catalog::{self, distributed};
 use crate::errors::{EvError, EvResult};
@@ -138,7 +145,10 @@ fn with_cached_connections<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
 }
 
 /// The groups the shards' pending changes touch in `view`, merged across shards (see
-/// `realtime_groups`).
+/// `realtime_groups`): added onto the coordinator's merged groups when every shard's view is
+/// where the last refresh merged it from (`ViewSql::merge_onto_stored`), otherwise, and for the
+/// groups whose extremes a retraction moved inwards, merged from every shard's partial groups
+/// (`ViewSql::merge_across_shards`).
 fn merged_across_shards(
     view: &DistributedView,
     arguments: &str,
@@ -164,10 +174,14 @@ fn merged_across_shards(
     require_every_shard_answered(view, answers.len())?;
     let mut pending = Vec::new();
     let mut values = Vec::new();
+    let mut positions = serde_json::Map::new();
     for answer in &answers {
         let answer = ShardAnswer::parse(answer)?;
         pending.extend(answer.elements("groups")?);
         values.extend(answer.elements("values")?);
+        if let (Some(shard), Some(position)) = (answer.text("shard")?, answer.text("position")?) {
+            positions.insert(shard, position.into());
+        }
     }
     if pending.is_empty() {
         return Ok("[]".into());
@@ -175,6 +189,56 @@ fn merged_across_shards(
     let pending = json_array(&pending);
     let values = json_array(&values);
     let merged = sql_for(definition, view.view_id, table_sql, None);
+    let onto_stored = spi::one_replanned::<String>(
+        &merged.merge_onto_stored(),
+        &[
+            pending.as_str().into(),
+            serde_json::Value::Object(positions)
+                .to_string()
+                .as_str()
+                .into(),
+            values.as_str().into(),
+        ],
+    )?
+    .unwrap_or_else(|| "{}".into());
+    let onto_stored = ShardAnswer::parse(&onto_stored)?;
+    if !onto_stored.flag("same")? {
+        pgrx::debug1!(
+            "realtime read of distributed view {}: every touched group merged from the shards' partial groups: a shard's view is not where the last refresh merged from",
+            view.view_id
+        );
+        return merged_from_partial_groups(view, &merged, &pending, &values, None);
+    }
+    let exact = onto_stored.elements("groups")?;
+    let Some(inexact) = onto_stored.elements("inexact")? else {
+        pgrx::debug1!(
+            "realtime read of distributed view {}: the pending changes added onto the merged groups",
+            view.view_id
+        );
+        return Ok(json_array(&exact.into_iter().collect::<Vec<_>>()));
+    };
+    pgrx::debug1!(
+        "realtime read of distributed view {}: the pending changes added onto the merged groups, but for the groups whose extremes moved inwards",
+        view.view_id
+    );
+    let inexact = json_array(&[inexact]);
+    let rest = merged_from_partial_groups(view, &merged, &pending, &values, Some(&inexact))?;
+    let rest = array_elements(&rest, "merged groups")?;
+    Ok(json_array(
+        &exact.into_iter().chain(rest).collect::<Vec<_>>(),
+    ))
+}
+
+/// The groups `only` lists (a JSON array of key objects; every group `pending` touches when
+/// None) merged from the shards' answers `pending` (with their `values`) and the other shards'
+/// partial groups of them, read from the distributed table (`ViewSql::merge_across_shards`).
+fn merged_from_partial_groups(
+    view: &DistributedView,
+    merged: &ViewSql,
+    pending: &str,
+    values: &str,
+    only: Option<&str>,
+) -> EvResult<String> {
     let (type_name, _) = envelope_sql::distribution_value_of(&view.source.distribute_by)
         .ok_or_else(|| internal("no distribution column".into()))?;
     let stored: Vec<String> = Spi::connect(|client| {
@@ -182,7 +246,7 @@ fn merged_across_shards(
             .select(
                 &merged.partial_groups_of(
                     &view.groups,
-                    &quote::literal(&pending),
+                    &quote::literal(only.unwrap_or(pending)),
                     &envelope_sql::canonical_text("__shard", type_name),
                 ),
                 None,
@@ -198,9 +262,10 @@ fn merged_across_shards(
     Ok(spi::one_replanned::<String>(
         &merged.merge_across_shards(),
         &[
-            pending.as_str().into(),
+            pending.into(),
             json_array(&stored).as_str().into(),
-            values.as_str().into(),
+            values.into(),
+            only.into(),
         ],
     )?
     .unwrap_or_else(|| "[]".into()))

@@ -415,6 +415,14 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
                 _ => columns.extend(self.merged_measure(n, m)),
             }
         }
+        // What a read that adds the pending changes onto the coordinator's merged groups takes
+        // (`merge_onto_stored`): the deltas of what adds, and the stored extremes.
+        for c in self.merged_changes() {
+            columns.push(match c.role {
+                Merges::Adding | Merges::Sketch => format!("d0.{0} AS delta_{0}", c.name),
+                Merges::Extreme => format!("s.{0} AS stored_{0}", c.name),
+            });
+        }
         let d0_keys: Vec<String> = keys.iter().map(|k| format!("d0.{k}")).collect();
         let values: Vec<String> = self
             .value_measures()
@@ -434,12 +442,24 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
             })
             .collect();
         format!(
-            "WITH {}\nSELECT pg_catalog.json_build_object(\n  'groups', (SELECT coalesce(pg_catalog.json_agg(x), '[]') FROM (\n    SELECT {}\n    FROM d0 LEFT JOIN {} s USING ({})) x),\n  'values', {})::text",
+            "WITH {}\nSELECT pg_catalog.json_build_object(\n  'shard', {shard}::text,\n  'position', {},\n  'groups', (SELECT coalesce(pg_catalog.json_agg(x), '[]') FROM (\n    SELECT {}\n    FROM d0 LEFT JOIN {} s USING ({})) x),\n  'values', {})::text",
             ctes.join(",\n"),
+            Self::shard_view_position(self.view_id),
             columns.join(",\n           "),
             self.data(),
             keys.join(", "),
             Self::json_rows(&values)
+        )
+    }
+
+    /// On a shard's node: the position of its view `view_id` (SQL of a text): the view and
+    /// the changes applied to it, which change with every apply that changes its groups. The
+    /// coordinator keeps each shard's position at every refresh; a realtime read whose shards
+    /// are all still at those positions adds their pending changes onto the merged groups
+    /// (`merge_onto_stored`).
+    pub fn shard_view_position(view_id: i32) -> String {
+        format!(
+            "(SELECT pg_catalog.concat_ws(' ', v.view_id, v.applied_snapshot, v.applied_own_xid, v.applied_own_seq) FROM eventview._views v WHERE v.view_id = {view_id})"
         )
     }
 
@@ -467,8 +487,9 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
     /// answered with its pending changes folded in are left out; `$3` the shards' values of
     /// those groups' count_distinct and percentile measures, with which the coordinator's
     /// value multisets of the other shards count the distinct values and read the
-    /// percentiles. One row per group (a count of 0: the group is gone), as a JSON array's
-    /// text.
+    /// percentiles; `$4` the groups to merge (a JSON array of objects with the key columns),
+    /// or NULL for every group `$1` touches. One row per group (a count of 0: the group is
+    /// gone), as a JSON array's text.
     pub fn merge_across_shards(&self) -> String {
         let keys = self.key_list();
         let mut record = self.key_record();
@@ -478,16 +499,187 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
                 .into_iter()
                 .map(|c| format!("{} {}", c.name, c.type_name)),
         );
-        let record = record.join(", ");
         let merged = self.merged_changes();
         let columns: Vec<String> = merged.iter().map(|c| c.name.clone()).collect();
         let aggregated: Vec<String> = merged
             .iter()
             .map(|c| format!("{} AS {}", c.aggregated(), c.name))
             .collect();
-        // Each count_distinct and percentile measure's values of the touched groups: those of
-        // the shards that answered a group, and the coordinator's of every other shard, added
-        // up per group and value in one pass (`vals<n>`), then counted or read per group.
+        let listed = format!(
+            "SELECT {keys} FROM pg_catalog.json_to_recordset($4::json) AS o({})",
+            self.key_record().join(", ")
+        );
+        let (value_ctes, value_columns, value_joins) = self.merged_value_parts();
+        let mut ctes = vec![format!(
+            "p AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($1::json) AS p({})
+    WHERE $4::json IS NULL OR ({keys}) IN ({listed}))",
+            self.answer_record().join(", ")
+        )];
+        ctes.push(self.answered_values());
+        ctes.extend(value_ctes);
+        format!(
+            "WITH {}
+SELECT coalesce(pg_catalog.json_agg(y), '[]')::text FROM (
+  SELECT {} FROM (
+    SELECT {keys}, {} FROM (
+        SELECT {keys}, {cols} FROM p
+        UNION ALL
+        SELECT {keys}, {cols} FROM pg_catalog.json_to_recordset($2::json) AS g({})
+        WHERE {}) u
+    GROUP BY {keys}) x{value_joins}) y",
+            ctes.join(",\n"),
+            value_columns.join(", "),
+            aggregated.join(", "),
+            record.join(", "),
+            self.not_answered("g"),
+            cols = columns.join(", ")
+        )
+    }
+
+    /// On the coordinator: the groups the shards' pending changes touch, their pending changes
+    /// added onto the merged groups of its storage, when every shard's view is where the last
+    /// refresh took the merged groups from: `$1` the shards' pending partial groups (with
+    /// their deltas and stored extremes, `pending_partial_groups`), `$2` the position of every
+    /// shard's view as the shards answered it (a JSON object, shard to position), `$3` the
+    /// shards' values of count_distinct and percentile measures (as `merge_across_shards`
+    /// reads them). Counters and sketches add the shards' deltas; an extreme combines with the
+    /// answering shards' new extremes, which is exact unless those shards' extremes moved
+    /// inwards (a retraction): such a group is listed for `merge_across_shards` instead.
+    /// Returns `{"same": <every position as recorded>, "groups": [<merged groups>],
+    /// "inexact": [<keys of the groups to merge from every shard>]}` as text; with `same`
+    /// false the rest is meaningless.
+    ///
+    /// ```sql
+    /// WITH p ..., pv ..., vals<n> ..., c<n> ...,
+    ///   d AS (SELECT <keys>, sum(delta___count) AS __count, max(m3_val) AS m3_val,
+    ///                max(stored_m3_val) AS stored_m3_val, ... FROM p GROUP BY <keys>),
+    ///   x AS (SELECT d.<keys>, coalesce(s.__count, 0) + d.__count AS __count,
+    ///                GREATEST(s.m3_val, d.m3_val) AS m3_val, ...,
+    ///                coalesce(d.stored_m3_val IS NULL OR d.m3_val >= d.stored_m3_val, false) AS __exact
+    ///         FROM d LEFT JOIN eventview._v<id>_data s ON s.__k AND <keys equal>)
+    /// SELECT json_build_object('same', <_distributed_views.shard_positions = $2>, 'groups', ..., 'inexact', ...)
+    /// ```
+    pub fn merge_onto_stored(&self) -> String {
+        let keys = self.key_list();
+        let merged = self.merged_changes();
+        let mut summed: Vec<String> = self.key_columns();
+        let mut onto: Vec<String> = self
+            .key_columns()
+            .iter()
+            .map(|k| format!("d.{k}"))
+            .collect();
+        let mut exact = Vec::new();
+        for c in &merged {
+            let name = &c.name;
+            match c.role {
+                Merges::Adding => {
+                    summed.push(format!("sum(delta_{name})::{} AS {name}", c.type_name));
+                    onto.push(format!("coalesce(s.{name}, 0) + d.{name} AS {name}"));
+                }
+                Merges::Sketch => {
+                    summed.push(format!(
+                        "{}(delta_{name})::{} AS {name}",
+                        c.aggregate, c.type_name
+                    ));
+                    onto.push(format!(
+                        "CASE WHEN d.{name} IS NULL THEN s.{name} WHEN s.{name} IS NULL THEN d.{name} \
+                         ELSE eventview._sketch_merge(s.{name}, d.{name}) END AS {name}"
+                    ));
+                }
+                Merges::Extreme => {
+                    let (combine, inwards) = if c.aggregate == "min" {
+                        ("LEAST", "<=")
+                    } else {
+                        ("GREATEST", ">=")
+                    };
+                    summed.push(format!(
+                        "{}({name})::{} AS {name}",
+                        c.aggregate, c.type_name
+                    ));
+                    summed.push(format!(
+                        "{}(stored_{name})::{} AS stored_{name}",
+                        c.aggregate, c.type_name
+                    ));
+                    onto.push(format!("{combine}(s.{name}, d.{name}) AS {name}"));
+                    exact.push(format!(
+                        "coalesce(d.stored_{name} IS NULL OR d.{name} {inwards} d.stored_{name}, false)"
+                    ));
+                }
+            }
+        }
+        onto.push(if exact.is_empty() {
+            "true AS __exact".into()
+        } else {
+            format!("{} AS __exact", exact.join(" AND "))
+        });
+        let mut shown = self.key_columns();
+        shown.extend(merged.iter().map(|c| c.name.clone()));
+        let shown: Vec<String> = shown.iter().map(|c| format!("x.{c}")).collect();
+        let (value_ctes, mut value_columns, value_joins) = self.merged_value_parts();
+        value_columns[0] = shown.join(", ");
+        let mut ctes = vec![format!(
+            "p AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($1::json) AS p({}))",
+            self.answer_record().join(", ")
+        )];
+        ctes.push(self.answered_values());
+        ctes.extend(value_ctes);
+        ctes.push(format!(
+            "d AS (SELECT {} FROM p GROUP BY {keys})",
+            summed.join(", ")
+        ));
+        ctes.push(format!(
+            "x AS MATERIALIZED (SELECT {} FROM d LEFT JOIN {} s ON s.__k AND {})",
+            onto.join(", "),
+            self.data(),
+            self.keys_equal("s", "d")
+        ));
+        format!(
+            "WITH {}
+SELECT pg_catalog.json_build_object(
+  'same', coalesce((SELECT shard_positions::jsonb FROM eventview._distributed_views WHERE view_id = {}) = $2::jsonb, false),
+  'groups', (SELECT coalesce(pg_catalog.json_agg(y), '[]') FROM (
+    SELECT {} FROM x{value_joins} WHERE x.__exact) y),
+  'inexact', (SELECT coalesce(pg_catalog.json_agg(k), '[]') FROM (
+    SELECT {keys} FROM x WHERE NOT x.__exact) k))::text",
+            ctes.join(",\n"),
+            self.view_id,
+            value_columns.join(", "),
+        )
+    }
+
+    /// The columns of a shard's pending partial group (`pending_partial_groups`) as the
+    /// coordinator reads them: keys, `__shard`, the merged columns as the shard's next refresh
+    /// would leave them, the deltas of what adds and the stored extremes.
+    fn answer_record(&self) -> Vec<String> {
+        let mut record = self.key_record();
+        record.push("__shard text".into());
+        let merged = self.merged_changes();
+        record.extend(merged.iter().map(|c| format!("{} {}", c.name, c.type_name)));
+        record.extend(merged.iter().map(|c| match c.role {
+            Merges::Adding | Merges::Sketch => format!("delta_{} {}", c.name, c.type_name),
+            Merges::Extreme => format!("stored_{} {}", c.name, c.type_name),
+        }));
+        record
+    }
+
+    /// `pv`: the shards' values of the touched groups' count_distinct and percentile measures
+    /// (`$3`, one JSON array).
+    fn answered_values(&self) -> String {
+        let mut value_record = self.key_record();
+        value_record.extend(["m integer", "__shard text", "v jsonb", "n bigint"].map(String::from));
+        format!(
+            "pv AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($3::json) AS pv({}))",
+            value_record.join(", ")
+        )
+    }
+
+    /// The count_distinct and percentile measures of the groups `p` touches, merged: each
+    /// measure's values of those groups, those of the shards that answered a group (`pv`) and
+    /// the coordinator's of every other shard, added up per group and value in one pass
+    /// (`vals<n>`), then counted or read per group (`c<n>`). Returns the CTEs, the columns
+    /// over `x` (the merged groups; the first is `x.*`) and the joins that add them to `x`.
+    fn merged_value_parts(&self) -> (Vec<String>, Vec<String>, String) {
+        let keys = self.key_list();
         let touched_keys = format!("SELECT DISTINCT {keys} FROM p");
         let mut value_ctes = Vec::new();
         let mut value_columns = vec!["x.*".to_string()];
@@ -540,32 +732,7 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
                 }
             }
         }
-        let mut value_record = self.key_record();
-        value_record.extend(["m integer", "__shard text", "v jsonb", "n bigint"].map(String::from));
-        let mut ctes = vec![
-            format!("p AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($1::json) AS p({record}))"),
-            format!(
-                "pv AS MATERIALIZED (SELECT * FROM pg_catalog.json_to_recordset($3::json) AS pv({}))",
-                value_record.join(", ")
-            ),
-        ];
-        ctes.extend(value_ctes);
-        format!(
-            "WITH {}
-SELECT coalesce(pg_catalog.json_agg(y), '[]')::text FROM (
-  SELECT {} FROM (
-    SELECT {keys}, {} FROM (
-        SELECT {keys}, {cols} FROM p
-        UNION ALL
-        SELECT {keys}, {cols} FROM pg_catalog.json_to_recordset($2::json) AS g({record})
-        WHERE {}) u
-    GROUP BY {keys}) x{value_joins}) y",
-            ctes.join(",\n"),
-            value_columns.join(", "),
-            aggregated.join(", "),
-            self.not_answered("g"),
-            cols = columns.join(", ")
-        )
+        (value_ctes, value_columns, value_joins)
     }
 
     /// `(<alias>.__shard, <alias>.<keys>) NOT IN (SELECT __shard, <keys> FROM p)`: the rows of
@@ -665,6 +832,19 @@ struct MergedColumn {
     combine: String,
     /// The aggregate over a set of its values (the name of an aggregate function).
     aggregate: &'static str,
+    role: Merges,
+}
+
+/// How a merged column's values combine.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Merges {
+    /// Values add (counts, sums): a change is a signed delta.
+    Adding,
+    /// The least or greatest value wins (min, max): a retraction cannot be undone from the
+    /// extremes alone.
+    Extreme,
+    /// Counts per bucket add (an approx_percentile's sketch).
+    Sketch,
 }
 
 impl MergedColumn {
@@ -675,6 +855,7 @@ impl MergedColumn {
             name,
             type_name: type_name.into(),
             aggregate: "sum",
+            role: Merges::Adding,
         }
     }
 
@@ -685,6 +866,7 @@ impl MergedColumn {
             name,
             type_name: m.value_type().name().into(),
             aggregate,
+            role: Merges::Extreme,
         }
     }
 
@@ -698,6 +880,7 @@ impl MergedColumn {
             name,
             type_name: "bigint[]".into(),
             aggregate: "eventview._sketch_sum",
+            role: Merges::Sketch,
         }
     }
 
@@ -873,6 +1056,66 @@ mod tests {
             "{user}"
         );
         assert!(user.ends_with("FROM merged\nWHERE __count > 0"), "{user}");
+    }
+
+    #[test]
+    fn a_realtime_read_adds_the_shards_pending_changes_onto_the_merged_groups_while_their_views_are_where_the_refresh_left_them(
+    ) {
+        let d = def(
+            r#"{"n": "count(*)", "q": "sum($.q)", "hi": "max($.p)", "lo": "min($.p)", "a": "approx_percentile($.p, 0.9)"}"#,
+        );
+        let view = sql(&d);
+        // A shard answers its position, its deltas and its stored extremes beside the groups as
+        // its next refresh would leave them.
+        let pending = view.pending_partial_groups("'17'", Some("1 day"));
+        assert!(pending.contains("'shard', '17'::text"), "{pending}");
+        assert!(pending.contains("'position', (SELECT pg_catalog.concat_ws(' ', v.view_id, v.applied_snapshot, v.applied_own_xid, v.applied_own_seq) FROM eventview._views v WHERE v.view_id = 7)"), "{pending}");
+        assert!(pending.contains("d0.__count AS delta___count"), "{pending}");
+        assert!(pending.contains("d0.m2_sum AS delta_m2_sum"), "{pending}");
+        assert!(pending.contains("s.m3_val AS stored_m3_val"), "{pending}");
+        assert!(pending.contains("d0.m5_sk AS delta_m5_sk"), "{pending}");
+        let onto = view.merge_onto_stored();
+        // Only while every shard's position is the one the last refresh recorded.
+        assert!(onto.contains("'same', coalesce((SELECT shard_positions::jsonb FROM eventview._distributed_views WHERE view_id = 7) = $2::jsonb, false)"), "{onto}");
+        // Counters and sketches add the deltas onto the merged groups.
+        assert!(
+            onto.contains("sum(delta___count)::bigint AS __count"),
+            "{onto}"
+        );
+        assert!(
+            onto.contains("coalesce(s.__count, 0) + d.__count AS __count"),
+            "{onto}"
+        );
+        assert!(
+            onto.contains("eventview._sketch_sum(delta_m5_sk)::bigint[] AS m5_sk"),
+            "{onto}"
+        );
+        assert!(
+            onto.contains("ELSE eventview._sketch_merge(s.m5_sk, d.m5_sk) END AS m5_sk"),
+            "{onto}"
+        );
+        // Extremes combine outwards; a group whose answering shards' extremes moved inwards is
+        // left to the merge from every shard's partial groups.
+        assert!(
+            onto.contains("GREATEST(s.m3_val, d.m3_val) AS m3_val"),
+            "{onto}"
+        );
+        assert!(
+            onto.contains("LEAST(s.m4_val, d.m4_val) AS m4_val"),
+            "{onto}"
+        );
+        assert!(onto.contains("coalesce(d.stored_m3_val IS NULL OR d.m3_val >= d.stored_m3_val, false) AND coalesce(d.stored_m4_val IS NULL OR d.m4_val <= d.stored_m4_val, false) AS __exact"), "{onto}");
+        assert!(
+            onto.contains("FROM d LEFT JOIN eventview._v7_data s ON s.__k AND s.__k = d.__k"),
+            "{onto}"
+        );
+        assert!(
+            onto.contains("SELECT __k, bucket, g1, g1_null FROM x WHERE NOT x.__exact"),
+            "{onto}"
+        );
+        // Those groups, merged from every shard's partial groups.
+        let merge = view.merge_across_shards();
+        assert!(merge.contains("WHERE $4::json IS NULL OR (__k, bucket, g1, g1_null) IN (SELECT __k, bucket, g1, g1_null FROM pg_catalog.json_to_recordset($4::json)"), "{merge}");
     }
 
     #[test]
