@@ -1146,11 +1146,12 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
 }
 
 /// On a shard's node: the position of its view `view_id` after this transaction's changes
-/// (`ViewSql::shard_view_position`).
+/// (`ViewSql::shard_view_position`). One kept statement for every shard's view: a statement per
+/// view would crowd the kept statements of the node's refreshes out of `plan_cache`.
 fn shard_view_position(view_id: i32) -> EvResult<Option<String>> {
     spi::one::<String>(
-        &format!("SELECT {}", ViewSql::shard_view_position(view_id)),
-        &[],
+        &format!("SELECT {}", ViewSql::shard_view_position("$1")),
+        &[view_id.into()],
     )
 }
 

@@ -444,7 +444,7 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
         format!(
             "WITH {}\nSELECT pg_catalog.json_build_object(\n  'shard', {shard}::text,\n  'position', {},\n  'groups', (SELECT coalesce(pg_catalog.json_agg(x), '[]') FROM (\n    SELECT {}\n    FROM d0 LEFT JOIN {} s USING ({})) x),\n  'values', {})::text",
             ctes.join(",\n"),
-            Self::shard_view_position(self.view_id),
+            Self::shard_view_position(&self.view_id.to_string()),
             columns.join(",\n           "),
             self.data(),
             keys.join(", "),
@@ -452,12 +452,12 @@ SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM wri
         )
     }
 
-    /// On a shard's node: the position of its view `view_id` (SQL of a text): the view and
-    /// the changes applied to it, which change with every apply that changes its groups. The
-    /// coordinator keeps each shard's position at every refresh; a realtime read whose shards
-    /// are all still at those positions adds their pending changes onto the merged groups
-    /// (`merge_onto_stored`).
-    pub fn shard_view_position(view_id: i32) -> String {
+    /// On a shard's node: the position of its view `view_id` (SQL of a text; `view_id` SQL of
+    /// an integer): the view and the changes applied to it, which change with every apply
+    /// that changes its groups. The coordinator keeps each shard's position at every refresh;
+    /// a realtime read whose shards are all still at those positions adds their pending
+    /// changes onto the merged groups (`merge_onto_stored`).
+    pub fn shard_view_position(view_id: &str) -> String {
         format!(
             "(SELECT pg_catalog.concat_ws(' ', v.view_id, v.applied_snapshot, v.applied_own_xid, v.applied_own_seq) FROM eventview._views v WHERE v.view_id = {view_id})"
         )
