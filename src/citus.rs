@@ -1245,14 +1245,15 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
             positions.insert(shard, position.into());
         }
     }
+    // Recorded only when every shard answered its position (a node with an older library
+    // answers none): a realtime read compares every shard's.
+    let positions = (positions.len() == results.len())
+        .then(|| serde_json::Value::Object(positions).to_string());
     merge_drift(view.source.relid, drift)?;
     let merged = sql_for(&definition, view.view_id, &table_sql, None);
     taken.merge_into(&merged, &view.groups)?;
     quarantine::follow(view, &marks)?;
-    distributed::record_refresh(
-        view.view_id,
-        &serde_json::Value::Object(positions).to_string(),
-    )?;
+    distributed::record_refresh(view.view_id, positions.as_deref())?;
     Ok(applied)
 }
 
@@ -1265,9 +1266,14 @@ pub(crate) struct ShardAnswer<'a>(
 
 impl<'a> ShardAnswer<'a> {
     fn parse(text: &'a str) -> EvResult<ShardAnswer<'a>> {
+        Self::parse_from(text, "a shard")
+    }
+
+    /// A JSON object's text `who` answered, its members left unparsed.
+    pub(crate) fn parse_from(text: &'a str, who: &str) -> EvResult<ShardAnswer<'a>> {
         serde_json::from_str(text).map(ShardAnswer).map_err(|e| {
             let start: String = text.chars().take(300).collect();
-            internal(format!("a shard answered {start}...: {e}"))
+            internal(format!("{who} answered {start}...: {e}"))
         })
     }
 
@@ -1307,7 +1313,7 @@ impl<'a> ShardAnswer<'a> {
     /// absent, null or empty.
     fn elements(&self, name: &str) -> EvResult<Option<&'a str>> {
         match self.0.get(name) {
-            Some(raw) => array_elements(raw.get(), name),
+            Some(raw) => array_elements(raw.get(), &format!("a shard's {name}")),
             None => Ok(None),
         }
     }
@@ -1323,7 +1329,7 @@ fn array_elements<'t>(raw: &'t str, what: &str) -> EvResult<Option<&'t str>> {
     let inner = raw
         .strip_prefix('[')
         .and_then(|r| r.strip_suffix(']'))
-        .ok_or_else(|| internal(format!("a shard's {what} is not a JSON array")))?
+        .ok_or_else(|| internal(format!("{what} is not a JSON array")))?
         .trim();
     Ok((!inner.is_empty()).then_some(inner))
 }

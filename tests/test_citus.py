@@ -737,7 +737,7 @@ def rt_check(conn, table: str, view: str, step: str, where: str = "") -> None:
 
 
 MERGED_FROM_PARTIAL_GROUPS = (
-    "every touched group merged from the shards' partial groups: a shard's view is not where the last refresh merged from"
+    "every touched group merged from the shards' partial groups: the shards' positions are not those the last refresh recorded"
 )
 ADDED_ONTO_MERGED = "the pending changes added onto the merged groups"
 BUT_INWARDS = ", but for the groups whose extremes moved inwards"
@@ -797,8 +797,21 @@ def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_r
             insert_orders(conn, "drt", rng, 40)
             assert merged_by(conn, "before the first refresh") == [MERGED_FROM_PARTIAL_GROUPS]
             conn.execute("SELECT eventview.refresh('drt_sku')")
+            conn.execute("SELECT eventview.refresh('drt_when')")
             insert_orders(conn, "drt", rng, 60)
             assert merged_by(conn, "inserts after a refresh") == [ADDED_ONTO_MERGED]
+            assert conn.execute(WHEN_READ).fetchall() == conn.execute(WHEN_FROM_SCRATCH).fetchall()
+            # A position other than the recorded one (here, one shard's record spoiled): every
+            # touched group from the partial groups, until a refresh records them again.
+            conn.execute(
+                """UPDATE eventview._distributed_views
+                   SET shard_positions = (shard_positions::jsonb || jsonb_build_object(
+                       (SELECT min(key) FROM json_each_text(shard_positions)), 'elsewhere'))::json
+                   WHERE relid = 'drt_sku'::regclass"""
+            )
+            assert merged_by(conn, "a position moved on") == [MERGED_FROM_PARTIAL_GROUPS]
+            conn.execute("SELECT eventview.refresh('drt_sku')")
+            # The maximum of every event, applied: the group's maximum moves inwards.
             conn.execute(
                 """UPDATE drt SET payload = payload || '{"price": 0.25}' WHERE event_id = (
                      SELECT event_id FROM drt WHERE event_type = 'order' AND payload ? 'price'
@@ -1091,6 +1104,9 @@ def test_realtime_reads_during_refreshes_and_writes_never_count_an_event_twice(c
             reads = []
             with refreshing_and_writing(citus, "drace_sku", "drace", rng.randint(0, 10**6)):
                 with citus.connect() as reader:
+                    merges = []
+                    reader.add_notice_handler(lambda d: merges.append(d.message_primary or ""))
+                    reader.execute("SET client_min_messages = debug1")
                     for _ in range(60):
                         shown = reader.execute("SELECT coalesce(sum(n), 0) FROM drace_sku").fetchone()[0]
                         committed = reader.execute("SELECT count(*) FROM drace").fetchone()[0]
@@ -1099,6 +1115,8 @@ def test_realtime_reads_during_refreshes_and_writes_never_count_an_event_twice(c
                         ).fetchone()[0]
                         reads.append((shown, committed, stored))
             assert all(shown <= committed for shown, committed, _ in reads), reads
+            # Reads added the pending changes onto the merged groups while refreshes committed.
+            assert any(m.endswith(ADDED_ONTO_MERGED) for m in merges), merges
             # Reads saw pending events: more than the refreshes had applied even after them.
             assert sum(shown > stored for shown, _, stored in reads) > 10, reads
             conn.execute("SELECT eventview.refresh('drace_sku')")

@@ -231,9 +231,10 @@ pub fn lock_view(view_id: i32) -> EvResult<()> {
 }
 
 /// Records a refresh of distributed view `view_id` that succeeded, with the position of every
-/// shard's view it merged the groups from (`positions`, a JSON object: shard to position), which
-/// realtime reads compare with the shards' (`ViewSql::merge_onto_stored`).
-pub fn record_refresh(view_id: i32, positions: &str) -> EvResult<()> {
+/// shard's view it merged the groups from (`positions`, a JSON object: shard to position; None
+/// when some shard did not answer its position), which realtime reads compare with the shards'
+/// (`ViewSql::merge_onto_stored`).
+pub fn record_refresh(view_id: i32, positions: Option<&str>) -> EvResult<()> {
     spi::run(
         "UPDATE eventview._distributed_views
          SET last_refresh_at = clock_timestamp(), last_error = NULL, shard_positions = $2::json

@@ -188,6 +188,7 @@ fn merged_across_shards(
     }
     let pending = json_array(&pending);
     let values = json_array(&values);
+    let positions_answered = positions.len();
     let merged = sql_for(definition, view.view_id, table_sql, None);
     let onto_stored = spi::one_replanned::<String>(
         &merged.merge_onto_stored(),
@@ -201,10 +202,11 @@ fn merged_across_shards(
         ],
     )?
     .unwrap_or_else(|| "{}".into());
-    let onto_stored = ShardAnswer::parse(&onto_stored)?;
-    if !onto_stored.flag("same")? {
+    let onto_stored = ShardAnswer::parse_from(&onto_stored, "the coordinator's merge")?;
+    // Every shard must have answered its position (a node with an older library answers none).
+    if positions_answered != answers.len() || !onto_stored.flag("same")? {
         pgrx::debug1!(
-            "realtime read of distributed view {}: every touched group merged from the shards' partial groups: a shard's view is not where the last refresh merged from",
+            "realtime read of distributed view {}: every touched group merged from the shards' partial groups: the shards' positions are not those the last refresh recorded",
             view.view_id
         );
         return merged_from_partial_groups(view, &merged, &pending, &values, None);
@@ -223,7 +225,7 @@ fn merged_across_shards(
     );
     let inexact = json_array(&[inexact]);
     let rest = merged_from_partial_groups(view, &merged, &pending, &values, Some(&inexact))?;
-    let rest = array_elements(&rest, "merged groups")?;
+    let rest = array_elements(&rest, "the coordinator's merged groups")?;
     Ok(json_array(
         &exact.into_iter().chain(rest).collect::<Vec<_>>(),
     ))

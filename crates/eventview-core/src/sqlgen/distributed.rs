@@ -557,16 +557,19 @@ SELECT coalesce(pg_catalog.json_agg(y), '[]')::text FROM (
     ///                GREATEST(s.m3_val, d.m3_val) AS m3_val, ...,
     ///                coalesce(d.stored_m3_val IS NULL OR d.m3_val >= d.stored_m3_val, false) AS __exact
     ///         FROM d LEFT JOIN eventview._v<id>_data s ON s.__k AND <keys equal>)
-    /// SELECT json_build_object('same', <_distributed_views.shard_positions = $2>, 'groups', ..., 'inexact', ...)
+    /// SELECT json_build_object('same', <_distributed_views.shard_positions = $2>,
+    ///   'groups', CASE WHEN <same> THEN ... END, 'inexact', CASE WHEN <same> THEN ... END)
     /// ```
     pub fn merge_onto_stored(&self) -> String {
         let keys = self.key_list();
         let merged = self.merged_changes();
         let mut summed: Vec<String> = self.key_columns();
+        // A stored group keeps its key's spelling (a key read as 1.0 by one event and 1 by
+        // another), as the other reads of the view show it.
         let mut onto: Vec<String> = self
             .key_columns()
             .iter()
-            .map(|k| format!("d.{k}"))
+            .map(|k| format!("coalesce(s.{k}, d.{k}) AS {k}"))
             .collect();
         let mut exact = Vec::new();
         for c in &merged {
@@ -633,16 +636,20 @@ SELECT coalesce(pg_catalog.json_agg(y), '[]')::text FROM (
             self.data(),
             self.keys_equal("s", "d")
         ));
+        ctes.push(format!(
+            "same AS MATERIALIZED (SELECT coalesce((SELECT shard_positions::jsonb FROM eventview._distributed_views WHERE view_id = {}) = $2::jsonb, false) AS same)",
+            self.view_id
+        ));
+        // The merged groups are computed only when the positions are the same.
         format!(
             "WITH {}
 SELECT pg_catalog.json_build_object(
-  'same', coalesce((SELECT shard_positions::jsonb FROM eventview._distributed_views WHERE view_id = {}) = $2::jsonb, false),
-  'groups', (SELECT coalesce(pg_catalog.json_agg(y), '[]') FROM (
-    SELECT {} FROM x{value_joins} WHERE x.__exact) y),
-  'inexact', (SELECT coalesce(pg_catalog.json_agg(k), '[]') FROM (
-    SELECT {keys} FROM x WHERE NOT x.__exact) k))::text",
+  'same', (SELECT same FROM same),
+  'groups', CASE WHEN (SELECT same FROM same) THEN (SELECT coalesce(pg_catalog.json_agg(y), '[]') FROM (
+    SELECT {} FROM x{value_joins} WHERE x.__exact) y) END,
+  'inexact', CASE WHEN (SELECT same FROM same) THEN (SELECT coalesce(pg_catalog.json_agg(k), '[]') FROM (
+    SELECT {keys} FROM x WHERE NOT x.__exact) k) END)::text",
             ctes.join(",\n"),
-            self.view_id,
             value_columns.join(", "),
         )
     }
@@ -1076,7 +1083,17 @@ mod tests {
         assert!(pending.contains("d0.m5_sk AS delta_m5_sk"), "{pending}");
         let onto = view.merge_onto_stored();
         // Only while every shard's position is the one the last refresh recorded.
-        assert!(onto.contains("'same', coalesce((SELECT shard_positions::jsonb FROM eventview._distributed_views WHERE view_id = 7) = $2::jsonb, false)"), "{onto}");
+        assert!(onto.contains("same AS MATERIALIZED (SELECT coalesce((SELECT shard_positions::jsonb FROM eventview._distributed_views WHERE view_id = 7) = $2::jsonb, false) AS same)"), "{onto}");
+        assert!(
+            onto.contains("'groups', CASE WHEN (SELECT same FROM same) THEN"),
+            "{onto}"
+        );
+        assert!(
+            onto.contains(
+                "SELECT coalesce(s.__k, d.__k) AS __k, coalesce(s.bucket, d.bucket) AS bucket"
+            ),
+            "{onto}"
+        );
         // Counters and sketches add the deltas onto the merged groups.
         assert!(
             onto.contains("sum(delta___count)::bigint AS __count"),
