@@ -1497,9 +1497,23 @@ pub fn view_stats(view_id: i32) -> EvResult<String> {
     let Some(view) = relid.map(distributed_view).transpose()?.flatten() else {
         return Ok("{}".into());
     };
-    let answers = each_shard(&view.source, &[&view.groups], Registry::Read, |a| {
-        format!("eventview._shard_view_stats({}, {})", a.shard, a.shards)
+    // A node that cannot be reached leaves the shards' figures unknown, not the monitoring view
+    // failing: the figures a monitor needs most are those of a cluster with a node down.
+    let answers = crate::pg::subtransaction::unless_failed(unreachable_node, || {
+        each_shard(&view.source, &[&view.groups], Registry::Read, |a| {
+            format!("eventview._shard_view_stats({}, {})", a.shard, a.shards)
+        })
     })?;
+    let answers = match answers {
+        Ok(answers) => answers,
+        Err(message) => {
+            pgrx::warning!(
+                "the pending changes, lag, quarantined and skipped events of view {} are unknown: {message}",
+                relation::regclass_text(view.relid)?
+            );
+            vec![r#"{"pending_changes": null, "quarantined": null, "skipped": null}"#.to_string()]
+        }
+    };
     let mut answers = answers
         .iter()
         .map(|a| serde_json::from_str(a))
@@ -1519,14 +1533,30 @@ pub fn view_stats(view_id: i32) -> EvResult<String> {
                  'lag', CASE WHEN bool_or(a ->> 'lag' IS NULL) THEN NULL
                              ELSE coalesce(max((a ->> 'lag')::interval), interval '0') END,
                  'groups', (SELECT count(*) FROM {}),
-                 'quarantined', coalesce(sum((a ->> 'quarantined')::bigint), 0),
-                 'skipped', coalesce(sum((a ->> 'skipped')::bigint), 0))::text
+                 'quarantined', CASE WHEN bool_or(pg_catalog.json_typeof(a -> 'quarantined') = 'null') THEN NULL
+                                     ELSE coalesce(sum((a ->> 'quarantined')::bigint), 0) END,
+                 'skipped', CASE WHEN bool_or(pg_catalog.json_typeof(a -> 'skipped') = 'null') THEN NULL
+                                 ELSE coalesce(sum((a ->> 'skipped')::bigint), 0) END)::text
              FROM pg_catalog.json_array_elements($1::json) a",
             names::view_data(view.view_id)
         ),
         &[answers.as_str().into()],
     )?
     .unwrap_or_else(|| "{}".into()))
+}
+
+/// An error of a node that cannot be reached (a connection failure, SQLSTATE class 08).
+fn unreachable_node(code: PgSqlErrorCode) -> bool {
+    matches!(
+        code,
+        PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION
+            | PgSqlErrorCode::ERRCODE_CONNECTION_DOES_NOT_EXIST
+            | PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE
+            | PgSqlErrorCode::ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION
+            | PgSqlErrorCode::ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION
+            | PgSqlErrorCode::ERRCODE_TRANSACTION_RESOLUTION_UNKNOWN
+            | PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION
+    )
 }
 
 /// On a shard's node: `eventview.views`' figures of the view keeping the groups shard

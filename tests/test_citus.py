@@ -1368,6 +1368,42 @@ def test_monitoring_shows_distributed_views_and_tables(citus):
         assert conn.execute("SELECT count(*) FROM eventview.views WHERE source::oid = %s", (relid,)).fetchone()[0] == 0
 
 
+def test_monitoring_shows_what_it_knows_while_a_worker_is_down(citus):
+    rng = random.Random(2700)
+    worker = citus.workers[0]
+    with citus.connect() as conn:
+        sku_table_with_pending_changes(conn, "ddown", rng)
+        figures = ("SELECT pending_changes IS NULL, lag IS NULL, quarantined IS NULL, skipped IS NULL, groups "
+                   "FROM eventview.views WHERE name = 'ddown_sku'::regclass")
+        groups = conn.execute("SELECT count(*) FROM eventview._v{}_data".format(
+            conn.execute("SELECT view_id FROM eventview._distributed_views WHERE relid = 'ddown_sku'::regclass").fetchone()[0]
+        )).fetchone()[0]
+        assert conn.execute(figures).fetchone() == (False, False, False, False, groups)
+    pg_ctl(worker, "-m", "fast", "-w", "stop")
+    try:
+        with citus.connect() as conn:
+            warnings = []
+            conn.add_notice_handler(lambda d: warnings.append(d.message_primary or ""))
+            # The figures the shards give are unknown, the coordinator's are shown, and the
+            # monitoring view keeps answering (in a transaction too, which commits).
+            with conn.transaction():
+                assert conn.execute(figures).fetchone() == (True, True, True, True, groups)
+                assert conn.execute("SELECT count(*) FROM eventview.views").fetchone()[0] >= 1
+            assert any("ddown_sku are unknown: connection to the" in w for w in warnings), warnings
+            # Work that needs every shard still fails, naming the node.
+            with pytest.raises(psycopg.OperationalError):
+                conn.execute("SELECT eventview.refresh('ddown_sku')")
+    finally:
+        pg_ctl(worker, "-l", f"{worker.dir}/server.log", "-w", "start")
+    with citus.connect() as conn:
+        try:
+            assert conn.execute(figures).fetchone() == (False, False, False, False, groups)
+            conn.execute("SELECT eventview.refresh('ddown_sku')")
+            assert conn.execute("SELECT pending_changes FROM eventview.views WHERE name = 'ddown_sku'::regclass").fetchone() == (0,)
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('ddown', cascade => true)")
+
+
 def test_quarantine_on_the_coordinator_holds_every_shards_entries(citus):
     rng = random.Random(2626)
     with citus.connect() as conn:

@@ -14,6 +14,7 @@ pub mod relcache;
 pub mod roles;
 pub mod spi;
 pub mod stored_jsonb;
+pub mod subtransaction;
 pub mod wakeup;
 
 use pgrx::prelude::*;
