@@ -1545,7 +1545,9 @@ pub fn view_stats(view_id: i32) -> EvResult<String> {
     .unwrap_or_else(|| "{}".into()))
 }
 
-/// An error of a node that cannot be reached (a connection failure, SQLSTATE class 08).
+/// An error of a node that cannot be reached: a connection that failed or was refused (Citus
+/// reports those as 08006), or a node shutting down (57P01 to 57P03, which reach a session
+/// only from another node: its own shutdown ends it).
 fn unreachable_node(code: PgSqlErrorCode) -> bool {
     matches!(
         code,
@@ -1554,8 +1556,9 @@ fn unreachable_node(code: PgSqlErrorCode) -> bool {
             | PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE
             | PgSqlErrorCode::ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION
             | PgSqlErrorCode::ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION
-            | PgSqlErrorCode::ERRCODE_TRANSACTION_RESOLUTION_UNKNOWN
-            | PgSqlErrorCode::ERRCODE_PROTOCOL_VIOLATION
+            | PgSqlErrorCode::ERRCODE_ADMIN_SHUTDOWN
+            | PgSqlErrorCode::ERRCODE_CRASH_SHUTDOWN
+            | PgSqlErrorCode::ERRCODE_CANNOT_CONNECT_NOW
     )
 }
 

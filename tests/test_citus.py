@@ -1390,9 +1390,21 @@ def test_monitoring_shows_what_it_knows_while_a_worker_is_down(citus):
                 assert conn.execute(figures).fetchone() == (True, True, True, True, groups)
                 assert conn.execute("SELECT count(*) FROM eventview.views").fetchone()[0] >= 1
             assert any("ddown_sku are unknown: connection to the" in w for w in warnings), warnings
-            # Work that needs every shard still fails, naming the node.
-            with pytest.raises(psycopg.OperationalError):
+            # Work that needs every shard still fails, with the connection error.
+            with pytest.raises(psycopg.OperationalError, match="connection to the remote node"):
                 conn.execute("SELECT eventview.refresh('ddown_sku')")
+            # In a savepoint of the caller's, and in a PL/pgSQL exception block, too.
+            with conn.transaction():
+                conn.execute("SAVEPOINT s")
+                assert conn.execute(figures).fetchone() == (True, True, True, True, groups)
+                conn.execute("RELEASE SAVEPOINT s")
+            assert conn.execute(
+                """DO $$ BEGIN
+                     PERFORM * FROM eventview.views WHERE name = 'ddown_sku'::regclass AND pending_changes IS NULL;
+                     IF NOT FOUND THEN RAISE EXCEPTION 'figures known'; END IF;
+                   EXCEPTION WHEN division_by_zero THEN NULL;
+                   END $$"""
+            ) is not None
     finally:
         pg_ctl(worker, "-l", f"{worker.dir}/server.log", "-w", "start")
     with citus.connect() as conn:

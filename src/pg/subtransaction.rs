@@ -17,8 +17,9 @@ pub fn unless_failed<T>(
     // SAFETY: the memory context and resource owner of the caller, read to restore them after
     // the subtransaction ends, as PL/pgSQL's exception blocks do.
     let (context, owner) = unsafe { (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner) };
-    // SAFETY: starts a subtransaction of the current transaction (which is in progress: an API
-    // call runs in one); the caller's memory context stays current.
+    // SAFETY: starts a subtransaction of the current transaction, which is in progress and not
+    // aborted (an API call runs in one) and not in parallel mode (the functions that get here
+    // are PARALLEL UNSAFE); the caller's memory context stays current.
     unsafe {
         pg_sys::BeginInternalSubTransaction(std::ptr::null());
         pg_sys::MemoryContextSwitchTo(context);
