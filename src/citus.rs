@@ -1241,7 +1241,7 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
         taken.add(&answer)?;
         marks.add(&answer)?;
         drift.extend(answer.list("drift")?);
-        if let (Some(shard), Some(position)) = (answer.text("shard")?, answer.text("position")?) {
+        if let Some((shard, position)) = answer.position()? {
             positions.insert(shard, position.into());
         }
     }
@@ -1307,6 +1307,12 @@ impl<'a> ShardAnswer<'a> {
                 "a shard's {name} is not a JSON array: {other}"
             ))),
         }
+    }
+
+    /// The shard that answered and the position of its view (`ViewSql::shard_view_position`),
+    /// if it answered them (a node with an older library does not).
+    fn position(&self) -> EvResult<Option<(String, String)>> {
+        Ok(self.text("shard")?.zip(self.text("position")?))
     }
 
     /// The elements of array member `name` as the text between its brackets; None when it is

@@ -332,13 +332,7 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                 sku_check(conn, good_orders, "dev_rt", f"step {step}: {op}, after the refresh")
             assert max(spoiled_counts) > 0, spoiled_counts
             # A point read is a read of the coordinator's merged groups through their index.
-            conn.execute("SET enable_seqscan = off")
-            plan = "\n".join(
-                r[0] for r in conn.execute(
-                    "EXPLAIN SELECT * FROM dev_sku WHERE sku = 'A' AND bucket = '2026-03-02'"
-                ).fetchall()
-            )
-            conn.execute("RESET enable_seqscan")
+            plan = point_read_plan(conn, "dev_sku")
             assert "Index" in plan and "Citus" not in plan, plan
             # A refresh with nothing new applies nothing.
             assert conn.execute("SELECT eventview.refresh('dev_sku')").fetchone()[0] == 0
@@ -721,6 +715,19 @@ RT_READ = """
     FROM {view} {where} ORDER BY 1, 2 NULLS FIRST"""
 
 
+def point_read_plan(conn, view: str) -> str:
+    """EXPLAIN of a point read of SKU view `view` (sequential scans off)."""
+    conn.execute("SET enable_seqscan = off")
+    try:
+        return "\n".join(
+            r[0] for r in conn.execute(
+                f"EXPLAIN SELECT * FROM {view} WHERE sku = 'A' AND bucket = '2026-03-02'"
+            ).fetchall()
+        )
+    finally:
+        conn.execute("RESET enable_seqscan")
+
+
 def rt_check(conn, table: str, view: str, step: str, where: str = "") -> None:
     """Realtime view `view` equals the aggregate from scratch over `table` now, refreshed or
     not; its approx_percentile (the last column) within the sketch's 1% of the exact one."""
@@ -848,13 +855,7 @@ def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_r
                 rt_check(conn, "drt", "drt_sku", f"step {step}: {op}, NULL key", "WHERE sku IS NULL")
                 assert conn.execute(WHEN_READ).fetchall() == conn.execute(WHEN_FROM_SCRATCH).fetchall(), step
             # A point read of a realtime view reads the stored groups through their index too.
-            conn.execute("SET enable_seqscan = off")
-            plan = "\n".join(
-                r[0] for r in conn.execute(
-                    "EXPLAIN SELECT * FROM drt_sku WHERE sku = 'A' AND bucket = '2026-03-02'"
-                ).fetchall()
-            )
-            conn.execute("RESET enable_seqscan")
+            plan = point_read_plan(conn, "drt_sku")
             assert "Index Scan using _v" in plan and "json_to_recordset" in plan, plan
             # Turned off, the view reads its stored groups; on again, the pending changes too.
             insert_orders(conn, "drt", rng, 50)

@@ -179,7 +179,7 @@ fn merged_across_shards(
         let answer = ShardAnswer::parse(answer)?;
         pending.extend(answer.elements("groups")?);
         values.extend(answer.elements("values")?);
-        if let (Some(shard), Some(position)) = (answer.text("shard")?, answer.text("position")?) {
+        if let Some((shard, position)) = answer.position()? {
             positions.insert(shard, position.into());
         }
     }
