@@ -876,6 +876,33 @@ mod tests {
         assert_eq!(settings.as_deref(), Some("auto on"));
     }
 
+    /// The worker refreshes its views, and a Citus worker's connection its shards' views, in
+    /// the same order at every cycle: with a cycle of statements longer than the cache holds,
+    /// most of them are still found kept at the next cycle (evicting the least recently used
+    /// would evict each one just before it is needed, and prepare every one again).
+    #[pg_test]
+    fn a_cycle_through_more_statements_than_kept_finds_most_of_them_kept() {
+        use crate::pg::plan_cache::{prepared, CAPACITY};
+        use crate::pg::spi::one;
+        let cycle = CAPACITY as i64 + CAPACITY as i64 / 8;
+        let run_cycle = || {
+            let before = prepared();
+            for i in 0..cycle {
+                let sql = format!("SELECT {i}::bigint + $1 AS cycled");
+                assert_eq!(one::<i64>(&sql, &[1i64.into()]).unwrap(), Some(i + 1));
+            }
+            prepared() - before
+        };
+        assert_eq!(run_cycle(), cycle as u64, "the first cycle prepares each");
+        for _ in 0..3 {
+            let again = run_cycle();
+            assert!(
+                again < cycle as u64 / 2,
+                "a cycle of {cycle} statements prepared {again} of them again"
+            );
+        }
+    }
+
     /// Inserts `n` events of about 330 bytes (keys 0-9) into `table`.
     fn add_padded_events(table: &str, n: i64) {
         Spi::run(&format!(

@@ -15,8 +15,8 @@
 //! only as good as the table sizes it was made for: the statements of every refresh keep a
 //! generic plan per size class of the tables they read (planned again when one of them has
 //! doubled or halved, `Plans::PerSize`); the rarer ones are planned afresh each time
-//! (`Plans::Custom`), so only their parsing is saved. At most CAPACITY statements are kept; the
-//! least recently used goes first.
+//! (`Plans::Custom`), so only their parsing is saved. At most CAPACITY statements are kept; a
+//! new one takes the place of one picked at random (see `evicted`).
 
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{self, PgOid};
@@ -27,10 +27,10 @@ use std::rc::Rc;
 
 /// Statements kept per backend. A Citus worker's connection refreshes the views of each of
 /// its shards in turn, each with statements of its own (16 shards of a table with 3 views:
-/// about 200): with fewer kept than a refresh cycles through, the least recently used is always
-/// the next one needed, and every statement is parsed and planned again. A kept apply or
-/// observer statement holds about 0.5 MB, so a backend that refreshes that many views holds up
-/// to about 120 MB of them; one that refreshes a few views holds a few MB.
+/// about 200); a cycle through more than CAPACITY statements parses and plans the share of them
+/// evicted since the last cycle again (see `evicted`). A kept apply or observer statement holds
+/// about 0.5 MB, so a backend that refreshes that many views holds up to about 120 MB of them;
+/// one that refreshes a few views holds a few MB.
 pub(crate) const CAPACITY: usize = 256;
 
 /// (text, argument types, may write, size class for `Plans::PerSize`).
@@ -38,10 +38,32 @@ type Key = (String, Vec<pg_sys::Oid>, bool, Option<SizeClass>);
 
 #[derive(Default)]
 struct Cache {
-    plans: HashMap<Key, (Rc<OwnedPreparedStatement>, u64)>,
-    clock: u64,
+    plans: HashMap<Key, Rc<OwnedPreparedStatement>>,
+    /// The state of the generator that picks the statement a new one replaces.
+    draws: u64,
     /// Statements prepared so far (for tests).
     prepared: u64,
+}
+
+/// Which of `kept` statements a new one replaces, from a pseudo-random draw: at random, not the
+/// least recently used. The background worker and a Citus worker's connection run the same
+/// statements in the same order at every cycle (each view's, each shard's); with more of them
+/// than CAPACITY, evicting the least recently used always evicts the very statement needed
+/// next, and none is ever found kept. Evicted at random, a cycle of W statements finds about
+/// the share of them the cache can hold (about 70% for W = 1.125 CAPACITY, 35% for
+/// W = 1.5 CAPACITY), and one within CAPACITY finds them all as before.
+fn evicted(kept: usize, draws: &mut u64) -> usize {
+    // xorshift64 (any spread-out pick will do; the map's own order is arbitrary too).
+    let mut x = if *draws == 0 {
+        0x9E37_79B9_7F4A_7C15
+    } else {
+        *draws
+    };
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *draws = x;
+    (x % kept as u64) as usize
 }
 
 thread_local! {
@@ -144,15 +166,7 @@ fn statement(
         writes,
         class,
     );
-    let found = CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        c.clock += 1;
-        let now = c.clock;
-        c.plans.get_mut(&key).map(|(stmt, used)| {
-            *used = now;
-            Rc::clone(stmt)
-        })
-    });
+    let found = CACHE.with(|c| c.borrow().plans.get(&key).map(Rc::clone));
     if let Some(stmt) = found {
         return Ok(stmt);
     }
@@ -172,17 +186,13 @@ fn statement(
                 .retain(|k, _| !(k.0 == key.0 && k.1 == key.1 && k.2 == key.2));
         }
         if c.plans.len() >= CAPACITY {
-            if let Some(oldest) = c
-                .plans
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| k.clone())
-            {
-                c.plans.remove(&oldest);
+            let kept = c.plans.len();
+            let pick = evicted(kept, &mut c.draws);
+            if let Some(victim) = c.plans.keys().nth(pick).cloned() {
+                c.plans.remove(&victim);
             }
         }
-        let now = c.clock;
-        c.plans.insert(key, (Rc::clone(&stmt), now));
+        c.plans.insert(key, Rc::clone(&stmt));
     });
     Ok(stmt)
 }
