@@ -3,7 +3,6 @@
 
 use crate::catalog;
 use crate::errors::EvResult;
-use crate::pg::spi;
 use eventview_core::envelope_sql;
 
 thread_local! {
@@ -39,12 +38,19 @@ pub fn upgrade_captures() -> EvResult<()> {
         if capture.public {
             repairs.push(envelope_sql::revoke_capture(capture.source_id, &capture.op));
         }
+        if let Some(owner) = capture.table_owner {
+            repairs.push(envelope_sql::give_capture(
+                capture.source_id,
+                &capture.op,
+                &crate::privileges::role_ident(owner)?,
+            ));
+        }
     }
     // Checked for good only by a scan that found nothing to repair: repairs made here are
     // undone if the caller's transaction rolls back, and the next call finds them again.
     if repairs.is_empty() {
         CAPTURES_CHECKED.set(true);
     }
-    spi::run_all(&repairs)?;
+    crate::pg::node_local::run_all(&repairs)?;
     Ok(())
 }

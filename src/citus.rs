@@ -54,22 +54,7 @@ pub use realtime::{alter_view, realtime_groups, shard_pending_groups};
 
 /// Whether the Citus extension is installed in this database.
 fn installed() -> EvResult<bool> {
-    Ok(spi::one::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')",
-        &[],
-    )?
-    .unwrap_or(false))
-}
-
-/// Runs `f` with Citus's DDL propagation off where Citus is installed: the user relation of a
-/// view over an event table of this node reads this node's storage, so Citus would make it on
-/// this node only anyway, with a WARNING that asks to distribute that storage.
-pub fn on_this_node_only<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
-    if installed()? {
-        guc::with_setting(c"citus.enable_ddl_propagation", c"off", f)
-    } else {
-        f()
-    }
+    crate::pg::node_local::citus_installed()
 }
 
 /// Whether Citus manages `relid`: a distributed, reference or Citus local table, whose rows
@@ -1580,16 +1565,31 @@ pub fn shard_view_stats(registry_shard: &str, shards: &str) -> EvResult<String> 
 
 /// `eventview.observed_fields` of distributed event table `relid`: every shard's observed
 /// paths, as a JSON array of rows (the caller adds them up per path and JSON type). Read on
-/// every shard's node without the table's row lock and without writing.
+/// every shard's node without the table's row lock and without writing. While a node cannot
+/// be reached, the table has no rows (and a WARNING says why): the reachable shards' counts
+/// alone would be wrong ones, and the other tables' rows are still shown.
 pub fn observed(relid: pg_sys::Oid) -> EvResult<String> {
     let Some(source) = distributed_source(relid)? else {
         return Ok("[]".into());
     };
     let table_sql = source.table_sql()?;
+    let answers = crate::pg::subtransaction::unless_failed(unreachable_node, || {
+        each_shard(&source, &[&table_sql], Registry::Read, |a| {
+            format!("eventview._shard_observed({}, {})", a.shard, a.shards)
+        })
+    })?;
+    let answers = match answers {
+        Ok(answers) => answers,
+        Err(message) => {
+            pgrx::warning!(
+                "the observed fields of event table {} are not shown: {message}",
+                relation::regclass_text(relid)?
+            );
+            return Ok("[]".into());
+        }
+    };
     let mut rows = Vec::new();
-    for answer in each_shard(&source, &[&table_sql], Registry::Read, |a| {
-        format!("eventview._shard_observed({}, {})", a.shard, a.shards)
-    })? {
+    for answer in answers {
         rows.extend(parse_changes(&answer)?);
     }
     Ok(serde_json::Value::Array(rows).to_string())

@@ -6,6 +6,7 @@ use crate::citus;
 use crate::errors::{EvError, EvResult};
 use crate::gucs;
 use crate::partitions;
+use crate::pg::node_local;
 use crate::pg::roles;
 use crate::pg::spi;
 use crate::privileges;
@@ -133,6 +134,25 @@ pub fn require_retentions(
 /// run the table's own types and casts, which must never run with more rights than the table's
 /// owner has.
 fn start_capture(
+    relid: pg_sys::Oid,
+    retention: Option<Interval>,
+    delta_retention: Option<Interval>,
+    partition_interval: Option<Interval>,
+    partitioned: bool,
+) -> EvResult<()> {
+    // The capture functions are this node's own (see `pg::node_local`).
+    node_local::on_this_node_only(|| {
+        start_capture_here(
+            relid,
+            retention,
+            delta_retention,
+            partition_interval,
+            partitioned,
+        )
+    })
+}
+
+fn start_capture_here(
     relid: pg_sys::Oid,
     retention: Option<Interval>,
     delta_retention: Option<Interval>,
@@ -327,7 +347,7 @@ pub fn forget_source(source_id: i32) -> EvResult<()> {
         catalog::SourceState::TableGone => {}
     }
     catalog::delete_drift_and_quarantine(source_id)?;
-    spi::run_all(&envelope_sql::drop_capture(
+    node_local::run_all(&envelope_sql::drop_capture(
         source_id,
         catalog::has_key_table(source_id),
     ))?;

@@ -90,7 +90,7 @@ pub fn before_drop_extension(cascade: bool) -> EvResult<()> {
                     views::require_no_dependents(changelog, "changelog")?;
                 }
             }
-            spi::run_all(&envelope_sql::drop_capture(
+            crate::pg::node_local::run_all(&envelope_sql::drop_capture(
                 source_id,
                 catalog::has_key_table(source_id),
             ))?;

@@ -158,5 +158,9 @@ fn replace_user_view(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
         Reads::Stored
     };
     let statement = sql.replace_user_view(&relation::qualified(view.relid)?, reads);
-    crate::citus::on_this_node_only(|| roles::as_role(view.owner, || spi::run_all(&[statement])))
+    // Over this node's storage: Citus would make it on this node only anyway, with a WARNING
+    // that asks to distribute that storage.
+    crate::pg::node_local::on_this_node_only(|| {
+        roles::as_role(view.owner, || spi::run_all(&[statement]))
+    })
 }

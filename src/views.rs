@@ -37,7 +37,8 @@ pub struct CreateViewArgs<'a> {
 /// stored groups; a realtime view's is replaced once it is filled); returns its oid.
 fn create_user_relation(sql: &ViewSql, name: &str) -> EvResult<pg_sys::Oid> {
     let user_view = relation::qualified_for_create(name)?;
-    citus::on_this_node_only(|| {
+    // Over this node's storage (see `replace_user_view`).
+    crate::pg::node_local::on_this_node_only(|| {
         roles::as_caller(|| {
             spi::run_all(&[
                 sql.create_user_view(&user_view, Reads::Stored),

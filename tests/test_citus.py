@@ -26,6 +26,7 @@ import pytest
 from conftest import CLUSTER_SH, Cluster
 
 PG_LIB = Path("/usr/lib/postgresql/15/lib")
+ROOT = Path(__file__).resolve().parent.parent
 BASE_PORT = 55611
 
 pytestmark = pytest.mark.skipif(
@@ -696,6 +697,87 @@ def test_event_tables_on_the_coordinator_keep_working(citus):
             assert got == want and len(got) == 3
         finally:
             conn.execute("SELECT eventview.drop_event_table('local_ev', cascade => true)")
+
+
+def test_an_event_table_on_the_coordinator_leaves_the_capture_of_a_shard_of_the_same_number_alone(citus):
+    """The coordinator and each worker number their event tables in their own catalogs: an
+    event table on the coordinator whose number a shard on a worker has too keeps its capture
+    functions on the coordinator (Citus propagates functions made there), so a shard's capture
+    is neither taken over by the other table's owner nor dropped with it."""
+    rng = random.Random(2701)
+    with citus.connect() as conn:
+        conn.execute("SET citus.shard_count = 4")
+        conn.execute("SELECT eventview.create_event_table('dnum', distribute_by => 'event_id')")
+        conn.execute(
+            "SELECT eventview.create_view('dnum_sku', 'dnum', event_types => ARRAY['order'], "
+            "group_by => %s, measures => %s, time_bucket => '1 day')",
+            (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
+        )
+        insert_orders(conn, "dnum", rng, 100)
+        conn.execute("SELECT eventview.refresh('dnum_sku')")
+    worker = citus.workers[0]
+    shard_capture = """SELECT s.source_id, p.proowner::regrole::text,
+                              EXISTS (SELECT FROM pg_dist_object d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid)
+                       FROM eventview._sources s
+                       JOIN pg_proc p ON p.oid = format('eventview._capture_%s_insert', s.source_id)::regproc
+                       WHERE s.relid::text ~ '^dnum_[0-9]+$' ORDER BY 1 LIMIT 1"""
+    with worker.connect() as wconn:
+        number, owner, marked = wconn.execute(shard_capture).fetchone()
+        assert (owner, marked) == ("postgres", False)
+    with citus.connect() as conn:
+        conn.execute("DROP ROLE IF EXISTS dnum_other")
+        conn.execute("CREATE ROLE dnum_other")
+        try:
+            # The coordinator's next event table takes the number of that shard's.
+            conn.execute("SELECT setval(pg_get_serial_sequence('eventview._sources', 'source_id'), %s, false)", (number,))
+            conn.execute("SELECT eventview.create_event_table('dnum_local')")
+            conn.execute("ALTER TABLE dnum_local OWNER TO dnum_other")
+            assert conn.execute("SELECT source_id FROM eventview._sources WHERE relid = 'dnum_local'::regclass").fetchone() == (number,)
+            conn.execute("INSERT INTO dnum_local (event_type, payload) VALUES ('order', '{\"sku\": \"A\"}')")
+            conn.execute("SELECT eventview._observe_all()")
+            with worker.connect() as wconn:
+                assert wconn.execute(shard_capture).fetchone() == (number, "postgres", False)
+            # The update from 0.26.0 removes the marks an earlier library let Citus set on
+            # capture functions made on a coordinator, and no other.
+            marks = """SELECT p.proname FROM pg_dist_object d JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                       WHERE p.pronamespace = 'eventview'::regnamespace ORDER BY 1"""
+            before = conn.execute(marks).fetchall()
+            conn.execute(f"""INSERT INTO pg_dist_object (classid, objid, objsubid)
+                             VALUES ('pg_proc'::regclass, 'eventview._capture_{number}_insert'::regproc, 0)""")
+            assert conn.execute(marks).fetchall() == sorted(before + [(f"_capture_{number}_insert",)])
+            update = (ROOT / "sql" / "pg_eventview--0.26.0--0.27.0.sql").read_text()
+            conn.execute(update.split("\\quit", 1)[1])
+            assert conn.execute(marks).fetchall() == before
+            insert_orders(conn, "dnum", rng, 100)
+            conn.execute("SELECT eventview.refresh('dnum_sku')")
+            sku_check(conn, "dnum", "dnum_sku", "with the coordinator's table")
+            # Dropped, the coordinator's table takes only its own capture along.
+            conn.execute("SELECT eventview.drop_event_table('dnum_local')")
+            with worker.connect() as wconn:
+                assert wconn.execute(shard_capture).fetchone() == (number, "postgres", False)
+            insert_orders(conn, "dnum", rng, 100)
+            conn.execute("DELETE FROM dnum WHERE event_id % 5 = 0")
+            conn.execute("SELECT eventview.refresh('dnum_sku')")
+            sku_check(conn, "dnum", "dnum_sku", "after the coordinator's table is dropped")
+            # A shard's capture function given to another role (as a coordinator's function
+            # propagated by an earlier library left it) goes back to the shard's owner at the
+            # first call of a backend on its node (here the next refresh's).
+            with worker.connect() as wconn:
+                wconn.execute("SET citus.enable_ddl_propagation = off")
+                wconn.execute(f"ALTER FUNCTION eventview._capture_{number}_insert() OWNER TO dnum_other")
+        finally:
+            conn.execute("DROP TABLE IF EXISTS dnum_local")
+    with citus.connect() as conn:
+        try:
+            conn.execute("SELECT eventview.refresh('dnum_sku')")
+            with worker.connect() as wconn:
+                assert wconn.execute(shard_capture).fetchone() == (number, "postgres", False)
+            insert_orders(conn, "dnum", rng, 50)
+            conn.execute("SELECT eventview.refresh('dnum_sku')")
+            sku_check(conn, "dnum", "dnum_sku", "after the owner's repair")
+        finally:
+            conn.execute("SELECT eventview.drop_event_table('dnum', cascade => true)")
+            conn.execute("DROP ROLE IF EXISTS dnum_other")
 
 
 def sku_check(conn, table: str, view: str, step: str) -> None:
@@ -1380,6 +1462,14 @@ def test_monitoring_shows_what_it_knows_while_a_worker_is_down(citus):
             conn.execute("SELECT view_id FROM eventview._distributed_views WHERE relid = 'ddown_sku'::regclass").fetchone()[0]
         )).fetchone()[0]
         assert conn.execute(figures).fetchone() == (False, False, False, False, groups)
+        # A table on the coordinator alone, observed as the distributed one is.
+        conn.execute("SELECT eventview.create_event_table('ddown_local')")
+        conn.execute("INSERT INTO ddown_local (event_type, payload) VALUES ('order', '{\"sku\": \"A\"}')")
+        conn.execute("SELECT eventview._observe_all()")
+        fields = ("SELECT source::text, count(*) FROM eventview.observed_fields "
+                  "WHERE source IN ('ddown'::regclass, 'ddown_local'::regclass) GROUP BY 1 ORDER BY 1")
+        observed = conn.execute(fields).fetchall()
+        assert [t for t, _ in observed] == ["ddown", "ddown_local"], observed
     pg_ctl(worker, "-m", "fast", "-w", "stop")
     try:
         with citus.connect() as conn:
@@ -1391,6 +1481,12 @@ def test_monitoring_shows_what_it_knows_while_a_worker_is_down(citus):
                 assert conn.execute(figures).fetchone() == (True, True, True, True, groups)
                 assert conn.execute("SELECT count(*) FROM eventview.views").fetchone()[0] >= 1
             assert any("ddown_sku are unknown: connection to the" in w for w in warnings), warnings
+            # The observed fields of the distributed table are not shown (some shards' counts
+            # alone would be wrong), the other tables' are.
+            warnings.clear()
+            assert conn.execute(fields).fetchall() == [row for row in observed if row[0] == "ddown_local"]
+            assert any("observed fields of event table public.ddown are not shown: connection to the" in w
+                       for w in warnings), warnings
             # Work that needs every shard still fails, with the connection error.
             with pytest.raises(psycopg.OperationalError, match="connection to the remote node"):
                 conn.execute("SELECT eventview.refresh('ddown_sku')")
@@ -1411,10 +1507,12 @@ def test_monitoring_shows_what_it_knows_while_a_worker_is_down(citus):
     with citus.connect() as conn:
         try:
             assert conn.execute(figures).fetchone() == (False, False, False, False, groups)
+            assert conn.execute(fields).fetchall() == observed
             conn.execute("SELECT eventview.refresh('ddown_sku')")
             assert conn.execute("SELECT pending_changes FROM eventview.views WHERE name = 'ddown_sku'::regclass").fetchone() == (0,)
         finally:
             conn.execute("SELECT eventview.drop_event_table('ddown', cascade => true)")
+            conn.execute("SELECT eventview.drop_event_table('ddown_local')")
 
 
 def test_quarantine_on_the_coordinator_holds_every_shards_entries(citus):

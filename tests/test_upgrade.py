@@ -58,6 +58,7 @@ RELEASE_COMMITS = {
     "0.23.0": "9d8e0c3ed0c82e9a7e94a404e75e3729e1d66a72",
     "0.24.0": "4f5f764ab19f64e4f4aed320d447cdeaa07ded38",
     "0.25.0": "2c1a3eea2790a62436aac9f7c1ace4d9b2081206",
+    "0.26.0": "54ee08a0fb1a0b264971d4f70602469efd04723e",
 }
 
 

@@ -1,6 +1,6 @@
 //! The PostgreSQL layer: SPI helpers, statements prepared once per backend, relation locks,
 //! role switches, GUC nest levels, the relation cache, the observer aggregate's state, stored
-//! jsonb datums and waking the worker at commit. Every `unsafe` block of the extension is here,
+//! jsonb datums, waking the worker at commit and DDL kept on this node. Every `unsafe` block of the extension is here,
 //! each with a `SAFETY:` line; the modules above call safe functions.
 
 pub mod aggregate;
@@ -8,6 +8,7 @@ pub mod capture_trigger;
 pub mod drop_extension;
 pub mod guc;
 pub mod locks;
+pub mod node_local;
 pub mod partition_removal;
 pub mod plan_cache;
 pub mod relcache;
