@@ -492,6 +492,53 @@ BEGIN
 END
 $$;
 
+-- Gives the capture of event table p_source_id to the table's owner when another role has it
+-- (after ALTER TABLE ... OWNER TO, see _follow_ddl): the capture functions run as their owner,
+-- and the changelog's (and key table's) rights are the owner's, so all of them move from the
+-- capture functions' owner to the table's. The caller brings the changelog's readers up to
+-- date afterwards (_sync_changelog_readers).
+CREATE FUNCTION eventview._move_capture(p_source_id integer) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    now_owner name;
+    was_owner name;
+    op text;
+    capture regprocedure;
+BEGIN
+    SELECT n.rolname, w.rolname INTO now_owner, was_owner
+    FROM eventview._sources s
+    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.relid::oid
+    JOIN pg_catalog.pg_roles n ON n.oid OPERATOR(pg_catalog.=) c.relowner
+    -- (to_regprocedure, to_regclass: during a restore these may not exist yet)
+    JOIN pg_catalog.pg_proc p
+      ON p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
+             pg_catalog.format('eventview._capture_%s_insert()', s.source_id))
+    JOIN pg_catalog.pg_roles w ON w.oid OPERATOR(pg_catalog.=) p.proowner
+    WHERE s.source_id OPERATOR(pg_catalog.=) p_source_id
+      AND p.proowner OPERATOR(pg_catalog.<>) c.relowner
+      AND pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', s.source_id)) IS NOT NULL;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    FOREACH op IN ARRAY ARRAY['insert', 'update', 'delete', 'truncate', 'keys'] LOOP
+        capture := pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', p_source_id, op));
+        IF capture IS NOT NULL THEN
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', capture, now_owner);
+        END IF;
+    END LOOP;
+    EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON eventview._changes_%s TO %I',
+                              p_source_id, now_owner);
+    -- (Its views may still need SELECT: _sync_changelog_readers grants it back if so.)
+    EXECUTE pg_catalog.format('REVOKE ALL ON eventview._changes_%s FROM %I', p_source_id, was_owner);
+    IF pg_catalog.to_regclass(pg_catalog.format('eventview._keys_%s', p_source_id)) IS NOT NULL THEN
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON eventview._keys_%s TO %I',
+                                  p_source_id, now_owner);
+        EXECUTE pg_catalog.format('REVOKE ALL ON eventview._keys_%s FROM %I', p_source_id, was_owner);
+    END IF;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION eventview._move_capture(integer) FROM PUBLIC;
+
 -- DDL that pg_eventview follows (an event trigger, as the extension owner):
 -- - an event table given to another role (ALTER TABLE ... OWNER TO) takes its capture along: the
 --   capture functions run as the table's owner and the changelog rights are the owner's, so both
@@ -506,46 +553,17 @@ CREATE FUNCTION eventview._follow_ddl() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r record;
-    op text;
-    capture regprocedure;
 BEGIN
     -- The GRANTs and REVOKEs below fire this trigger again: those nested runs have nothing to do.
     IF pg_catalog.current_setting('eventview.following_ddl', true) OPERATOR(pg_catalog.=) 'on' THEN
         RETURN;
     END IF;
     PERFORM pg_catalog.set_config('eventview.following_ddl', 'on', true);
-    FOR r IN
-        SELECT DISTINCT s.source_id, now_owner.rolname AS now_owner, was.rolname AS was_owner
-        FROM pg_catalog.pg_event_trigger_ddl_commands() d
-        JOIN eventview._sources s ON s.relid::oid OPERATOR(pg_catalog.=) d.objid
-        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
-        JOIN pg_catalog.pg_roles now_owner ON now_owner.oid OPERATOR(pg_catalog.=) c.relowner
-        -- (to_regprocedure, to_regclass: during a restore these may not exist yet)
-        JOIN pg_catalog.pg_proc p
-          ON p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
-                 pg_catalog.format('eventview._capture_%s_insert()', s.source_id))
-        JOIN pg_catalog.pg_roles was ON was.oid OPERATOR(pg_catalog.=) p.proowner
-        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-          AND p.proowner OPERATOR(pg_catalog.<>) c.relowner
-          AND pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', s.source_id)) IS NOT NULL
-    LOOP
-        FOREACH op IN ARRAY ARRAY['insert', 'update', 'delete', 'truncate', 'keys'] LOOP
-            capture := pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', r.source_id, op));
-            IF capture IS NOT NULL THEN
-                EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', capture, r.now_owner);
-            END IF;
-        END LOOP;
-        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON eventview._changes_%s TO %I',
-                                  r.source_id, r.now_owner);
-        -- (Its views may still need SELECT: the next loop grants it back if so.)
-        EXECUTE pg_catalog.format('REVOKE ALL ON eventview._changes_%s FROM %I',
-                                  r.source_id, r.was_owner);
-        IF pg_catalog.to_regclass(pg_catalog.format('eventview._keys_%s', r.source_id)) IS NOT NULL THEN
-            EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON eventview._keys_%s TO %I',
-                                      r.source_id, r.now_owner);
-            EXECUTE pg_catalog.format('REVOKE ALL ON eventview._keys_%s FROM %I', r.source_id, r.was_owner);
-        END IF;
-    END LOOP;
+    PERFORM eventview._move_capture(altered.source_id)
+    FROM (SELECT DISTINCT s.source_id
+          FROM pg_catalog.pg_event_trigger_ddl_commands() d
+          JOIN eventview._sources s ON s.relid::oid OPERATOR(pg_catalog.=) d.objid
+          WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass) altered;
     PERFORM eventview._sync_changelog_readers();
     -- Renamed views: one statement maps old names to new ones (renames may have crossed); the
     -- view's row first, which waits for a refresh of it filing quarantine rows meanwhile. A view

@@ -38,13 +38,6 @@ pub fn upgrade_captures() -> EvResult<()> {
         if capture.public {
             repairs.push(envelope_sql::revoke_capture(capture.source_id, &capture.op));
         }
-        if let Some(owner) = capture.table_owner {
-            repairs.push(envelope_sql::give_capture(
-                capture.source_id,
-                &capture.op,
-                &crate::privileges::role_ident(owner)?,
-            ));
-        }
     }
     // Checked for good only by a scan that found nothing to repair: repairs made here are
     // undone if the caller's transaction rolls back, and the next call finds them again.

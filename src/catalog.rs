@@ -1008,14 +1008,12 @@ pub fn upsert_field(
 // ---- Sources: capture repairs and forgetting a dropped table ----
 
 /// A capture function of an event table that needs a repair: made by an older library
-/// (`stale`, without the current one's mark), executable by PUBLIC (`public`), or owned by
-/// another role than its table (`table_owner`, the table's owner then).
+/// (`stale`, without the current one's mark) or executable by PUBLIC (`public`).
 pub struct CaptureState {
     pub source_id: i32,
     pub op: String,
     pub stale: bool,
     pub public: bool,
-    pub table_owner: Option<pg_sys::Oid>,
 }
 
 /// The capture functions of every event table, for the operations `ops` whose current
@@ -1027,10 +1025,8 @@ pub fn capture_states(ops: &[&str], marks: &[&str]) -> EvResult<Vec<CaptureState
             "SELECT s.source_id, op.name,
                     op.mark <> '' AND pg_catalog.strpos(p.prosrc, op.mark) = 0,
                     EXISTS (SELECT FROM pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
-                            WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'),
-                    CASE WHEN p.proowner OPERATOR(pg_catalog.<>) c.relowner THEN c.relowner END
+                            WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')
              FROM eventview._sources s
-             JOIN pg_catalog.pg_class c ON c.oid = s.relid::oid
              CROSS JOIN ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS op(name, mark)
              JOIN pg_catalog.pg_proc p
                ON p.oid = pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', s.source_id, op.name))
@@ -1046,7 +1042,6 @@ pub fn capture_states(ops: &[&str], marks: &[&str]) -> EvResult<Vec<CaptureState
                 op,
                 stale: row.get::<bool>(3)? == Some(true),
                 public: row.get::<bool>(4)? == Some(true),
-                table_owner: row.get::<pg_sys::Oid>(5)?,
             });
         }
         Ok::<_, pgrx::spi::SpiError>(out)

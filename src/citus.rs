@@ -1490,10 +1490,8 @@ pub fn view_stats(view_id: i32) -> EvResult<String> {
     };
     // A node that cannot be reached leaves the shards' figures unknown, not the monitoring view
     // failing: the figures a monitor needs most are those of a cluster with a node down.
-    let answers = crate::pg::subtransaction::unless_failed(unreachable_node, || {
-        each_shard(&view.source, &[&view.groups], Registry::Read, |a| {
-            format!("eventview._shard_view_stats({}, {})", a.shard, a.shards)
-        })
+    let answers = each_shard_for_monitoring(&view.source, &[&view.groups], |a| {
+        format!("eventview._shard_view_stats({}, {})", a.shard, a.shards)
     })?;
     let answers = match answers {
         Ok(answers) => answers,
@@ -1536,6 +1534,42 @@ pub fn view_stats(view_id: i32) -> EvResult<String> {
     .unwrap_or_else(|| "{}".into()))
 }
 
+thread_local! {
+    /// The statement (`pg::statement_started_at`) in which a node could not be reached, and
+    /// the error's message.
+    static UNREACHABLE_IN: std::cell::RefCell<Option<(i64, String)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `each_shard` of a monitoring view (reading the registry only): while a node cannot be
+/// reached, `Err` with the error's message instead of the query failing. Once a node could not
+/// be reached in a statement, the statement's other calls (one per distributed view or table)
+/// do not try again: where a host drops packets rather than refusing them, each try waits up to
+/// `citus.node_connection_timeout`.
+fn each_shard_for_monitoring(
+    source: &DistributedSource,
+    tables: &[&str],
+    call: impl FnOnce(&ShardArgs) -> String,
+) -> EvResult<Result<Vec<String>, String>> {
+    let statement = crate::pg::statement_started_at();
+    let failed_before = UNREACHABLE_IN.with_borrow(|failed| {
+        failed
+            .as_ref()
+            .filter(|(at, _)| *at == statement)
+            .map(|(_, message)| message.clone())
+    });
+    if let Some(message) = failed_before {
+        pgrx::debug1!("a node could not be reached earlier in this statement: not tried again");
+        return Ok(Err(message));
+    }
+    let answers = crate::pg::subtransaction::unless_failed(unreachable_node, || {
+        each_shard(source, tables, Registry::Read, call)
+    })?;
+    if let Err(message) = &answers {
+        UNREACHABLE_IN.set(Some((statement, message.clone())));
+    }
+    Ok(answers)
+}
+
 /// An error of a node that cannot be reached: a connection that failed or was refused (Citus
 /// reports those as 08006), or a node shutting down (57P01 to 57P03, which reach a session
 /// only from another node: its own shutdown ends it).
@@ -1573,10 +1607,8 @@ pub fn observed(relid: pg_sys::Oid) -> EvResult<String> {
         return Ok("[]".into());
     };
     let table_sql = source.table_sql()?;
-    let answers = crate::pg::subtransaction::unless_failed(unreachable_node, || {
-        each_shard(&source, &[&table_sql], Registry::Read, |a| {
-            format!("eventview._shard_observed({}, {})", a.shard, a.shards)
-        })
+    let answers = each_shard_for_monitoring(&source, &[&table_sql], |a| {
+        format!("eventview._shard_observed({}, {})", a.shard, a.shards)
     })?;
     let answers = match answers {
         Ok(answers) => answers,

@@ -882,8 +882,9 @@ mod tests {
     /// would evict each one just before it is needed, and prepare every one again).
     #[pg_test]
     fn a_cycle_through_more_statements_than_kept_finds_most_of_them_kept() {
-        use crate::pg::plan_cache::{prepared, CAPACITY};
+        use crate::pg::plan_cache::{forget_all, prepared, CAPACITY};
         use crate::pg::spi::one;
+        forget_all();
         let cycle = CAPACITY as i64 + CAPACITY as i64 / 8;
         let run_cycle = || {
             let before = prepared();

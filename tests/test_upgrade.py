@@ -458,3 +458,85 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
         reasons = [r[0] for r in c.execute(
             "SELECT reason FROM eventview.quarantine WHERE view_name = 'shop.deep'").fetchall()]
         assert reasons == ["JSONPath $..k cannot be evaluated: the payload is nested deeper than 127 levels"]
+
+
+CITUS_LIB = Path(subprocess.check_output([PG_CONFIG, "--pkglibdir"], text=True).strip()) / "citus.so"
+
+
+@pytest.mark.skipif(not CITUS_LIB.exists(), reason=f"Citus is not installed for PostgreSQL 15 ({CITUS_LIB} is missing)")
+def test_the_update_on_citus_gives_each_node_its_own_capture_back():
+    """A Citus coordinator with an event table of its own, numbered as a shard's event table on
+    the workers: 0.26.0 let Citus make the coordinator's capture functions on every worker
+    (replacing the shard's, under the other table's owner, and as functions of no table on a
+    worker without that number). The update, which Citus runs on every node, gives each node
+    its own capture back, and the coordinator's table then leaves the shards' alone."""
+    from test_citus import start_node
+
+    nodes = []
+    try:
+        nodes = [start_node(port) for port in (55621, 55622, 55623)]
+        coordinator, workers = nodes[0], nodes[1:]
+        with coordinator.connect() as c:
+            c.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (coordinator.port,))
+            for w in workers:
+                c.execute("SELECT citus_add_node('127.0.0.1', %s)", (w.port,))
+        with library_of("0.26.0"):
+            with coordinator.connect() as c:
+                c.execute("CREATE EXTENSION pg_eventview VERSION '0.26.0'")
+                c.execute("SET citus.shard_count = 4")
+                c.execute("SELECT eventview.create_event_table('dup', distribute_by => 'event_id')")
+                c.execute("""SELECT eventview.create_view('dup_n', 'dup', group_by => '{"sku": "$.sku"}',
+                                 measures => '{"n": "count(*)", "q": "sum($.qty)"}')""")
+                c.execute("""INSERT INTO dup (event_type, payload)
+                             SELECT 'order', jsonb_build_object('sku', 's' || i % 3, 'qty', i) FROM generate_series(1, 40) i""")
+                c.execute("SELECT eventview.refresh('dup_n')")
+                with workers[0].connect() as w:
+                    number = w.execute("SELECT min(source_id) FROM eventview._sources").fetchone()[0]
+                c.execute("CREATE ROLE dup_other")
+                # The coordinator's event tables: one numbered as that shard's, one as no event
+                # table on the workers.
+                sequence = "SELECT setval(pg_get_serial_sequence('eventview._sources', 'source_id'), %s, false)"
+                c.execute(sequence, (number,))
+                c.execute("SELECT eventview.create_event_table('dup_local')")
+                c.execute("ALTER TABLE dup_local OWNER TO dup_other")
+                c.execute(sequence, (50,))
+                c.execute("SELECT eventview.create_event_table('dup_orphan')")
+        capture = """SELECT p.proname, p.proowner::regrole::text,
+                            EXISTS (SELECT FROM pg_dist_object d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid)
+                     FROM pg_proc p WHERE p.pronamespace = 'eventview'::regnamespace
+                       AND p.proname IN (%s, %s) ORDER BY 1"""
+        names = (f"_capture_{number}_insert", "_capture_50_insert")
+        for w in workers:
+            with w.connect() as wc:
+                # What 0.26.0 left on the worker (else this test shows nothing).
+                assert wc.execute(capture, names).fetchall() == [
+                    (f"_capture_{number}_insert", "dup_other", True), ("_capture_50_insert", "postgres", True)]
+        with coordinator.connect() as c:
+            c.execute("ALTER EXTENSION pg_eventview UPDATE")
+            assert c.execute(capture, names).fetchall() == [
+                (f"_capture_{number}_insert", "dup_other", False), ("_capture_50_insert", "postgres", False)]
+        for w in workers:
+            with w.connect() as wc:
+                assert wc.execute("SELECT extversion FROM pg_extension WHERE extname = 'pg_eventview'").fetchone() == (current_version(),)
+                # The shard's capture is its table's owner's again (and writes its changelog), the
+                # functions of no event table of the worker are gone.
+                assert wc.execute(capture, names).fetchall() == [(f"_capture_{number}_insert", "postgres", False)]
+                assert wc.execute(f"SELECT has_table_privilege('postgres', 'eventview._changes_{number}', 'INSERT')").fetchone() == (True,)
+        with coordinator.connect() as c:
+            # The coordinator's table dropped, the shards' capture stays.
+            c.execute("SELECT eventview.drop_event_table('dup_local')")
+            c.execute("""INSERT INTO dup (event_type, payload)
+                         SELECT 'order', jsonb_build_object('sku', 's' || i % 3, 'qty', i) FROM generate_series(41, 100) i""")
+            c.execute("DELETE FROM dup WHERE (payload->>'qty')::int % 7 = 0")
+            c.execute("SELECT eventview.refresh('dup_n')")
+            got = c.execute("SELECT sku, n, q FROM dup_n ORDER BY 1").fetchall()
+            want = c.execute("""SELECT payload->>'sku', count(*), sum((payload->>'qty')::numeric)
+                                FROM dup GROUP BY 1 ORDER BY 1""").fetchall()
+            assert got == want and len(got) == 3
+            for w in workers:
+                with w.connect() as wc:
+                    assert wc.execute(capture, names).fetchall() == [(f"_capture_{number}_insert", "postgres", False)]
+    finally:
+        for node in nodes:
+            subprocess.run(["bash", str(REPO / "scripts" / "cluster.sh"), "stop", node.dir], check=False)
+            shutil.rmtree(node.dir, ignore_errors=True)

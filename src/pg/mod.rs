@@ -26,6 +26,13 @@ pub fn next_full_transaction_id() -> u64 {
     unsafe { pg_sys::ReadNextFullTransactionId() }.value
 }
 
+/// When the current top-level statement started (`statement_timestamp()`), which tells the
+/// calls of one statement from those of the next.
+pub fn statement_started_at() -> i64 {
+    // SAFETY: reads the start time of the current statement; no side effects.
+    unsafe { pg_sys::GetCurrentStatementStartTimestamp() }
+}
+
 /// Whether the library is being loaded from `shared_preload_libraries`.
 pub fn preloading() -> bool {
     // SAFETY: reads a Postgres global during library load, in the loading process.

@@ -3,8 +3,10 @@
 //! DROP of functions so marked. The extension's run-time objects are each node's own: a
 //! coordinator's event table and the shards a worker holds number their event tables in their
 //! own catalogs, so a capture function made on the coordinator would replace (and, dropped,
-//! drop) the capture of a shard on a worker with the same number. The statements that make,
-//! alter and drop such objects run with that propagation off.
+//! drop) the capture of a shard on a worker with the same number. The library makes, replaces
+//! and drops capture functions with that propagation off, so none is a distributed object;
+//! ALTER FUNCTION of a function that is not one (as `eventview._move_capture` runs) stays on
+//! its node too.
 
 use crate::errors::EvResult;
 use crate::pg::{guc, spi};

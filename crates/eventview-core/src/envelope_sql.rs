@@ -543,19 +543,14 @@ pub fn capture_owner(source_id: i32, owner: &str, partitioned: bool) -> Vec<Stri
         .chain(keys)
         .flat_map(|op| {
             [
-                give_capture(source_id, op, owner),
+                format!(
+                    "ALTER FUNCTION {}() OWNER TO {owner}",
+                    names::capture_function(source_id, op)
+                ),
                 revoke_capture(source_id, op),
             ]
         })
         .collect()
-}
-
-/// Gives the capture function of `op` to `owner` (quoted).
-pub fn give_capture(source_id: i32, op: &str, owner: &str) -> String {
-    format!(
-        "ALTER FUNCTION {}() OWNER TO {owner}",
-        names::capture_function(source_id, op)
-    )
 }
 
 /// Takes EXECUTE on a capture function from PUBLIC. A capture function writes the changelog of
