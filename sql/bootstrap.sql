@@ -492,49 +492,65 @@ BEGIN
 END
 $$;
 
--- Gives the capture of event table p_source_id to the table's owner when another role has it
--- (after ALTER TABLE ... OWNER TO, see _follow_ddl): the capture functions run as their owner,
--- and the changelog's (and key table's) rights are the owner's, so all of them move from the
--- capture functions' owner to the table's. The caller brings the changelog's readers up to
--- date afterwards (_sync_changelog_readers).
+-- Gives the capture of event table p_source_id to the table's owner, from whichever roles
+-- own its capture functions (after ALTER TABLE ... OWNER TO, see _follow_ddl): the capture
+-- functions run as their owner, and the changelog's (and key table's) rights are the owner's,
+-- so all of them move to the table's owner. A former owner keeps no right on those tables
+-- unless it owns them; the caller brings the changelog's readers up to date afterwards
+-- (_sync_changelog_readers), which gives a former owner's views back what they read.
 CREATE FUNCTION eventview._move_capture(p_source_id integer) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     now_owner name;
     was_owner name;
+    former name[] := '{}';
     op text;
     capture regprocedure;
+    logged regclass;
+    keys regclass;
 BEGIN
-    SELECT n.rolname, w.rolname INTO now_owner, was_owner
+    -- (to_regprocedure, to_regclass: during a restore these may not exist yet)
+    logged := pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', p_source_id));
+    keys := pg_catalog.to_regclass(pg_catalog.format('eventview._keys_%s', p_source_id));
+    SELECT n.rolname INTO now_owner
     FROM eventview._sources s
     JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.relid::oid
     JOIN pg_catalog.pg_roles n ON n.oid OPERATOR(pg_catalog.=) c.relowner
-    -- (to_regprocedure, to_regclass: during a restore these may not exist yet)
-    JOIN pg_catalog.pg_proc p
-      ON p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
-             pg_catalog.format('eventview._capture_%s_insert()', s.source_id))
-    JOIN pg_catalog.pg_roles w ON w.oid OPERATOR(pg_catalog.=) p.proowner
-    WHERE s.source_id OPERATOR(pg_catalog.=) p_source_id
-      AND p.proowner OPERATOR(pg_catalog.<>) c.relowner
-      AND pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', s.source_id)) IS NOT NULL;
-    IF NOT FOUND THEN
+    WHERE s.source_id OPERATOR(pg_catalog.=) p_source_id;
+    IF now_owner IS NULL OR logged IS NULL THEN
         RETURN;
     END IF;
     FOREACH op IN ARRAY ARRAY['insert', 'update', 'delete', 'truncate', 'keys'] LOOP
         capture := pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', p_source_id, op));
-        IF capture IS NOT NULL THEN
+        was_owner := (SELECT r.rolname FROM pg_catalog.pg_proc p
+                      JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) p.proowner
+                      WHERE p.oid OPERATOR(pg_catalog.=) capture);
+        IF was_owner OPERATOR(pg_catalog.<>) now_owner THEN
             EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', capture, now_owner);
+            IF NOT was_owner OPERATOR(pg_catalog.=) ANY (former) THEN
+                former := former OPERATOR(pg_catalog.||) was_owner;
+            END IF;
         END IF;
     END LOOP;
-    EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON eventview._changes_%s TO %I',
-                              p_source_id, now_owner);
-    -- (Its views may still need SELECT: _sync_changelog_readers grants it back if so.)
-    EXECUTE pg_catalog.format('REVOKE ALL ON eventview._changes_%s FROM %I', p_source_id, was_owner);
-    IF pg_catalog.to_regclass(pg_catalog.format('eventview._keys_%s', p_source_id)) IS NOT NULL THEN
-        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON eventview._keys_%s TO %I',
-                                  p_source_id, now_owner);
-        EXECUTE pg_catalog.format('REVOKE ALL ON eventview._keys_%s FROM %I', p_source_id, was_owner);
+    IF pg_catalog.cardinality(former) OPERATOR(pg_catalog.=) 0 THEN
+        RETURN;
     END IF;
+    EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON %s TO %I', logged, now_owner);
+    IF keys IS NOT NULL THEN
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %I', keys, now_owner);
+    END IF;
+    FOREACH was_owner IN ARRAY former LOOP
+        IF was_owner OPERATOR(pg_catalog.<>) (SELECT r.rolname FROM pg_catalog.pg_class c
+                                              JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner
+                                              WHERE c.oid OPERATOR(pg_catalog.=) logged) THEN
+            EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %I', logged, was_owner);
+        END IF;
+        IF keys IS NOT NULL AND was_owner OPERATOR(pg_catalog.<>) (SELECT r.rolname FROM pg_catalog.pg_class c
+                                                               JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner
+                                                               WHERE c.oid OPERATOR(pg_catalog.=) keys) THEN
+            EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %I', keys, was_owner);
+        END IF;
+    END LOOP;
 END
 $$;
 REVOKE EXECUTE ON FUNCTION eventview._move_capture(integer) FROM PUBLIC;

@@ -1,49 +1,65 @@
 -- pg_eventview 0.26.0 -> 0.27.0
 \echo Use "ALTER EXTENSION pg_eventview UPDATE TO '0.27.0'" to load this file. \quit
 
--- Gives the capture of event table p_source_id to the table's owner when another role has it
--- (after ALTER TABLE ... OWNER TO, see _follow_ddl): the capture functions run as their owner,
--- and the changelog's (and key table's) rights are the owner's, so all of them move from the
--- capture functions' owner to the table's. The caller brings the changelog's readers up to
--- date afterwards (_sync_changelog_readers).
+-- Gives the capture of event table p_source_id to the table's owner, from whichever roles
+-- own its capture functions (after ALTER TABLE ... OWNER TO, see _follow_ddl): the capture
+-- functions run as their owner, and the changelog's (and key table's) rights are the owner's,
+-- so all of them move to the table's owner. A former owner keeps no right on those tables
+-- unless it owns them; the caller brings the changelog's readers up to date afterwards
+-- (_sync_changelog_readers), which gives a former owner's views back what they read.
 CREATE FUNCTION eventview._move_capture(p_source_id integer) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     now_owner name;
     was_owner name;
+    former name[] := '{}';
     op text;
     capture regprocedure;
+    logged regclass;
+    keys regclass;
 BEGIN
-    SELECT n.rolname, w.rolname INTO now_owner, was_owner
+    -- (to_regprocedure, to_regclass: during a restore these may not exist yet)
+    logged := pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', p_source_id));
+    keys := pg_catalog.to_regclass(pg_catalog.format('eventview._keys_%s', p_source_id));
+    SELECT n.rolname INTO now_owner
     FROM eventview._sources s
     JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) s.relid::oid
     JOIN pg_catalog.pg_roles n ON n.oid OPERATOR(pg_catalog.=) c.relowner
-    -- (to_regprocedure, to_regclass: during a restore these may not exist yet)
-    JOIN pg_catalog.pg_proc p
-      ON p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
-             pg_catalog.format('eventview._capture_%s_insert()', s.source_id))
-    JOIN pg_catalog.pg_roles w ON w.oid OPERATOR(pg_catalog.=) p.proowner
-    WHERE s.source_id OPERATOR(pg_catalog.=) p_source_id
-      AND p.proowner OPERATOR(pg_catalog.<>) c.relowner
-      AND pg_catalog.to_regclass(pg_catalog.format('eventview._changes_%s', s.source_id)) IS NOT NULL;
-    IF NOT FOUND THEN
+    WHERE s.source_id OPERATOR(pg_catalog.=) p_source_id;
+    IF now_owner IS NULL OR logged IS NULL THEN
         RETURN;
     END IF;
     FOREACH op IN ARRAY ARRAY['insert', 'update', 'delete', 'truncate', 'keys'] LOOP
         capture := pg_catalog.to_regprocedure(pg_catalog.format('eventview._capture_%s_%s()', p_source_id, op));
-        IF capture IS NOT NULL THEN
+        was_owner := (SELECT r.rolname FROM pg_catalog.pg_proc p
+                      JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) p.proowner
+                      WHERE p.oid OPERATOR(pg_catalog.=) capture);
+        IF was_owner OPERATOR(pg_catalog.<>) now_owner THEN
             EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %I', capture, now_owner);
+            IF NOT was_owner OPERATOR(pg_catalog.=) ANY (former) THEN
+                former := former OPERATOR(pg_catalog.||) was_owner;
+            END IF;
         END IF;
     END LOOP;
-    EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON eventview._changes_%s TO %I',
-                              p_source_id, now_owner);
-    -- (Its views may still need SELECT: _sync_changelog_readers grants it back if so.)
-    EXECUTE pg_catalog.format('REVOKE ALL ON eventview._changes_%s FROM %I', p_source_id, was_owner);
-    IF pg_catalog.to_regclass(pg_catalog.format('eventview._keys_%s', p_source_id)) IS NOT NULL THEN
-        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON eventview._keys_%s TO %I',
-                                  p_source_id, now_owner);
-        EXECUTE pg_catalog.format('REVOKE ALL ON eventview._keys_%s FROM %I', p_source_id, was_owner);
+    IF pg_catalog.cardinality(former) OPERATOR(pg_catalog.=) 0 THEN
+        RETURN;
     END IF;
+    EXECUTE pg_catalog.format('GRANT SELECT, INSERT, DELETE ON %s TO %I', logged, now_owner);
+    IF keys IS NOT NULL THEN
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %I', keys, now_owner);
+    END IF;
+    FOREACH was_owner IN ARRAY former LOOP
+        IF was_owner OPERATOR(pg_catalog.<>) (SELECT r.rolname FROM pg_catalog.pg_class c
+                                              JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner
+                                              WHERE c.oid OPERATOR(pg_catalog.=) logged) THEN
+            EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %I', logged, was_owner);
+        END IF;
+        IF keys IS NOT NULL AND was_owner OPERATOR(pg_catalog.<>) (SELECT r.rolname FROM pg_catalog.pg_class c
+                                                               JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner
+                                                               WHERE c.oid OPERATOR(pg_catalog.=) keys) THEN
+            EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %I', keys, was_owner);
+        END IF;
+    END LOOP;
 END
 $$;
 REVOKE EXECUTE ON FUNCTION eventview._move_capture(integer) FROM PUBLIC;
@@ -101,15 +117,14 @@ BEGIN
 END
 $$;
 
--- Capture functions are each node's own (src/pg/node_local.rs). On a Citus coordinator, Citus
--- marked those of the coordinator's event tables as distributed objects and made them on every
--- worker, where a shard's event table of the same number has capture functions of the same
--- names: the coordinator's replaced them there (owned by the coordinator's table's owner), and
--- dropping the coordinator's table dropped them with their triggers. Citus runs this update on
--- every node. On each: the marks go; capture functions of no event table of the node, and used
--- by no trigger, are dropped (a shard of that number arriving later makes its own); capture
--- owned by another role than its table moves to the table's owner; an event table left
--- without capture is named in a WARNING.
+-- Capture functions are each node's own (src/pg/node_local.rs). Where Citus is installed
+-- (Citus runs this update on every node of a cluster whose pg_eventview it manages; elsewhere
+-- it is run on each node), each node keeps only its own: Citus's marks on capture functions
+-- go; capture functions of no event table of the node (a number with no event table, or the
+-- key function of a table that is not partitioned), used by no trigger, are dropped; capture
+-- owned by another role than its table moves to the table's owner; an event table of the node
+-- without capture functions is named in a WARNING. (What earlier releases left behind on a
+-- Citus cluster: CHANGELOG.md, 0.27.0.)
 DO $$
 DECLARE
     f record;
@@ -117,6 +132,8 @@ BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_object') IS NULL THEN
         RETURN;
     END IF;
+    -- The GRANTs, REVOKEs and ALTER FUNCTIONs below would each run _follow_ddl again.
+    PERFORM pg_catalog.set_config('eventview.following_ddl', 'on', true);
     DELETE FROM pg_catalog.pg_dist_object d USING pg_catalog.pg_proc p
     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
       AND d.objid OPERATOR(pg_catalog.=) p.oid
@@ -125,11 +142,13 @@ BEGIN
     FOR f IN
         SELECT p.oid::pg_catalog.regprocedure AS capture
         FROM pg_catalog.pg_proc p
+        CROSS JOIN LATERAL (SELECT pg_catalog.substring(p.proname, '^_capture_([0-9]+)_')::integer AS source_id,
+                                   p.proname OPERATOR(pg_catalog.~) '_keys$' AS keys) n
         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'eventview'::pg_catalog.regnamespace
           AND p.proname OPERATOR(pg_catalog.~) '^_capture_[0-9]+_'
-          AND NOT EXISTS (SELECT 1 FROM eventview._sources s
-                          WHERE p.proname OPERATOR(pg_catalog.~) ('^_capture_' OPERATOR(pg_catalog.||) s.source_id OPERATOR(pg_catalog.||) '_'))
           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgfoid OPERATOR(pg_catalog.=) p.oid)
+          AND (NOT EXISTS (SELECT 1 FROM eventview._sources s WHERE s.source_id OPERATOR(pg_catalog.=) n.source_id)
+               OR (n.keys AND pg_catalog.to_regclass(pg_catalog.format('eventview._keys_%s', n.source_id)) IS NULL))
     LOOP
         EXECUTE pg_catalog.format('DROP FUNCTION %s', f.capture);
     END LOOP;
@@ -143,8 +162,9 @@ BEGIN
     LOOP
         RAISE WARNING USING
             MESSAGE = pg_catalog.format('event table %s has no capture: its changes are not captured', f.relid),
-            DETAIL = 'Its capture functions were dropped with an event table of the same number on the Citus coordinator.',
-            HINT = 'Copy its events aside, drop it (for a shard, its distributed table) with eventview.drop_event_table, create it again, and put the events back.';
+            DETAIL = 'Its capture functions may have been dropped with an event table of the same number on the Citus coordinator.',
+            HINT = 'Copy its events aside, drop it (a shard: its distributed table) with eventview.drop_event_table, create it again, and put the events back.';
     END LOOP;
+    PERFORM pg_catalog.set_config('eventview.following_ddl', 'off', true);
 END
 $$;

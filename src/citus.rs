@@ -1534,38 +1534,66 @@ pub fn view_stats(view_id: i32) -> EvResult<String> {
     .unwrap_or_else(|| "{}".into()))
 }
 
+/// A node that could not be reached in a statement: its host and port, and the error's message.
+struct UnreachableNode {
+    host: String,
+    port: i32,
+    message: String,
+}
+
 thread_local! {
-    /// The statement (`pg::statement_started_at`) in which a node could not be reached, and
-    /// the error's message.
-    static UNREACHABLE_IN: std::cell::RefCell<Option<(i64, String)>> = const { std::cell::RefCell::new(None) };
+    /// The nodes that could not be reached in the statement of key `pg::statement_key`.
+    static UNREACHABLE: std::cell::RefCell<((i64, u32), Vec<UnreachableNode>)> =
+        const { std::cell::RefCell::new(((0, 0), Vec::new())) };
 }
 
 /// `each_shard` of a monitoring view (reading the registry only): while a node cannot be
-/// reached, `Err` with the error's message instead of the query failing. Once a node could not
-/// be reached in a statement, the statement's other calls (one per distributed view or table)
-/// do not try again: where a host drops packets rather than refusing them, each try waits up to
+/// reached, `Err` with the error's message instead of the query failing. A node that could not
+/// be reached in a statement is not tried again by the statement's other calls (one per
+/// distributed view or table): a table with a shard there gets the same error at once. Where a
+/// host drops packets rather than refusing them, each try waits up to
 /// `citus.node_connection_timeout`.
 fn each_shard_for_monitoring(
     source: &DistributedSource,
     tables: &[&str],
     call: impl FnOnce(&ShardArgs) -> String,
 ) -> EvResult<Result<Vec<String>, String>> {
-    let statement = crate::pg::statement_started_at();
-    let failed_before = UNREACHABLE_IN.with_borrow(|failed| {
-        failed
-            .as_ref()
-            .filter(|(at, _)| *at == statement)
-            .map(|(_, message)| message.clone())
+    let statement = crate::pg::statement_key();
+    let known: Vec<(String, i32, String)> = UNREACHABLE.with_borrow(|(key, nodes)| {
+        if *key != statement {
+            return Vec::new();
+        }
+        nodes
+            .iter()
+            .map(|n| (n.host.clone(), n.port, n.message.clone()))
+            .collect()
     });
-    if let Some(message) = failed_before {
-        pgrx::debug1!("a node could not be reached earlier in this statement: not tried again");
-        return Ok(Err(message));
+    for (host, port, message) in known {
+        if distributed::placed_on(source.relid, &host, port)? {
+            pgrx::debug1!(
+                "node {host}:{port} could not be reached earlier in this statement: not tried again"
+            );
+            return Ok(Err(message));
+        }
     }
     let answers = crate::pg::subtransaction::unless_failed(unreachable_node, || {
         each_shard(source, tables, Registry::Read, call)
     })?;
     if let Err(message) = &answers {
-        UNREACHABLE_IN.set(Some((statement, message.clone())));
+        // Remembered when the error names its node (a node shutting down is not named).
+        if let Some((host, port)) = eventview_core::citus_errors::remote_node_named(message) {
+            UNREACHABLE.with_borrow_mut(|(key, nodes)| {
+                if *key != statement {
+                    *key = statement;
+                    nodes.clear();
+                }
+                nodes.push(UnreachableNode {
+                    host,
+                    port,
+                    message: message.clone(),
+                });
+            });
+        }
     }
     Ok(answers)
 }

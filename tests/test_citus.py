@@ -1426,8 +1426,14 @@ def test_monitoring_shows_distributed_views_and_tables(citus):
 
 def test_monitoring_shows_what_it_knows_while_a_worker_is_down(citus):
     rng = random.Random(2700)
-    worker = citus.workers[0]
     with citus.connect() as conn:
+        # A table of one shard, on the worker that stays up.
+        conn.execute("SET citus.shard_count = 1")
+        conn.execute("SELECT eventview.create_event_table('dup1', distribute_by => 'event_id')")
+        conn.execute("INSERT INTO dup1 (event_type, payload) VALUES ('order', '{}')")
+        up = conn.execute("""SELECT n.nodeport FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)
+                             JOIN pg_dist_node n USING (groupid) WHERE s.logicalrelid = 'dup1'::regclass""").fetchone()[0]
+        worker = next(w for w in citus.workers if w.port != up)
         sku_table_with_pending_changes(conn, "ddown", rng)
         figures = ("SELECT pending_changes IS NULL, lag IS NULL, quarantined IS NULL, skipped IS NULL, groups "
                    "FROM eventview.views WHERE name = 'ddown_sku'::regclass")
@@ -1443,8 +1449,10 @@ def test_monitoring_shows_what_it_knows_while_a_worker_is_down(citus):
                   "WHERE source IN ('ddown'::regclass, 'ddown_local'::regclass) GROUP BY 1 ORDER BY 1")
         observed = conn.execute(fields).fetchall()
         assert [t for t, _ in observed] == ["ddown", "ddown_local"], observed
-        # A second view of the table.
+        # A second view of the table, then one of the table on the other worker (after them in
+        # eventview.views).
         conn.execute("SELECT eventview.create_view('ddown_n', 'ddown', measures => '{\"n\": \"count(*)\"}')")
+        conn.execute("SELECT eventview.create_view('dup1_n', 'dup1', measures => '{\"n\": \"count(*)\"}')")
     pg_ctl(worker, "-m", "fast", "-w", "stop")
     try:
         with citus.connect() as conn:
@@ -1462,16 +1470,17 @@ def test_monitoring_shows_what_it_knows_while_a_worker_is_down(citus):
             assert conn.execute(fields).fetchall() == [row for row in observed if row[0] == "ddown_local"]
             assert any("observed fields of event table public.ddown are not shown: connection to the" in w
                        for w in warnings), warnings
-            # Once a node could not be reached in a statement, its other distributed views
-            # do not try again (each try may wait for citus.node_connection_timeout), and show
-            # the same; the next statement tries again.
+            # Once a node could not be reached in a statement, the statement's other
+            # distributed views with a shard there do not try again (each try may wait for
+            # citus.node_connection_timeout), and show the same; a view with no shard there
+            # answers; the next statement tries again.
             conn.execute("SET client_min_messages = debug1")
             for _ in range(2):
                 warnings.clear()
-                both = conn.execute("""SELECT count(*) FROM eventview.views
-                                       WHERE name IN ('ddown_sku'::regclass, 'ddown_n'::regclass)
-                                         AND pending_changes IS NULL AND lag IS NULL""").fetchone()
-                assert both == (2,)
+                unknown_figures = conn.execute(
+                    """SELECT name::text, pending_changes IS NULL AND lag IS NULL FROM eventview.views
+                       WHERE name IN ('ddown_sku'::regclass, 'ddown_n'::regclass, 'dup1_n'::regclass) ORDER BY 1""").fetchall()
+                assert unknown_figures == [("ddown_n", True), ("ddown_sku", True), ("dup1_n", False)]
                 unknown = [w for w in warnings if " are unknown: connection to the" in w]
                 assert len(unknown) == 2 and unknown[0].split(": ", 1)[1] == unknown[1].split(": ", 1)[1], warnings
                 assert sum("not tried again" in w for w in warnings) == 1, warnings
@@ -1502,6 +1511,7 @@ def test_monitoring_shows_what_it_knows_while_a_worker_is_down(citus):
         finally:
             conn.execute("SELECT eventview.drop_event_table('ddown', cascade => true)")
             conn.execute("SELECT eventview.drop_event_table('ddown_local')")
+            conn.execute("SELECT eventview.drop_event_table('dup1', cascade => true)")
 
 
 def test_quarantine_on_the_coordinator_holds_every_shards_entries(citus):

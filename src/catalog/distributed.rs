@@ -197,6 +197,18 @@ pub fn view_arguments(view_id: i32) -> EvResult<Option<String>> {
 }
 
 /// The user relation of distributed view `view_id`, if it is catalogued.
+/// Whether distributed table `relid` has a shard placed on node `host`:`port`.
+pub fn placed_on(relid: pg_sys::Oid, host: &str, port: i32) -> EvResult<bool> {
+    Ok(spi::one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_shard s
+                        JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid
+                        JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid
+                        WHERE s.logicalrelid = $1::regclass AND n.nodename = $2 AND n.nodeport = $3)",
+        &[relid.into(), host.into(), port.into()],
+    )?
+    .unwrap_or(false))
+}
+
 pub fn view_relid(view_id: i32) -> EvResult<Option<pg_sys::Oid>> {
     spi::one::<pg_sys::Oid>(
         "SELECT relid::oid FROM eventview._distributed_views WHERE view_id = $1",

@@ -26,11 +26,19 @@ pub fn next_full_transaction_id() -> u64 {
     unsafe { pg_sys::ReadNextFullTransactionId() }.value
 }
 
-/// When the current top-level statement started (`statement_timestamp()`), which tells the
-/// calls of one statement from those of the next.
-pub fn statement_started_at() -> i64 {
-    // SAFETY: reads the start time of the current statement; no side effects.
-    unsafe { pg_sys::GetCurrentStatementStartTimestamp() }
+/// What tells the calls of one statement from those of the next: the start time of the current
+/// top-level statement (`statement_timestamp()`) and the backend's number of its transaction
+/// (a procedure's COMMIT starts another within the same statement). The statements of one
+/// query string share it, as do the calls of one function.
+pub fn statement_key() -> (i64, u32) {
+    // SAFETY: reads the start time of the current statement and this backend's PGPROC (set for
+    // the life of the backend); no side effects.
+    unsafe {
+        (
+            pg_sys::GetCurrentStatementStartTimestamp(),
+            (*pg_sys::MyProc).lxid,
+        )
+    }
 }
 
 /// Whether the library is being loaded from `shared_preload_libraries`.

@@ -4,6 +4,7 @@
 
 pub mod batch;
 pub mod changelog_segments;
+pub mod citus_errors;
 pub mod definition;
 pub mod envelope_check;
 pub mod envelope_sql;
