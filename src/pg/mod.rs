@@ -1,7 +1,7 @@
 //! The PostgreSQL layer: SPI helpers, statements prepared once per backend, relation locks,
 //! role switches, GUC nest levels, the relation cache, the observer aggregate's state, stored
-//! jsonb datums, waking the worker at commit and DDL kept on this node. Every `unsafe` block of the extension is here,
-//! each with a `SAFETY:` line; the modules above call safe functions.
+//! jsonb datums, waking the worker at commit and DDL kept on this node. Every `unsafe` block of
+//! the extension is here, each with a `SAFETY:` line; the modules above call safe functions.
 
 pub mod aggregate;
 pub mod capture_trigger;
