@@ -705,15 +705,7 @@ def test_an_event_table_on_the_coordinator_leaves_the_capture_of_a_shard_of_the_
     is neither taken over by the other table's owner nor dropped with it."""
     rng = random.Random(2701)
     with citus.connect() as conn:
-        conn.execute("SET citus.shard_count = 4")
-        conn.execute("SELECT eventview.create_event_table('dnum', distribute_by => 'event_id')")
-        conn.execute(
-            "SELECT eventview.create_view('dnum_sku', 'dnum', event_types => ARRAY['order'], "
-            "group_by => %s, measures => %s, time_bucket => '1 day')",
-            (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
-        )
-        insert_orders(conn, "dnum", rng, 100)
-        conn.execute("SELECT eventview.refresh('dnum_sku')")
+        sku_table(conn, "dnum", rng, 100)
     worker = citus.workers[0]
     shard_capture = """SELECT s.source_id, p.proowner::regrole::text,
                               EXISTS (SELECT FROM pg_dist_object d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid)
@@ -1213,9 +1205,9 @@ def pg_ctl(node: Cluster, *args: str) -> None:
     )
 
 
-def sku_table_with_pending_changes(conn, table: str, rng: random.Random) -> None:
+def sku_table(conn, table: str, rng: random.Random, orders: int) -> None:
     """Distributed event table `table` in 4 shards with a view `<table>_sku` of SKU_VIEW,
-    refreshed once, then with inserts and deletes pending."""
+    `orders` orders inserted and refreshed."""
     conn.execute("SET citus.shard_count = 4")
     conn.execute("SELECT eventview.create_event_table(%s, distribute_by => 'event_id')", (table,))
     conn.execute(
@@ -1223,8 +1215,13 @@ def sku_table_with_pending_changes(conn, table: str, rng: random.Random) -> None
         "group_by => %s, measures => %s, time_bucket => '1 day')",
         (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
     )
-    insert_orders(conn, table, rng, 300)
+    insert_orders(conn, table, rng, orders)
     conn.execute(f"SELECT eventview.refresh('{table}_sku')")
+
+
+def sku_table_with_pending_changes(conn, table: str, rng: random.Random) -> None:
+    """`sku_table` with 300 orders, then with inserts and deletes pending."""
+    sku_table(conn, table, rng, 300)
     insert_orders(conn, table, rng, 200)
     conn.execute(f"DELETE FROM {table} WHERE event_id % 6 = 1")
 
