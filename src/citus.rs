@@ -835,6 +835,18 @@ pub fn create_view(args: &CreateViewArgs, source: &DistributedSource) -> EvResul
     let view = distributed_view(relid)?
         .ok_or_else(|| internal(format!("distributed view {view_id} is not catalogued")))?;
     quarantine::copy_entries(&view)?;
+    // The merged groups are the sum of the shards' views as made: their positions are recorded
+    // as a refresh records them, so that a realtime read before the first refresh adds the
+    // pending changes onto the merged groups instead of merging every group they touch from
+    // the shards' partial groups.
+    let answers = realtime::pending_groups_of_shards(&view, &arguments, &table_sql)?;
+    let mut positions = ShardPositions::default();
+    for answer in &answers {
+        positions.add(&ShardAnswer::parse(answer)?)?;
+    }
+    if let Some(positions) = positions.of_every_shard(answers.len()) {
+        distributed::record_positions(view_id, &positions)?;
+    }
     Ok(relid)
 }
 
@@ -1219,27 +1231,55 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     let mut taken = ShardChanges::default();
     let mut marks = quarantine::ShardMarks::default();
     let mut drift = Vec::new();
-    let mut positions = serde_json::Map::new();
+    let mut positions = ShardPositions::default();
     for result in &results {
         let answer = ShardAnswer::parse(result)?;
         applied += answer.number("applied")?;
         taken.add(&answer)?;
         marks.add(&answer)?;
         drift.extend(answer.list("drift")?);
-        if let Some((shard, position)) = answer.position()? {
-            positions.insert(shard, position.into());
-        }
+        positions.add(&answer)?;
     }
-    // Recorded only when every shard answered its position (a node with an older library
-    // answers none): a realtime read compares every shard's.
-    let positions = (positions.len() == results.len())
-        .then(|| serde_json::Value::Object(positions).to_string());
     merge_drift(view.source.relid, drift)?;
     let merged = sql_for(&definition, view.view_id, &table_sql, None);
     taken.merge_into(&merged, &view.groups)?;
     quarantine::follow(view, &marks)?;
-    distributed::record_refresh(view.view_id, positions.as_deref())?;
+    distributed::record_refresh(
+        view.view_id,
+        positions.of_every_shard(results.len()).as_deref(),
+    )?;
     Ok(applied)
+}
+
+/// The positions of the shards' views (`ViewSql::shard_view_position`) that shards answered,
+/// by shard.
+#[derive(Default)]
+pub(crate) struct ShardPositions(serde_json::Map<String, serde_json::Value>);
+
+impl ShardPositions {
+    /// The shard and position of a shard's answer, if it answered them (a node with an older
+    /// library does not).
+    fn add(&mut self, answer: &ShardAnswer) -> EvResult<()> {
+        if let Some((shard, position)) = answer.position()? {
+            self.0.insert(shard, position.into());
+        }
+        Ok(())
+    }
+
+    fn answered(&self) -> usize {
+        self.0.len()
+    }
+
+    /// `{"<shard>": "<position>", ...}`.
+    fn to_json(&self) -> String {
+        serde_json::Value::Object(self.0.clone()).to_string()
+    }
+
+    /// The positions to record, when all `answers` answered one: a realtime read compares
+    /// every shard's, and a shard missing from the record would never match.
+    fn of_every_shard(&self, answers: usize) -> Option<String> {
+        (self.answered() == answers).then(|| self.to_json())
+    }
 }
 
 /// A shard's answer to a per-shard call (a JSON object), its members left unparsed: the group

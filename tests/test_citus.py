@@ -845,11 +845,12 @@ def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_r
             )
             assert conn.execute("SELECT realtime FROM eventview.views WHERE name = 'drt_sku'::regclass").fetchone() == (True,)
             rt_check(conn, "drt", "drt_sku", "made")
-            # How a read merges the touched groups: before the first refresh, from every shard's
-            # partial groups; after it, the pending changes added onto the merged groups, but a
-            # group whose maximum a change moved inwards from every shard's partial groups.
+            # How a read merges the touched groups: the pending changes added onto the merged
+            # groups (create_view records the positions of the shards' views as made, as a
+            # refresh records them), but a group whose maximum a change moved inwards from
+            # every shard's partial groups.
             insert_orders(conn, "drt", rng, 40)
-            assert merged_by(conn, "before the first refresh") == [MERGED_FROM_PARTIAL_GROUPS]
+            assert merged_by(conn, "before the first refresh") == [ADDED_ONTO_MERGED]
             conn.execute("SELECT eventview.refresh('drt_sku')")
             conn.execute("SELECT eventview.refresh('drt_when')")
             insert_orders(conn, "drt", rng, 60)

@@ -255,6 +255,16 @@ pub fn record_refresh(view_id: i32, positions: Option<&str>) -> EvResult<()> {
     )
 }
 
+/// Records the position of every shard's view of distributed view `view_id` (`positions`, as
+/// `record_refresh` takes them) without a refresh: those of the views as `create_view` made
+/// them.
+pub fn record_positions(view_id: i32, positions: &str) -> EvResult<()> {
+    spi::run(
+        "UPDATE eventview._distributed_views SET shard_positions = $2::json WHERE view_id = $1",
+        &[view_id.into(), positions.into()],
+    )
+}
+
 /// Forgets distributed view `view_id`: its coordinator's quarantine entries and its catalog
 /// row. Whether it was catalogued.
 pub fn delete_view(view_id: i32) -> EvResult<bool> {

@@ -38,7 +38,7 @@
 use super::{
     array_elements, definition_of, distributed_view, each_shard, internal, json_array,
     mapped_shards, not_supported, require_owner, shard_count, sql_for, view_keeping,
-    with_shard_access, DistributedView, Registry, ShardAnswer, ShardViewCall,
+    with_shard_access, DistributedView, Registry, ShardAnswer, ShardPositions, ShardViewCall,
 };
 use crate::catalog::{self, distributed};
 use crate::errors::{EvError, EvResult};
@@ -155,49 +155,29 @@ fn merged_across_shards(
     definition: &eventview_core::definition::ViewDefinition,
     table_sql: &str,
 ) -> EvResult<String> {
-    let answers = each_shard(
-        &view.source,
-        &[table_sql, &view.groups],
-        Registry::Read,
-        |a| {
-            format!(
-                "eventview._shard_pending_groups({}, {}, {}, {}, {}, {})",
-                a.shard,
-                a.value,
-                a.shards,
-                view.view_id,
-                quote::literal(arguments),
-                a.delta_retention
-            )
-        },
-    )?;
+    let answers = pending_groups_of_shards(view, arguments, table_sql)?;
     require_every_shard_answered(view, answers.len())?;
     let mut pending = Vec::new();
     let mut values = Vec::new();
-    let mut positions = serde_json::Map::new();
+    let mut positions = ShardPositions::default();
     for answer in &answers {
         let answer = ShardAnswer::parse(answer)?;
         pending.extend(answer.elements("groups")?);
         values.extend(answer.elements("values")?);
-        if let Some((shard, position)) = answer.position()? {
-            positions.insert(shard, position.into());
-        }
+        positions.add(&answer)?;
     }
     if pending.is_empty() {
         return Ok("[]".into());
     }
     let pending = json_array(&pending);
     let values = json_array(&values);
-    let positions_answered = positions.len();
+    let positions_answered = positions.answered();
     let merged = sql_for(definition, view.view_id, table_sql, None);
     let onto_stored = spi::one_replanned::<String>(
         &merged.merge_onto_stored(),
         &[
             pending.as_str().into(),
-            serde_json::Value::Object(positions)
-                .to_string()
-                .as_str()
-                .into(),
+            positions.to_json().as_str().into(),
             values.as_str().into(),
         ],
     )?
@@ -229,6 +209,31 @@ fn merged_across_shards(
     Ok(json_array(
         &exact.into_iter().chain(rest).collect::<Vec<_>>(),
     ))
+}
+
+/// Every shard's answer to `_shard_pending_groups` for `view` (see `shard_pending_groups`), in
+/// this transaction, read only.
+pub(super) fn pending_groups_of_shards(
+    view: &DistributedView,
+    arguments: &str,
+    table_sql: &str,
+) -> EvResult<Vec<String>> {
+    each_shard(
+        &view.source,
+        &[table_sql, &view.groups],
+        Registry::Read,
+        |a| {
+            format!(
+                "eventview._shard_pending_groups({}, {}, {}, {}, {}, {})",
+                a.shard,
+                a.value,
+                a.shards,
+                view.view_id,
+                quote::literal(arguments),
+                a.delta_retention
+            )
+        },
+    )
 }
 
 /// The groups `only` lists (a JSON array of key objects; every group `pending` touches when
