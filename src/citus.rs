@@ -43,7 +43,7 @@ use crate::relation;
 use crate::views::{self, CreateViewArgs};
 use eventview_core::definition::{parse_definition, DefinitionInput, ViewDefinition};
 use eventview_core::sqlgen::{self, ViewSql};
-use eventview_core::{envelope_sql, names, quote};
+use eventview_core::{envelope_sql, json_text, names, quote};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
@@ -1131,14 +1131,15 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
             &[],
         )?
         .unwrap_or_else(|| "{}".into());
-        let mut result: serde_json::Value = serde_json::from_str(&taken)
-            .map_err(|e| internal(format!("a shard's changes are not JSON: {e}")))?;
-        result["applied"] = applied.into();
-        result["drift"] = drift_of_shard(shard.event_relid)?.into();
-        result["shard"] = call.value.into();
-        result["position"] = shard_view_position(view.view_id)?.into();
-        result["quarantine"] = quarantine::mark_of(relid)?.into();
-        Ok(result.to_string())
+        let mut added = serde_json::Map::new();
+        added.insert("applied".into(), applied.into());
+        added.insert("drift".into(), drift_of_shard(shard.event_relid)?.into());
+        added.insert("shard".into(), call.value.into());
+        added.insert("position".into(), shard_view_position(view.view_id)?.into());
+        added.insert("quarantine".into(), quarantine::mark_of(relid)?.into());
+        // The changes stay the text they were taken as (see `json_text`).
+        json_text::with_members(&taken, &added)
+            .ok_or_else(|| internal(format!("a shard's changes are not a JSON object: {taken}")))
     })
 }
 

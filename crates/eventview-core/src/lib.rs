@@ -9,6 +9,7 @@ pub mod definition;
 pub mod envelope_check;
 pub mod envelope_sql;
 pub mod fuzz;
+pub mod json_text;
 pub mod jsonb_bytes;
 pub mod jsonpath;
 pub mod jsonpath_eval;
