@@ -86,11 +86,12 @@ def setup(conn, base, shards):
 
 
 def analyze_every_node(args):
-    """ANALYZE on every node: the statistics of the shards' changelogs and partial groups as
-    autovacuum leaves them within a minute or so of a burst of writes (a realtime read plans
-    its per-shard statements for the tables as they are)."""
+    """ANALYZE on every node, as autovacuum does within a minute or so of a burst of writes:
+    fresh statistics, and every plan kept over the analyzed tables made again. The realtime
+    reads right after the rounds, in the session that ran them, are slower (see
+    BENCHMARKS.md)."""
     for i in (0, 1, 2):
-        with bench.connect_to(argparse.Namespace(host=args.host, port=args.port + i, dbname="postgres")) as c:
+        with bench.connect_to(argparse.Namespace(host=args.host, port=args.port + i, dbname=args.dbname)) as c:
             c.execute("ANALYZE")
 
 

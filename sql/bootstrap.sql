@@ -144,8 +144,9 @@ CREATE TABLE eventview._distributed_views (
     -- Read realtime (src/citus/realtime.rs).
     realtime        boolean NOT NULL DEFAULT false,
     -- The position of every shard's view the merged groups were last merged from, shard to
-    -- position (NULL before the first refresh): a realtime read whose shards are all still
-    -- there adds their pending changes onto the merged groups.
+    -- position, recorded by create_view and every refresh (NULL when some shard's node
+    -- answered none): a realtime read whose shards are all still there adds their pending
+    -- changes onto the merged groups.
     shard_positions json
 );
 COMMENT ON TABLE eventview._distributed_views IS 'pg_eventview: views over event tables distributed by Citus';

@@ -1138,8 +1138,12 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
         added.insert("position".into(), shard_view_position(view.view_id)?.into());
         added.insert("quarantine".into(), quarantine::mark_of(relid)?.into());
         // The changes stay the text they were taken as (see `json_text`).
-        json_text::with_members(&taken, &added)
-            .ok_or_else(|| internal(format!("a shard's changes are not a JSON object: {taken}")))
+        json_text::with_members(&taken, &added).ok_or_else(|| {
+            let start: String = taken.chars().take(300).collect();
+            internal(format!(
+                "a shard's changes are not a JSON object: {start}..."
+            ))
+        })
     })
 }
 
@@ -1258,8 +1262,8 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
 pub(crate) struct ShardPositions(serde_json::Map<String, serde_json::Value>);
 
 impl ShardPositions {
-    /// The shard and position of a shard's answer, if it answered them (a node with an older
-    /// library does not).
+    /// Adds the shard and position of a shard's answer, when it has them (a node with an older
+    /// library answers none).
     fn add(&mut self, answer: &ShardAnswer) -> EvResult<()> {
         if let Some((shard, position)) = answer.position()? {
             self.0.insert(shard, position.into());

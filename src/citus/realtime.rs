@@ -186,7 +186,7 @@ fn merged_across_shards(
     // Every shard must have answered its position (a node with an older library answers none).
     if positions_answered != answers.len() || !onto_stored.flag("same")? {
         pgrx::debug1!(
-            "realtime read of distributed view {}: every touched group merged from the shards' partial groups: the shards' positions are not those the last refresh recorded",
+            "realtime read of distributed view {}: every touched group merged from the shards' partial groups: the shards' positions are not those recorded with the merged groups",
             view.view_id
         );
         return merged_from_partial_groups(view, &merged, &pending, &values, None);

@@ -5,8 +5,8 @@
 use serde_json::{Map, Value};
 
 /// The JSON object `object` (its text) with `members` added after its own, or None when
-/// `object` is not the text of an object. `members` must not repeat a name of `object`'s (a
-/// reader would take one of the two).
+/// `object` is not enclosed in braces (its inside is taken as it is, not checked). `members`
+/// must not repeat a name of `object`'s (a reader would take one of the two).
 pub fn with_members(object: &str, members: &Map<String, Value>) -> Option<String> {
     let inner = object.trim().strip_prefix('{')?.strip_suffix('}')?.trim();
     let added = Value::Object(members.clone()).to_string();
