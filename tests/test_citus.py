@@ -873,11 +873,7 @@ def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_r
         conn.execute("SELECT eventview.create_event_table('drt', distribute_by => %s)", (distribute_by,))
         try:
             insert_orders(conn, "drt", rng, 150)
-            conn.execute(
-                "SELECT eventview.create_view('drt_sku', 'drt', event_types => ARRAY['order'], "
-                "group_by => %s, measures => %s, time_bucket => '1 day', realtime => true)",
-                (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
-            )
+            create_drt_sku(conn, realtime=True)
             # Another percentile and distinct JSON values, without buckets.
             conn.execute(
                 """SELECT eventview.create_view('drt_when', 'drt', event_types => ARRAY['order'],
