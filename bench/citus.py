@@ -86,10 +86,10 @@ def setup(conn, base, shards):
 
 
 def analyze_every_node(args):
-    """ANALYZE on every node, as autovacuum does within a minute or so of a burst of writes:
-    fresh statistics, and every plan kept over the analyzed tables made again. The realtime
-    reads right after the rounds, in the session that ran them, are slower (see
-    BENCHMARKS.md)."""
+    """ANALYZE on every node, as autovacuum does within a minute or so of a burst of writes.
+    While autovacuum analyzes the shards' tables, each analyze makes the workers prepare the
+    statements of a realtime read over those tables again (see BENCHMARKS.md); after this,
+    nothing is left for it to analyze."""
     for i in (0, 1, 2):
         with bench.connect_to(argparse.Namespace(host=args.host, port=args.port + i, dbname=args.dbname)) as c:
             c.execute("ANALYZE")
