@@ -1042,7 +1042,7 @@ delta_rows AS (
             } else if to_log {
                 logged.push(n);
             }
-            if self.feeds_rollups {
+            if self.feeds_rollups && self.value_changes_written().any(|(k, _)| k == n) {
                 ctes.push(format!(
                     "vc{n} AS (\n    SELECT {select}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {positions}\n    HAVING sum(sign) <> 0\n)"
                 ));

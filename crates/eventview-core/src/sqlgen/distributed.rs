@@ -1205,4 +1205,31 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn a_shards_apply_writes_the_value_changes_of_count_distinct_but_not_of_min_and_max() {
+        let d = def(r#"{"n": "count(*)", "users": "count_distinct($.user)", "hi": "max($.p)"}"#);
+        let mut shard = sql(&d);
+        shard.feeds_rollups = true;
+        shard.data_table = Some("eventview._v7_groups_102104".into());
+        let apply = shard.apply(Mode::Delta);
+        assert!(apply.contains("vc2 AS ("), "{apply}");
+        assert!(!apply.contains("vc3 AS ("), "{apply}");
+        assert!(
+            apply.contains("INSERT INTO eventview._v7_changes (__k, bucket, g1, g1_null, __count, m2_vs, m2_ns, m3_val, __dirty)\n    SELECT __k, bucket, g1, g1_null, __count, x2.vs, x2.ns, m3_val, __dirty\n    FROM d0\n    LEFT JOIN (SELECT __k, bucket, g1, g1_null, array_agg(v) AS vs, array_agg(n) AS ns FROM vc2 GROUP BY __k, bucket, g1, g1_null) x2 USING (__k, bucket, g1, g1_null)\n    RETURNING 1"),
+            "{apply}"
+        );
+        // What the coordinator takes of them.
+        let take = shard.take_changes("'17'");
+        assert!(!take.contains("m3_vs"), "{take}");
+        // A view of this node that rollups read writes the value changes of every multiset.
+        let mut local = sql(&d);
+        local.feeds_rollups = true;
+        let apply = local.apply(Mode::Delta);
+        assert!(apply.contains("vc3 AS ("), "{apply}");
+        assert!(
+            apply.contains("INSERT INTO eventview._v7_changes (__k, bucket, g1, g1_null, __count, m2_vs, m2_ns, m3_val, m3_vs, m3_ns, __dirty)"),
+            "{apply}"
+        );
+    }
 }

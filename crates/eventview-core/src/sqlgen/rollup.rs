@@ -129,16 +129,27 @@ impl<'a> ViewSql<'a> {
     /// ```
     pub(super) fn changes_written(&self) -> String {
         let keys = self.key_list();
+        let written: Vec<String> = self
+            .value_changes_written()
+            .map(|(n, _)| format!("m{n}"))
+            .collect();
+        let mut columns = self.key_columns();
         let mut values = self.key_columns();
         for (c, _) in self.change_columns() {
             let array = c
                 .strip_suffix("_vs")
-                .map(|m| format!("x{}.vs", &m[1..]))
-                .or_else(|| c.strip_suffix("_ns").map(|m| format!("x{}.ns", &m[1..])));
-            values.push(array.unwrap_or(c));
+                .map(|m| (m, "vs"))
+                .or_else(|| c.strip_suffix("_ns").map(|m| (m, "ns")));
+            match array {
+                // Left NULL for a measure whose value changes are not written.
+                Some((m, _)) if !written.iter().any(|w| w == m) => continue,
+                Some((m, part)) => values.push(format!("x{}.{part}", &m[1..])),
+                None => values.push(c.clone()),
+            }
+            columns.push(c);
         }
         let joins: String = self
-            .multiset_measures()
+            .value_changes_written()
             .map(|(n, _)| {
                 format!(
                     "\n    LEFT JOIN (SELECT {keys}, array_agg(v) AS vs, array_agg(n) AS ns FROM vc{n} GROUP BY {keys}) x{n} USING ({keys})"
@@ -148,9 +159,21 @@ impl<'a> ViewSql<'a> {
         format!(
             "gc AS (\n    INSERT INTO {} ({})\n    SELECT {}\n    FROM d0{joins}\n    RETURNING 1\n)",
             self.changes_table(),
-            self.change_column_list(),
+            columns.join(", "),
             values.join(", ")
         )
+    }
+
+    /// The multiset measures whose value changes an apply writes to the group changelog
+    /// (`vc<n>`, the `m<n>_vs` and `m<n>_ns` columns): every one for the rollups of a view of
+    /// this node. A shard's view (`data_table`) writes those of count_distinct and percentile
+    /// only: the coordinator takes its min/max from the partial groups' extremes (and merges
+    /// a group whose extreme a retraction moved inwards anew from every shard's partial
+    /// group), so value changes of min/max would be written for nothing.
+    pub(super) fn value_changes_written(&self) -> impl Iterator<Item = (usize, &Measure)> {
+        let shard_view = self.data_table.is_some();
+        self.multiset_measures()
+            .filter(move |(_, m)| !shard_view || !matches!(m.kind, AggKind::Min | AggKind::Max))
     }
 
     /// Before a rebuild of a view that rollups read: the retraction of every group it
