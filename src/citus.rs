@@ -43,7 +43,7 @@ use crate::relation;
 use crate::views::{self, CreateViewArgs};
 use eventview_core::definition::{parse_definition, DefinitionInput, ViewDefinition};
 use eventview_core::sqlgen::{self, ViewSql};
-use eventview_core::{envelope_sql, json_text, names, quote};
+use eventview_core::{array_text, envelope_sql, json_text, names, quote};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
@@ -1082,9 +1082,11 @@ pub fn view_arguments(arguments: &str) -> EvResult<DistributedViewArguments> {
 }
 
 /// On a shard's node: refreshes the view keeping the groups shard co-located with the registry
-/// shard; returns `{"applied": <changed events applied>, "changes": [<the group changes its
-/// group changelog held, taken>], "values": [<the value changes of its count_distinct and
-/// percentile measures>]}`.
+/// shard; returns `{"applied": <changed events applied>, "columns": [<the group changes its
+/// group changelog held, taken, in columns>], "values": [<the value changes of its
+/// count_distinct and percentile measures>]}` (`ViewSql::take_change_columns`; `"changes":
+/// [<one object per group change>]` instead, `ViewSql::take_changes`, when the coordinator's
+/// `arguments` do not ask for columns, as those of an older library do not).
 ///
 /// A shard that Citus moved or split onto this node since the last refresh has no view here
 /// yet: its groups shard came with it, filled by the view of the node it left, whose changes
@@ -1126,11 +1128,10 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
             crate::refresh::refresh_with_sources(relid, &relation::regclass_text(relid)?)?;
         let view = catalog::view_by_relid(relid, false)?
             .ok_or_else(|| shard_view_gone(&shard.groups_shard))?;
-        let taken = spi::one::<String>(
-            &crate::view_objects::sql_of(&view).take_changes(&quote::literal(call.value)),
-            &[],
-        )?
-        .unwrap_or_else(|| "{}".into());
+        let in_columns = ShardAnswer::parse_from(call.arguments, "the coordinator")?
+            .text(CHANGES_AS)?
+            .is_some_and(|asked| asked == COLUMNS);
+        let taken = take_changes_of(&view, &quote::literal(call.value), in_columns)?;
         let mut added = serde_json::Map::new();
         added.insert("applied".into(), applied.into());
         added.insert("drift".into(), drift_of_shard(shard.event_relid)?.into());
@@ -1145,6 +1146,44 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
             ))
         })
     })
+}
+
+/// On a shard's node: the group changes of its view `view`, taken (`ViewSql::take_changes`, or
+/// `in_columns`, `ViewSql::take_change_columns`), the value changes tagged with `shard` (a
+/// literal). Their values are written as text the same way whatever the session's settings.
+pub(crate) fn take_changes_of(
+    view: &catalog::ViewRecord,
+    shard: &str,
+    in_columns: bool,
+) -> EvResult<String> {
+    let sql = crate::view_objects::sql_of(view);
+    let take = match in_columns {
+        true => sql.take_change_columns(shard),
+        false => sql.take_changes(shard),
+    };
+    let taken = guc::with_setting(c"DateStyle", c"ISO", || {
+        guc::with_setting(c"extra_float_digits", c"3", || {
+            spi::one::<String>(&take, &[])
+        })
+    })?;
+    Ok(taken.unwrap_or_else(|| "{}".into()))
+}
+
+/// Merges the group changes of shards' answers `answers` (as `refresh_shard_view` answers)
+/// into the storage of view `view` of this node, as a distributed view's refresh merges them
+/// into the coordinator's (for tests: the view's storage stands in for the merged groups).
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) fn merge_answers_into(view: &catalog::ViewRecord, answers: &[&str]) -> EvResult<()> {
+    let mut taken = ShardChanges::default();
+    let parsed = answers
+        .iter()
+        .map(|a| ShardAnswer::parse(a))
+        .collect::<EvResult<Vec<_>>>()?;
+    for answer in &parsed {
+        taken.add(answer)?;
+    }
+    let sql = crate::view_objects::sql_of(view);
+    taken.merge_into(&sql, "no_partial_groups")
 }
 
 /// On a shard's node: the position of its view `view_id` after this transaction's changes
@@ -1215,6 +1254,13 @@ pub fn refresh(view: &DistributedView) -> EvResult<i64> {
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
     lock_view(view)?;
     let (arguments, definition) = definition_of(view)?;
+    let mut asked = serde_json::Map::new();
+    asked.insert(CHANGES_AS.into(), COLUMNS.into());
+    let arguments = json_text::with_members(&arguments, &asked).ok_or_else(|| {
+        internal(format!(
+            "a view's arguments are not a JSON object: {arguments}"
+        ))
+    })?;
     let table_sql = view.source.table_sql()?;
     let results = each_shard(
         &view.source,
@@ -1286,6 +1332,12 @@ impl ShardPositions {
         (self.answered() == answers).then(|| self.to_json())
     }
 }
+
+/// The member of the `arguments` of a shard's refresh by which the coordinator asks for the
+/// group changes in columns (`ViewSql::take_change_columns`), and its value. A shard's node
+/// with an older library does not know it, and answers one JSON object per group change.
+const CHANGES_AS: &str = "changes_as";
+const COLUMNS: &str = "columns";
 
 /// A shard's answer to a per-shard call (a JSON object), its members left unparsed: the group
 /// changes of a refresh, thousands of objects, go on to the coordinator's statements as the
@@ -1385,6 +1437,9 @@ fn json_array(parts: &[&str]) -> String {
 #[derive(Default)]
 struct ShardChanges<'a> {
     changes: Vec<&'a str>,
+    /// The group changes of the shards that answered them in columns: per column, each such
+    /// shard's array (`ViewSql::take_change_columns`).
+    columns: Vec<Vec<String>>,
     values: Vec<&'a str>,
     replaces: Vec<String>,
     /// A shard's view was made anew (`refresh_shard_view`).
@@ -1396,6 +1451,29 @@ impl<'a> ShardChanges<'a> {
     fn add(&mut self, answer: &ShardAnswer<'a>) -> EvResult<()> {
         self.rebuilt |= answer.flag("rebuilt")?;
         self.changes.extend(answer.elements("changes")?);
+        let columns = answer.list("columns")?;
+        if !columns.is_empty() {
+            if self.columns.is_empty() {
+                self.columns = vec![Vec::new(); columns.len()];
+            }
+            if columns.len() != self.columns.len() {
+                return Err(internal(format!(
+                    "shards answered their group changes in {} and in {} columns",
+                    self.columns.len(),
+                    columns.len()
+                )));
+            }
+            for (shards, column) in self.columns.iter_mut().zip(columns) {
+                match column {
+                    serde_json::Value::String(array) => shards.push(array),
+                    other => {
+                        return Err(internal(format!(
+                            "a shard's column of group changes is not an array's text: {other}"
+                        )))
+                    }
+                }
+            }
+        }
         self.values.extend(answer.elements("values")?);
         self.replaces.extend(
             answer
@@ -1415,14 +1493,46 @@ impl<'a> ShardChanges<'a> {
     /// applied and nobody took. Every value is a parameter of a local statement, or a literal
     /// where the statement reads the distributed groups.
     fn merge_into(self, merged: &ViewSql, groups: &str) -> EvResult<()> {
+        // The keys (JSON objects' texts, as array elements) of the groups to merge anew, and of
+        // the groups changed in columns whose distinct counts need counting.
+        let mut dirty_keys = Vec::new();
+        let mut changed_keys = Vec::new();
+        let from_objects;
+        let from_columns;
         if self.rebuilt {
             spi::run_all(&merged.merge_all(groups))?;
-        } else if !self.changes.is_empty() {
-            let listed = json_array(&self.changes);
-            let dirty =
-                spi::one::<String>(&merged.apply_changes("$1::json"), &[listed.as_str().into()])?
-                    .unwrap_or_else(|| "[]".into());
-            if dirty != "[]" {
+        } else {
+            if !self.changes.is_empty() {
+                let listed = json_array(&self.changes);
+                from_objects = spi::one::<String>(
+                    &merged.apply_changes("$1::json"),
+                    &[listed.as_str().into()],
+                )?
+                .unwrap_or_else(|| "[]".into());
+                dirty_keys.extend(array_elements(&from_objects, "the dirty groups")?);
+            }
+            if !self.columns.is_empty() {
+                let spliced = self
+                    .columns
+                    .iter()
+                    .map(|shards| {
+                        let parts: Vec<&str> = shards.iter().map(String::as_str).collect();
+                        array_text::concat(&parts).ok_or_else(|| {
+                            internal(
+                                "a shard's column of group changes is not an array's text".into(),
+                            )
+                        })
+                    })
+                    .collect::<EvResult<Vec<String>>>()?;
+                from_columns =
+                    spi::one::<String>(&merged.apply_change_columns(), &[spliced.into()])?
+                        .unwrap_or_else(|| "{}".into());
+                let written = ShardAnswer::parse_from(&from_columns, "the merge of group changes")?;
+                dirty_keys.extend(written.elements("dirty")?);
+                changed_keys.extend(written.elements("changed")?);
+            }
+            if !dirty_keys.is_empty() {
+                let dirty = json_array(&dirty_keys);
                 spi::run_all(&merged.merge_keys(groups, &quote::literal(&dirty)))?;
             }
         }
@@ -1442,8 +1552,8 @@ impl<'a> ShardChanges<'a> {
         }
         if self.rebuilt {
             spi::run_all(&merged.count_distinct_of(None))?;
-        } else if !self.changes.is_empty() || !self.values.is_empty() {
-            let keys = json_array(&[self.changes, self.values].concat());
+        } else if !self.changes.is_empty() || !changed_keys.is_empty() || !self.values.is_empty() {
+            let keys = json_array(&[self.changes, changed_keys, self.values].concat());
             for statement in merged.count_distinct_of(Some("$1::json")) {
                 spi::run(&statement, &[keys.as_str().into()])?;
             }

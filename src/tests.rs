@@ -1181,4 +1181,69 @@ mod tests {
         Spi::run("SELECT eventview.drop_event_table('ut_gone', cascade => true)").unwrap();
         assert_eq!(scalar_i64(&rows), 0);
     }
+
+    /// A distributed view's refresh merges the shards' group changes into the coordinator's
+    /// groups as they answer them: in columns, or (a node with an older library) one JSON
+    /// object per group, both in one refresh. A view of this node stands in for a shard's
+    /// (writing its group changes as one does), another for the coordinator's merged groups.
+    /// The columns carry their values as text, read back the same under other settings: taken
+    /// with DateStyle `SQL, DMY`, merged with `SQL, MDY`, 2026-11-03 stays November 3.
+    #[pg_test]
+    fn shards_group_changes_merge_alike_in_columns_and_as_objects_whatever_the_settings() {
+        Spi::run("SELECT eventview.create_event_table('ut_merge')").unwrap();
+        let definition = r#"group_by => '{"sku": "$.sku"}', measures => '{"n": "count(*)", "qty": "sum($.qty)", "top": "max($.p)", "low": "min($.p)"}', time_bucket => '1 day'"#;
+        for name in ["ut_shard", "ut_merged"] {
+            Spi::run(&format!(
+                "SELECT eventview.create_view('{name}', 'ut_merge', {definition})"
+            ))
+            .unwrap();
+        }
+        let record = |name: &str| {
+            let relid = crate::relation::resolve(name).unwrap();
+            crate::catalog::view_by_relid(relid, false)
+                .unwrap()
+                .unwrap()
+        };
+        let shard = record("ut_shard");
+        Spi::run(
+            &crate::view_objects::sql_of(&shard)
+                .create_changes()
+                .join(";\n"),
+        )
+        .unwrap();
+        crate::catalog::set_feeds_rollups(shard.view_id, true).unwrap();
+        let shard = record("ut_shard");
+        let insert = |rows: &str| {
+            Spi::run(&format!(
+                "INSERT INTO ut_merge (event_type, occurred_at, payload) VALUES {rows}"
+            ))
+            .unwrap()
+        };
+        insert(
+            r#"('a', '2026-11-03 10:00+00', '{"sku": "x", "qty": 1, "p": 5.25}'),
+               ('a', '2026-11-03 11:00+00', '{"sku": "a,\"b\"{c}\\", "qty": 2, "p": 7}'),
+               ('a', '2026-11-04 11:00+00', '{"qty": 4, "p": 0.5}')"#,
+        );
+        Spi::run("SELECT eventview.refresh('ut_shard')").unwrap();
+        Spi::run("SET DateStyle = 'SQL, DMY'").unwrap();
+        let in_columns = crate::citus::take_changes_of(&shard, "'1'", true).unwrap();
+        assert!(in_columns.contains(r#""columns""#), "{in_columns}");
+        insert(
+            r#"('a', '2026-11-03 12:00+00', '{"sku": "x", "qty": 3, "p": 9.125}'),
+               ('a', '2026-11-05 12:00+00', '{"sku": "", "qty": 5, "p": 1}')"#,
+        );
+        Spi::run("SELECT eventview.refresh('ut_shard')").unwrap();
+        let as_objects = crate::citus::take_changes_of(&shard, "'1'", false).unwrap();
+        assert!(as_objects.contains(r#""changes""#), "{as_objects}");
+        Spi::run("SET DateStyle = 'SQL, MDY'").unwrap();
+        crate::citus::merge_answers_into(&record("ut_merged"), &[&in_columns, &as_objects])
+            .unwrap();
+        Spi::run("RESET DateStyle").unwrap();
+        assert_eq!(scalar_i64("SELECT count(*) FROM ut_merged"), 4);
+        assert_matches("ut_merged", "SELECT * FROM ut_shard");
+        assert_eq!(
+            scalar_i64("SELECT count(*) FROM ut_merged WHERE bucket = '2026-11-03' AND sku = 'x' AND n = 2 AND qty = 4 AND top = 9.125 AND low = 5.25"),
+            1
+        );
+    }
 }

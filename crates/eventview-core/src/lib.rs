@@ -2,6 +2,7 @@
 //! nothing of pgrx, so it builds and tests with plain `cargo test -p eventview-core`, and the
 //! SQL it generates can be read and compared with golden files.
 
+pub mod array_text;
 pub mod batch;
 pub mod changelog_segments;
 pub mod citus_errors;

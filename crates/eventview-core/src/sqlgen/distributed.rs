@@ -182,8 +182,44 @@ impl<'a> ViewSql<'a> {
     /// (counters added, extremes of the additions combined, `__dirty` when any retracted), and
     /// the value changes of its count_distinct and percentile measures, as a JSON object
     /// `{"changes": [...], "values": [...]}`; the changelog emptied. `shard` (a literal) tags
-    /// the value changes.
+    /// the value changes. (What a shard answers a coordinator that does not ask for
+    /// `take_change_columns`.)
     pub fn take_changes(&self, shard: &str) -> String {
+        self.take(shard, "changes", "coalesce(pg_catalog.json_agg(c), '[]')")
+    }
+
+    /// `take_changes` with the group changes in columns, as `{"columns": [<the text of an
+    /// array of each column's values>, ...], "values": [...]}`: the columns of
+    /// `change_column_types`, in its order, each array in the same order of groups. The
+    /// coordinator reads them with `apply_change_columns`: parsing typed arrays costs it
+    /// about half what parsing as many JSON objects does, and the answer is a third of the
+    /// size. The arrays are the text of their values: the caller fixes the settings that text
+    /// depends on (`DateStyle` ISO, `extra_float_digits` 3), so that the coordinator reads
+    /// back the same values whatever its own settings.
+    pub fn take_change_columns(&self, shard: &str) -> String {
+        let arrays: Vec<String> = self
+            .change_column_types()
+            .into_iter()
+            .map(|(name, type_name)| {
+                let element = match type_name.ends_with("[]") {
+                    // An array of arrays of different lengths is no array: each as its text.
+                    true => format!("c.{name}::text"),
+                    false => format!("c.{name}"),
+                };
+                format!("coalesce(pg_catalog.array_agg({element})::text, '{{}}')")
+            })
+            .collect();
+        self.take(
+            shard,
+            "columns",
+            &format!("pg_catalog.to_json(ARRAY[{}])", arrays.join(", ")),
+        )
+    }
+
+    /// The statement of `take_changes` and `take_change_columns`: the group changes, one row
+    /// per group as `c`, made into the answer's member `member` by `of_rows` (an aggregate over
+    /// `c`).
+    fn take(&self, shard: &str, member: &str, of_rows: &str) -> String {
         let keys = self.key_list();
         let merged = self.merged_changes();
         let mut columns: Vec<String> = merged
@@ -205,13 +241,27 @@ impl<'a> ViewSql<'a> {
         format!(
             "WITH taken AS (DELETE FROM {} RETURNING {keys}, {})
 SELECT pg_catalog.json_build_object(
-    'changes', (SELECT coalesce(pg_catalog.json_agg(c), '[]') FROM (SELECT {keys}, {} FROM taken GROUP BY {keys}) c),
+    '{member}', (SELECT {of_rows} FROM (SELECT {keys}, {} FROM taken GROUP BY {keys}) c),
     'values', {})::text",
             self.changes_table(),
             taken.join(", "),
             columns.join(", "),
             Self::json_rows(&values)
         )
+    }
+
+    /// The columns of a group change with their types, in the order `take_change_columns`
+    /// answers them: the keys, the columns that merge by themselves (`merged_changes`),
+    /// `__dirty`.
+    fn change_column_types(&self) -> Vec<(String, String)> {
+        let mut columns = self.key_column_types();
+        columns.extend(
+            self.merged_changes()
+                .into_iter()
+                .map(|c| (c.name, c.type_name)),
+        );
+        columns.push(("__dirty".into(), "boolean".into()));
+        columns
     }
 
     /// `(SELECT coalesce(json_agg(x), '[]') FROM (<selects, UNION ALL>) x)`: the rows of
@@ -328,10 +378,76 @@ WHERE {}",
     /// whose count fell to 0, which only a retraction does). One pass over the changes: the
     /// keys come from the rows the statement wrote.
     pub fn apply_changes(&self, changes: &str) -> String {
-        let merged = self.merged_changes();
         let mut record = self.key_record();
-        record.extend(merged.iter().map(|c| format!("{} {}", c.name, c.type_name)));
+        record.extend(
+            self.merged_changes()
+                .iter()
+                .map(|c| format!("{} {}", c.name, c.type_name)),
+        );
         record.push("__dirty boolean".into());
+        let from = format!(
+            "pg_catalog.json_to_recordset({changes}) AS c({})",
+            record.join(", ")
+        );
+        format!(
+            "{}\nSELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {} FROM written WHERE __dirty) k",
+            self.changes_written_to_merged(&from),
+            self.key_list()
+        )
+    }
+
+    /// `apply_changes` of the group changes `$1` holds in columns (a `text[]`: each column of
+    /// `take_change_columns` with the values of every shard that answered so). Returns
+    /// `{"dirty": [<keys>], "changed": [<keys>]}`: the keys of the groups marked `__dirty`, and
+    /// of every group changed when the view counts distinct values (`count_distinct_of`
+    /// counts them anew), else none.
+    pub fn apply_change_columns(&self) -> String {
+        let columns = self.change_column_types();
+        let arrays: Vec<String> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, (_, type_name))| {
+                let carried = if type_name.ends_with("[]") {
+                    "text"
+                } else {
+                    type_name
+                };
+                format!("pg_catalog.unnest(($1)[{}]::{carried}[])", i + 1)
+            })
+            .collect();
+        let names: Vec<&str> = columns.iter().map(|(name, _)| name.as_str()).collect();
+        let typed: Vec<String> = columns
+            .iter()
+            .map(|(name, type_name)| match type_name.ends_with("[]") {
+                true => format!("u.{name}::{type_name} AS {name}"),
+                false => format!("u.{name}"),
+            })
+            .collect();
+        let from = format!(
+            "(SELECT {} FROM ROWS FROM ({}) AS u({})) c",
+            typed.join(", "),
+            arrays.join(", "),
+            names.join(", ")
+        );
+        let keys = self.key_list();
+        let changed = match self.distinct_measures().next() {
+            Some(_) => format!(
+                "(SELECT coalesce(pg_catalog.json_agg(k), '[]') FROM (SELECT {keys} FROM written) k)"
+            ),
+            None => "'[]'::json".into(),
+        };
+        format!(
+            "{}\nSELECT pg_catalog.json_build_object(
+    'dirty', (SELECT coalesce(pg_catalog.json_agg(k), '[]') FROM (SELECT {keys} FROM written WHERE __dirty) k),
+    'changed', {changed})::text",
+            self.changes_written_to_merged(&from)
+        )
+    }
+
+    /// `WITH written AS (<the group changes of FROM item `from`, one row per change, added to
+    /// the merged groups, RETURNING their keys and __dirty>)`.
+    fn changes_written_to_merged(&self, from: &str) -> String {
+        let merged = self.merged_changes();
         let keys = self.key_list();
         let mut sums: Vec<String> = merged
             .iter()
@@ -360,14 +476,12 @@ WHERE {}",
             "WITH written AS (
 INSERT INTO {data} AS t ({keys}, {})
 SELECT {keys}, {}
-FROM pg_catalog.json_to_recordset({changes}) AS c({})
+FROM {from}
 GROUP BY {keys}
 ON CONFLICT ({keys}) DO UPDATE SET {}
-RETURNING {keys}, __dirty)
-SELECT coalesce(pg_catalog.json_agg(k), '[]')::text FROM (SELECT {keys} FROM written WHERE __dirty) k",
+RETURNING {keys}, __dirty)",
             columns.join(", "),
             sums.join(", "),
-            record.join(", "),
             updates.join(", "),
             data = self.data()
         )
@@ -1204,6 +1318,46 @@ mod tests {
                 "ALTER TABLE eventview._v7_groups ADD PRIMARY KEY (__shard, __k, bucket, g1, g1_null)".to_string(),
             ]
         );
+    }
+
+    #[test]
+    fn group_changes_travel_in_typed_columns_and_a_sketch_as_the_text_of_each_value() {
+        let d = def(r#"{"n": "count(*)", "hi": "max($.p)", "p90": "approx_percentile($.p, 0.9)"}"#);
+        let view = sql(&d);
+        let take = view.take_change_columns("'17'");
+        assert!(take.contains("'columns', (SELECT pg_catalog.to_json(ARRAY[coalesce(pg_catalog.array_agg(c.__k)::text, '{}'), coalesce(pg_catalog.array_agg(c.bucket)::text, '{}'), coalesce(pg_catalog.array_agg(c.g1)::text, '{}'), coalesce(pg_catalog.array_agg(c.g1_null)::text, '{}'), coalesce(pg_catalog.array_agg(c.__count)::text, '{}'), coalesce(pg_catalog.array_agg(c.m2_val)::text, '{}'), coalesce(pg_catalog.array_agg(c.m3_sk::text)::text, '{}'), coalesce(pg_catalog.array_agg(c.__dirty)::text, '{}')]) FROM (SELECT __k, bucket, g1, g1_null, "), "{take}");
+        // The same group changes as `take_changes` takes, in the same statement.
+        let objects = view.take_changes("'17'");
+        assert_eq!(
+            take.split_once("FROM (SELECT").unwrap().1,
+            objects.split_once("FROM (SELECT").unwrap().1
+        );
+        let apply = view.apply_change_columns();
+        assert!(apply.contains("FROM (SELECT u.__k, u.bucket, u.g1, u.g1_null, u.__count, u.m2_val, u.m3_sk::bigint[] AS m3_sk, u.__dirty FROM ROWS FROM (pg_catalog.unnest(($1)[1]::boolean[]), pg_catalog.unnest(($1)[2]::timestamptz[]), pg_catalog.unnest(($1)[3]::text[]), pg_catalog.unnest(($1)[4]::boolean[]), pg_catalog.unnest(($1)[5]::bigint[]), pg_catalog.unnest(($1)[6]::numeric[]), pg_catalog.unnest(($1)[7]::text[]), pg_catalog.unnest(($1)[8]::boolean[])) AS u(__k, bucket, g1, g1_null, __count, m2_val, m3_sk, __dirty)) c\nGROUP BY __k, bucket, g1, g1_null"), "{apply}");
+        // The same upsert as `apply_changes`'.
+        let objects = view.apply_changes("$1::json");
+        assert_eq!(
+            apply
+                .split_once("GROUP BY")
+                .unwrap()
+                .1
+                .split_once("SELECT")
+                .unwrap()
+                .0,
+            objects
+                .split_once("GROUP BY")
+                .unwrap()
+                .1
+                .split_once("SELECT")
+                .unwrap()
+                .0
+        );
+        assert!(apply.ends_with("'changed', '[]'::json)::text"), "{apply}");
+        // A view counting distinct values hears of every group changed.
+        let d = def(r#"{"users": "count_distinct($.user)"}"#);
+        assert!(sql(&d)
+            .apply_change_columns()
+            .ends_with("'changed', (SELECT coalesce(pg_catalog.json_agg(k), '[]') FROM (SELECT __k, bucket, g1, g1_null FROM written) k))::text"));
     }
 
     #[test]
