@@ -1124,14 +1124,11 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
             })
             .to_string());
         };
-        let applied =
-            crate::refresh::refresh_with_sources(relid, &relation::regclass_text(relid)?)?;
-        let view = catalog::view_by_relid(relid, false)?
-            .ok_or_else(|| shard_view_gone(&shard.groups_shard))?;
         let in_columns = ShardAnswer::parse_from(call.arguments, "the coordinator")?
             .text(CHANGES_AS)?
             .is_some_and(|asked| asked == COLUMNS);
-        let taken = take_changes_of(&view, &quote::literal(call.value), in_columns)?;
+        let (applied, view, taken) =
+            refresh_and_take(relid, &quote::literal(call.value), in_columns)?;
         let mut added = serde_json::Map::new();
         added.insert("applied".into(), applied.into());
         added.insert("drift".into(), drift_of_shard(shard.event_relid)?.into());
@@ -1148,6 +1145,57 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
     })
 }
 
+/// On a shard's node: refreshes this node's view `relid` of a shard, and takes its group
+/// changes (`take_changes_of`, tagged with `shard`, a literal); returns the changed events
+/// applied, the view, and the answer of the take. Asked `in_columns`, the apply hands its
+/// group changes back instead of writing them to the view's group changelog
+/// (`refresh::collecting_handed_back_changes`), in the text that `take_changes_of` writes, and
+/// they join what the take finds there.
+pub(crate) fn refresh_and_take(
+    relid: pg_sys::Oid,
+    shard: &str,
+    in_columns: bool,
+) -> EvResult<(i64, catalog::ViewRecord, String)> {
+    let name = relation::regclass_text(relid)?;
+    let refresh = || crate::refresh::refresh_with_sources(relid, &name);
+    let (applied, handed_back) = match in_columns {
+        true => in_text_settings(|| crate::refresh::collecting_handed_back_changes(refresh))?,
+        false => (refresh()?, Vec::new()),
+    };
+    let view = catalog::view_by_relid(relid, false)?.ok_or_else(|| {
+        EvError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("view {name} of this node was dropped during its refresh"),
+        )
+        .with_hint("Run the call again.")
+    })?;
+    let taken = take_changes_of(&view, shard, in_columns)?;
+    if handed_back.is_empty() {
+        return Ok((applied, view, taken));
+    }
+    let mut answer: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&taken)
+        .map_err(|e| {
+            internal(format!(
+                "a shard's taken changes are not a JSON object: {e}"
+            ))
+        })?;
+    let mut lists: Vec<String> = answer
+        .get("columns")
+        .map(|c| c.to_string())
+        .into_iter()
+        .collect();
+    lists.extend(handed_back);
+    let lists: Vec<&str> = lists.iter().map(String::as_str).collect();
+    let joined = array_text::join_column_lists(&lists).ok_or_else(|| {
+        internal(format!(
+            "a shard's group changes are not columns of the same arrays: {}",
+            lists.join(" ")
+        ))
+    })?;
+    answer.insert("columns".into(), joined.into());
+    Ok((applied, view, serde_json::Value::Object(answer).to_string()))
+}
+
 /// On a shard's node: the group changes of its view `view`, taken (`ViewSql::take_changes`, or
 /// `in_columns`, `ViewSql::take_change_columns`), the value changes tagged with `shard` (a
 /// literal). Their values are written as text the same way whatever the session's settings.
@@ -1161,12 +1209,18 @@ pub(crate) fn take_changes_of(
         true => sql.take_change_columns(shard),
         false => sql.take_changes(shard),
     };
-    let taken = guc::with_setting(c"DateStyle", c"ISO", || {
-        guc::with_setting(c"extra_float_digits", c"3", || {
-            spi::one::<String>(&take, &[])
-        })
-    })?;
+    let taken = in_text_settings(|| spi::one::<String>(&take, &[]))?;
     Ok(taken.unwrap_or_else(|| "{}".into()))
+}
+
+/// Runs `f` with the settings under which a shard writes its group changes as text for the
+/// coordinator: `DateStyle` ISO (its output part only: how dates are read stays as set) and
+/// `extra_float_digits` 3, so that the coordinator reads back the very values whatever either
+/// session's settings.
+fn in_text_settings<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
+    guc::with_setting(c"DateStyle", c"ISO", || {
+        guc::with_setting(c"extra_float_digits", c"3", f)
+    })
 }
 
 /// Merges the group changes of shards' answers `answers` (as `refresh_shard_view` answers)
@@ -1397,6 +1451,11 @@ impl<'a> ShardAnswer<'a> {
         Ok(self.text("shard")?.zip(self.text("position")?))
     }
 
+    /// Member `name` as the text it came in, if present.
+    fn raw(&self, name: &str) -> Option<&'a str> {
+        self.0.get(name).map(|raw| raw.get())
+    }
+
     /// The elements of array member `name` as the text between its brackets; None when it is
     /// absent, null or empty.
     fn elements(&self, name: &str) -> EvResult<Option<&'a str>> {
@@ -1437,9 +1496,9 @@ fn json_array(parts: &[&str]) -> String {
 #[derive(Default)]
 struct ShardChanges<'a> {
     changes: Vec<&'a str>,
-    /// The group changes of the shards that answered them in columns: per column, each such
-    /// shard's array (`ViewSql::take_change_columns`).
-    columns: Vec<Vec<String>>,
+    /// The group changes of the shards that answered them in columns, each such shard's list
+    /// of columns (`ViewSql::take_change_columns`).
+    columns: Vec<&'a str>,
     values: Vec<&'a str>,
     replaces: Vec<String>,
     /// A shard's view was made anew (`refresh_shard_view`).
@@ -1451,29 +1510,8 @@ impl<'a> ShardChanges<'a> {
     fn add(&mut self, answer: &ShardAnswer<'a>) -> EvResult<()> {
         self.rebuilt |= answer.flag("rebuilt")?;
         self.changes.extend(answer.elements("changes")?);
-        let columns = answer.list("columns")?;
-        if !columns.is_empty() {
-            if self.columns.is_empty() {
-                self.columns = vec![Vec::new(); columns.len()];
-            }
-            if columns.len() != self.columns.len() {
-                return Err(internal(format!(
-                    "shards answered their group changes in {} and in {} columns",
-                    self.columns.len(),
-                    columns.len()
-                )));
-            }
-            for (shards, column) in self.columns.iter_mut().zip(columns) {
-                match column {
-                    serde_json::Value::String(array) => shards.push(array),
-                    other => {
-                        return Err(internal(format!(
-                            "a shard's column of group changes is not an array's text: {other}"
-                        )))
-                    }
-                }
-            }
-        }
+        self.columns
+            .extend(answer.raw("columns").filter(|c| c.trim() != "null"));
         self.values.extend(answer.elements("values")?);
         self.replaces.extend(
             answer
@@ -1512,18 +1550,9 @@ impl<'a> ShardChanges<'a> {
                 dirty_keys.extend(array_elements(&from_objects, "the dirty groups")?);
             }
             if !self.columns.is_empty() {
-                let spliced = self
-                    .columns
-                    .iter()
-                    .map(|shards| {
-                        let parts: Vec<&str> = shards.iter().map(String::as_str).collect();
-                        array_text::concat(&parts).ok_or_else(|| {
-                            internal(
-                                "a shard's column of group changes is not an array's text".into(),
-                            )
-                        })
-                    })
-                    .collect::<EvResult<Vec<String>>>()?;
+                let spliced = array_text::join_column_lists(&self.columns).ok_or_else(|| {
+                    internal("shards' group changes are not columns of the same arrays".into())
+                })?;
                 from_columns =
                     spi::one::<String>(&merged.apply_change_columns(), &[spliced.into()])?
                         .unwrap_or_else(|| "{}".into());

@@ -54,6 +54,39 @@ pub fn apply(
     apply_with(view, mode, from, to, IdleLogs::Merge)
 }
 
+thread_local! {
+    /// While `collecting_handed_back_changes` runs: the group changes the applies of shards'
+    /// views handed back (`ViewSql::apply_handing_back_changes`), each a JSON array of column
+    /// texts.
+    static HANDED_BACK: std::cell::RefCell<Option<Vec<String>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with the applies of shards' views handing their group changes back instead of
+/// writing them to their group changelogs (`ViewSql::hands_back_changes`); returns what `f`
+/// returns and the changes handed back. What a coordinator's refresh of a shard runs, which
+/// answers them with the changes it takes from the changelog; every other refresh of a shard's
+/// view writes them to the changelog, for the coordinator's next refresh to take.
+pub fn collecting_handed_back_changes<T>(
+    f: impl FnOnce() -> EvResult<T>,
+) -> EvResult<(T, Vec<String>)> {
+    struct Stop;
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            HANDED_BACK.with_borrow_mut(|collected| *collected = None);
+        }
+    }
+    HANDED_BACK.with_borrow_mut(|collected| *collected = Some(Vec::new()));
+    let _stop = Stop;
+    let out = f()?;
+    let collected = HANDED_BACK.with_borrow_mut(|collected| collected.take());
+    Ok((out, collected.unwrap_or_default()))
+}
+
+fn collecting_changes() -> bool {
+    HANDED_BACK.with_borrow(|collected| collected.is_some())
+}
+
 /// What a refresh with nothing to apply does with the min/max value logs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum IdleLogs {
@@ -94,12 +127,23 @@ fn apply_with(
             spi::run_replanned(&sql.retract_into_changes(mode == Mode::Window), &args)
         })?;
     }
-    let statement = sql.apply(mode);
+    let hand_back = mode == Mode::Delta && sql.hands_back_changes() && collecting_changes();
+    let statement = match hand_back {
+        true => sql.apply_handing_back_changes(),
+        false => sql.apply(mode),
+    };
     if mode == Mode::Full {
         start_progress(view)?;
     }
     let result = run_apply_statement(view, &sql, mode, &statement, &args)?;
     progress::finish();
+    if let Some(changes) = result.handed_back {
+        HANDED_BACK.with_borrow_mut(|collected| {
+            if let Some(collected) = collected {
+                collected.push(changes);
+            }
+        });
+    }
     if view.definition.on_type_error == TypePolicy::Fail {
         if let Some(reason) = result.first_error {
             return Err(EvError::invalid(format!("type error in view {}: {reason}", relname(view)?))
@@ -219,6 +263,8 @@ struct StatementResult {
     first_error: Option<String>,
     /// Rows the statement appended to the value logs.
     logged: i64,
+    /// The group changes the statement handed back (`ViewSql::apply_handing_back_changes`).
+    handed_back: Option<String>,
 }
 
 /// Clears what a recomputation replaces and runs the apply statement, as the view's owner. A
@@ -255,6 +301,10 @@ fn run_apply_statement(
                 dirty: row.get::<i64>(3)?.unwrap_or(0),
                 first_error: row.get::<String>(4)?,
                 logged: row.get::<i64>(5)?.unwrap_or(0),
+                handed_back: match row.columns()? {
+                    6 => row.get::<String>(6)?,
+                    _ => None,
+                },
             })
         })?)
     })

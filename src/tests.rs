@@ -1246,4 +1246,95 @@ mod tests {
             1
         );
     }
+
+    /// A shard's view, refreshed for a coordinator that asks for its group changes in columns,
+    /// hands them back from its apply without writing them to its group changelog; what the
+    /// changelog holds from other refreshes goes with them. Merged into the coordinator's
+    /// groups, they make what the shard's view holds. A view of this node keeping its groups
+    /// in a table of partial groups (as a shard's view keeps them in its groups shard) stands
+    /// in for a shard's view, another view for the coordinator's merged groups.
+    #[pg_test]
+    fn a_shards_apply_hands_its_group_changes_back_and_the_changelog_keeps_the_others() {
+        Spi::run("SELECT eventview.create_event_table('ut_hb')").unwrap();
+        Spi::run(
+            r#"SELECT eventview.create_view('ut_hb_merged', 'ut_hb', group_by => '{"sku": "$.sku"}',
+                 measures => '{"n": "count(*)", "qty": "sum($.qty)", "top": "max($.p)"}', time_bucket => '1 day')"#,
+        )
+        .unwrap();
+        let record = |name: &str| {
+            let relid = crate::relation::resolve(name).unwrap();
+            crate::catalog::view_by_relid(relid, false)
+                .unwrap()
+                .unwrap()
+        };
+        let merged = record("ut_hb_merged");
+        Spi::run(&format!(
+            "CREATE TABLE eventview.ut_hb_groups (LIKE eventview._v{}_data INCLUDING DEFAULTS);
+             ALTER TABLE eventview.ut_hb_groups ADD COLUMN __shard bigint NOT NULL DEFAULT 1",
+            merged.view_id
+        ))
+        .unwrap();
+        let day = Spi::get_one::<pgrx::datum::Interval>("SELECT interval '1 day'").unwrap();
+        let relid = crate::views::create_view(crate::views::CreateViewArgs {
+            name: "ut_hb_shard",
+            source: "ut_hb",
+            group_by: r#"{"sku": "$.sku"}"#,
+            measures: r#"{"n": "count(*)", "qty": "sum($.qty)", "top": "max($.p)"}"#,
+            event_types: None,
+            time_bucket: day,
+            filter: None,
+            realtime: false,
+            on_type_error: "quarantine",
+            time_zone: None,
+            unnest: None,
+            data_table: Some("eventview.ut_hb_groups"),
+        })
+        .unwrap();
+        let shard = record("ut_hb_shard");
+        Spi::run(
+            &crate::view_objects::sql_of(&shard)
+                .create_changes()
+                .join(";\n"),
+        )
+        .unwrap();
+        crate::catalog::set_feeds_rollups(shard.view_id, true).unwrap();
+        let changelog = format!("eventview._v{}_changes", shard.view_id);
+        let insert = |rows: &str| {
+            Spi::run(&format!(
+                "INSERT INTO ut_hb (event_type, occurred_at, payload) VALUES {rows}"
+            ))
+            .unwrap()
+        };
+        insert(
+            r#"('a', '2026-11-03 10:00+00', '{"sku": "x", "qty": 1, "p": 5.25}'),
+               ('a', '2026-11-03 11:00+00', '{"sku": "a,\"b\"{c}\\", "qty": 2, "p": 7}'),
+               ('a', '2026-11-04 11:00+00', '{"qty": 4, "p": 0.5}')"#,
+        );
+        Spi::run("SET DateStyle = 'SQL, DMY'").unwrap();
+        let (applied, _, first) = crate::citus::refresh_and_take(relid, "'1'", true).unwrap();
+        assert_eq!(applied, 3);
+        assert!(first.contains(r#""columns""#), "{first}");
+        assert_eq!(
+            scalar_i64(&format!("SELECT pg_relation_size('{changelog}')")),
+            0,
+            "the apply wrote its group changes to the changelog"
+        );
+        // A refresh for nobody who asks writes them to the changelog, for the next take.
+        insert(r#"('a', '2026-11-03 12:00+00', '{"sku": "x", "qty": 3, "p": 9.125}')"#);
+        crate::refresh::refresh_with_sources(relid, "ut_hb_shard").unwrap();
+        assert_eq!(scalar_i64(&format!("SELECT count(*) FROM {changelog}")), 1);
+        insert(r#"('a', '2026-11-05 12:00+00', '{"sku": "", "qty": 5, "p": 1}')"#);
+        let (applied, _, second) = crate::citus::refresh_and_take(relid, "'1'", true).unwrap();
+        assert_eq!(applied, 1);
+        assert_eq!(scalar_i64(&format!("SELECT count(*) FROM {changelog}")), 0);
+        Spi::run("SET DateStyle = 'SQL, MDY'").unwrap();
+        crate::citus::merge_answers_into(&merged, &[&first, &second]).unwrap();
+        Spi::run("RESET DateStyle").unwrap();
+        assert_eq!(scalar_i64("SELECT count(*) FROM ut_hb_merged"), 4);
+        assert_matches("ut_hb_merged", "SELECT * FROM ut_hb_shard");
+        assert_eq!(
+            scalar_i64("SELECT count(*) FROM ut_hb_merged WHERE bucket = '2026-11-03' AND sku = 'x' AND n = 2 AND qty = 4 AND top = 9.125"),
+            1
+        );
+    }
 }

@@ -20,6 +20,29 @@ pub fn concat(parts: &[&str]) -> Option<String> {
     Some(out)
 }
 
+/// Lists of columns (each a JSON array of arrays' texts, one per column) joined column by
+/// column: the arrays of each column `concat`enated, in the order of `lists`. None when a list
+/// is no JSON array of strings, an array's text is no array, or the lists do not have the same
+/// number of columns.
+pub fn join_column_lists(lists: &[&str]) -> Option<Vec<String>> {
+    let mut columns: Vec<Vec<String>> = Vec::new();
+    for (i, list) in lists.iter().enumerate() {
+        let arrays: Vec<String> = serde_json::from_str(list).ok()?;
+        if i == 0 {
+            columns = vec![Vec::new(); arrays.len()];
+        } else if arrays.len() != columns.len() {
+            return None;
+        }
+        for (column, array) in columns.iter_mut().zip(arrays) {
+            column.push(array);
+        }
+    }
+    columns
+        .iter()
+        .map(|arrays| concat(&arrays.iter().map(String::as_str).collect::<Vec<_>>()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,6 +68,27 @@ mod tests {
         assert_eq!(concat(&["{}", "{1}", "{}", "{2,3}"]).unwrap(), "{1,2,3}");
         assert_eq!(concat(&["{}", "{}"]).unwrap(), "{}");
         assert_eq!(concat(&[]).unwrap(), "{}");
+    }
+
+    #[test]
+    fn column_lists_join_column_by_column() {
+        let joined = join_column_lists(&[
+            r#"["{t}", "{1}"]"#,
+            r#"["{}", "{}"]"#,
+            r#"["{f,t}", "{2,3}"]"#,
+        ]);
+        assert_eq!(
+            joined.unwrap(),
+            vec!["{t,f,t}".to_string(), "{1,2,3}".to_string()]
+        );
+        assert_eq!(join_column_lists(&[]).unwrap(), Vec::<String>::new());
+        // Lists of different widths, no JSON array of strings, or no array texts.
+        assert_eq!(
+            join_column_lists(&[r#"["{t}", "{1}"]"#, r#"["{f}"]"#]),
+            None
+        );
+        assert_eq!(join_column_lists(&[r#"[1, 2]"#]), None);
+        assert_eq!(join_column_lists(&[r#"["t"]"#]), None);
     }
 
     #[test]

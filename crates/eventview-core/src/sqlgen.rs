@@ -1023,6 +1023,18 @@ delta_rows AS (
     /// SELECT <consumed>, <groups_written>, ...               -- apply_result
     /// ```
     pub fn apply(&self, mode: Mode) -> String {
+        self.apply_statement(mode, false)
+    }
+
+    /// The apply of a shard's view (`hands_back_changes`) that hands the group changes back in
+    /// its result row, as a sixth column `changes` (`handed_back_changes`), instead of
+    /// writing them to its group changelog: what a coordinator's refresh runs, which takes
+    /// them on at once.
+    pub fn apply_handing_back_changes(&self) -> String {
+        self.apply_statement(Mode::Delta, true)
+    }
+
+    fn apply_statement(&self, mode: Mode, hand_back: bool) -> String {
         if self.rollup_source.is_some() {
             return self.rollup_apply(mode);
         }
@@ -1050,7 +1062,7 @@ delta_rows AS (
         }
         ctes.push(self.group_delta_with_distinct_counts());
         ctes.push(self.storage_upsert());
-        if self.feeds_rollups {
+        if self.feeds_rollups && !hand_back {
             ctes.push(self.changes_written());
         }
         if mode != Mode::Full {
@@ -1060,7 +1072,14 @@ delta_rows AS (
             ctes.push(self.quarantine());
         }
         ctes.push(self.position_update(mode, &logged));
-        format!("WITH {}\n{}", ctes.join(",\n"), Self::apply_result(mode))
+        let mut result = Self::apply_result(mode);
+        if hand_back {
+            result.push_str(&format!(
+                ",\n       {} AS changes",
+                self.handed_back_changes()
+            ));
+        }
+        format!("WITH {}\n{result}", ctes.join(",\n"))
     }
 
     /// The CTEs from the rows to read through `good` (the type-checked values of each event,

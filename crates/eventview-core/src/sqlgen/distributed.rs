@@ -197,6 +197,29 @@ impl<'a> ViewSql<'a> {
     /// depends on (`DateStyle` ISO, `extra_float_digits` 3), so that the coordinator reads
     /// back the same values whatever its own settings.
     pub fn take_change_columns(&self, shard: &str) -> String {
+        self.take(shard, "columns", &self.change_column_arrays())
+    }
+
+    /// Whether the applies of this view can hand its group changes back
+    /// (`apply_handing_back_changes`): a shard's view (`data_table`, writing its group
+    /// changes, `feeds_rollups`) without count_distinct and percentile measures, whose value
+    /// changes go to its group changelog (`value_changes_written`).
+    pub fn hands_back_changes(&self) -> bool {
+        self.data_table.is_some()
+            && self.feeds_rollups
+            && self.value_changes_written().next().is_none()
+    }
+
+    /// The group changes an apply hands back (`apply_handing_back_changes`): the columns of
+    /// `take_change_columns` over the apply's `d0` (one row per group changed), as a JSON
+    /// array. Their text depends on the settings as `take_change_columns`' does.
+    pub(super) fn handed_back_changes(&self) -> String {
+        format!("(SELECT {} FROM d0 c)::text", self.change_column_arrays())
+    }
+
+    /// `to_json(ARRAY[<the text of the array of each column of change_column_types over the
+    /// rows c>])`: an aggregate over rows `c` that hold the columns of a group change.
+    fn change_column_arrays(&self) -> String {
         let arrays: Vec<String> = self
             .change_column_types()
             .into_iter()
@@ -209,11 +232,7 @@ impl<'a> ViewSql<'a> {
                 format!("coalesce(pg_catalog.array_agg({element})::text, '{{}}')")
             })
             .collect();
-        self.take(
-            shard,
-            "columns",
-            &format!("pg_catalog.to_json(ARRAY[{}])", arrays.join(", ")),
-        )
+        format!("pg_catalog.to_json(ARRAY[{}])", arrays.join(", "))
     }
 
     /// The statement of `take_changes` and `take_change_columns`: the group changes, one row
@@ -1358,6 +1377,45 @@ mod tests {
         assert!(sql(&d)
             .apply_change_columns()
             .ends_with("'changed', (SELECT coalesce(pg_catalog.json_agg(k), '[]') FROM (SELECT __k, bucket, g1, g1_null FROM written) k))::text"));
+    }
+
+    #[test]
+    fn a_shards_apply_hands_its_group_changes_back_unless_it_has_values_to_write() {
+        let d = def(r#"{"n": "count(*)", "hi": "max($.p)"}"#);
+        let mut shard = sql(&d);
+        shard.feeds_rollups = true;
+        shard.data_table = Some("eventview._v7_groups_102104".into());
+        assert!(shard.hands_back_changes());
+        let apply = shard.apply_handing_back_changes();
+        assert!(!apply.contains("gc AS ("), "{apply}");
+        assert!(apply.ends_with(",\n       (SELECT pg_catalog.to_json(ARRAY[coalesce(pg_catalog.array_agg(c.__k)::text, '{}'), coalesce(pg_catalog.array_agg(c.bucket)::text, '{}'), coalesce(pg_catalog.array_agg(c.g1)::text, '{}'), coalesce(pg_catalog.array_agg(c.g1_null)::text, '{}'), coalesce(pg_catalog.array_agg(c.__count)::text, '{}'), coalesce(pg_catalog.array_agg(c.m2_val)::text, '{}'), coalesce(pg_catalog.array_agg(c.__dirty)::text, '{}')]) FROM d0 c)::text AS changes"), "{apply}");
+        // Otherwise the same statement as the apply that writes them.
+        let writes = shard.apply(Mode::Delta);
+        assert!(writes.contains("gc AS ("), "{writes}");
+        let (before, gc_on) = writes.split_once(",\ngc AS (").unwrap();
+        let (_, after) = gc_on.split_once("\n),\n").unwrap();
+        let (ctes_after, result) = after.split_once("\nSELECT ").unwrap();
+        assert_eq!(
+            apply,
+            format!(
+                "{before},\n{ctes_after}\nSELECT {result}{}",
+                apply
+                    .rsplit_once(",\n       (SELECT pg_catalog.to_json")
+                    .map(|(_, r)| format!(",\n       (SELECT pg_catalog.to_json{r}"))
+                    .unwrap()
+            )
+        );
+        // Value changes of count_distinct go to the group changelog with the group changes.
+        let d = def(r#"{"n": "count(*)", "users": "count_distinct($.user)"}"#);
+        let mut shard = sql(&d);
+        shard.feeds_rollups = true;
+        shard.data_table = Some("eventview._v7_groups_102104".into());
+        assert!(!shard.hands_back_changes());
+        // A view of this node writes them for its rollups.
+        let d = def(r#"{"n": "count(*)"}"#);
+        let mut local = sql(&d);
+        local.feeds_rollups = true;
+        assert!(!local.hands_back_changes());
     }
 
     #[test]
