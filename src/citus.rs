@@ -1167,7 +1167,7 @@ pub(crate) fn refresh_and_take(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("view {name} of this node was dropped during its refresh"),
         )
-        .with_hint("Run the call again.")
+        .with_hint("Run the call again: it makes the view anew.")
     })?;
     let taken = take_changes_of(&view, shard, in_columns)?;
     if handed_back.is_empty() {
@@ -1187,9 +1187,9 @@ pub(crate) fn refresh_and_take(
     lists.extend(handed_back);
     let lists: Vec<&str> = lists.iter().map(String::as_str).collect();
     let joined = array_text::join_column_lists(&lists).ok_or_else(|| {
+        let start: String = lists.join(" ").chars().take(300).collect();
         internal(format!(
-            "a shard's group changes are not columns of the same arrays: {}",
-            lists.join(" ")
+            "a shard's group changes are not columns of the same arrays: {start}..."
         ))
     })?;
     answer.insert("columns".into(), joined.into());
@@ -1553,9 +1553,12 @@ impl<'a> ShardChanges<'a> {
                 let spliced = array_text::join_column_lists(&self.columns).ok_or_else(|| {
                     internal("shards' group changes are not columns of the same arrays".into())
                 })?;
-                from_columns =
-                    spi::one::<String>(&merged.apply_change_columns(), &[spliced.into()])?
-                        .unwrap_or_else(|| "{}".into());
+                // (None changed: every column empty.)
+                from_columns = match spliced.iter().all(|column| column == "{}") {
+                    true => "{}".into(),
+                    false => spi::one::<String>(&merged.apply_change_columns(), &[spliced.into()])?
+                        .unwrap_or_else(|| "{}".into()),
+                };
                 let written = ShardAnswer::parse_from(&from_columns, "the merge of group changes")?;
                 dirty_keys.extend(written.elements("dirty")?);
                 changed_keys.extend(written.elements("changed")?);
