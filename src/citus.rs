@@ -926,8 +926,9 @@ impl ShardView {
 
     /// Makes this node's view over the event table shard, keeping its groups in the groups
     /// shard (whose `__shard` defaults to the registry shard's value), filled from the shard's
-    /// events. Its applies write the changes of the groups they change to its group changelog,
-    /// which the coordinator's refresh takes (`take_changes`).
+    /// events. Its applies hand the changes of the groups they change back to the coordinator's
+    /// refresh (`refresh_and_take`), or write them to its group changelog, from which a
+    /// refresh takes them.
     fn make(&self, call: &ShardViewCall) -> EvResult<pg_sys::Oid> {
         spi::run_all(&[format!(
             "ALTER TABLE {} ALTER COLUMN __shard SET DEFAULT {}",
@@ -1124,9 +1125,7 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
             })
             .to_string());
         };
-        let in_columns = ShardAnswer::parse_from(call.arguments, "the coordinator")?
-            .text(CHANGES_AS)?
-            .is_some_and(|asked| asked == COLUMNS);
+        let in_columns = asks_for_columns(call.arguments)?;
         let (applied, view, taken) =
             refresh_and_take(relid, &quote::literal(call.value), in_columns)?;
         let mut added = serde_json::Map::new();
@@ -1149,26 +1148,19 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
 /// changes (`take_changes_of`, tagged with `shard`, a literal); returns the changed events
 /// applied, the view, and the answer of the take. Asked `in_columns`, the apply hands its
 /// group changes back instead of writing them to the view's group changelog
-/// (`refresh::collecting_handed_back_changes`), in the text that `take_changes_of` writes, and
-/// they join what the take finds there.
+/// (`refresh::refresh_handing_back`), in the text that `take_changes_of` writes (the whole
+/// refresh runs under `in_text_settings`), and they join what the take finds there.
 pub(crate) fn refresh_and_take(
     relid: pg_sys::Oid,
     shard: &str,
     in_columns: bool,
 ) -> EvResult<(i64, catalog::ViewRecord, String)> {
     let name = relation::regclass_text(relid)?;
-    let refresh = || crate::refresh::refresh_with_sources(relid, &name);
-    let (applied, handed_back) = match in_columns {
-        true => in_text_settings(|| crate::refresh::collecting_handed_back_changes(refresh))?,
-        false => (refresh()?, Vec::new()),
+    let (applied, view, handed_back) = if in_columns {
+        in_text_settings(|| crate::refresh::refresh_handing_back(relid, &name, true))?
+    } else {
+        crate::refresh::refresh_handing_back(relid, &name, false)?
     };
-    let view = catalog::view_by_relid(relid, false)?.ok_or_else(|| {
-        EvError::new(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("view {name} of this node was dropped during its refresh"),
-        )
-        .with_hint("Run the call again: it makes the view anew.")
-    })?;
     let taken = take_changes_of(&view, shard, in_columns)?;
     if handed_back.is_empty() {
         return Ok((applied, view, taken));
@@ -1187,7 +1179,7 @@ pub(crate) fn refresh_and_take(
     lists.extend(handed_back);
     let lists: Vec<&str> = lists.iter().map(String::as_str).collect();
     let joined = array_text::join_column_lists(&lists).ok_or_else(|| {
-        let start: String = lists.join(" ").chars().take(300).collect();
+        let start: String = lists.iter().flat_map(|l| l.chars()).take(300).collect();
         internal(format!(
             "a shard's group changes are not columns of the same arrays: {start}..."
         ))
@@ -1205,9 +1197,10 @@ pub(crate) fn take_changes_of(
     in_columns: bool,
 ) -> EvResult<String> {
     let sql = crate::view_objects::sql_of(view);
-    let take = match in_columns {
-        true => sql.take_change_columns(shard),
-        false => sql.take_changes(shard),
+    let take = if in_columns {
+        sql.take_change_columns(shard)
+    } else {
+        sql.take_changes(shard)
     };
     let taken = in_text_settings(|| spi::one::<String>(&take, &[]))?;
     Ok(taken.unwrap_or_else(|| "{}".into()))
@@ -1216,7 +1209,8 @@ pub(crate) fn take_changes_of(
 /// Runs `f` with the settings under which a shard writes its group changes as text for the
 /// coordinator: `DateStyle` ISO (its output part only: how dates are read stays as set) and
 /// `extra_float_digits` 3, so that the coordinator reads back the very values whatever either
-/// session's settings.
+/// session's settings. (Nothing else a refresh does depends on them: it writes no date or
+/// float as text elsewhere.)
 fn in_text_settings<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
     guc::with_setting(c"DateStyle", c"ISO", || {
         guc::with_setting(c"extra_float_digits", c"3", f)
@@ -1225,9 +1219,14 @@ fn in_text_settings<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
 
 /// Merges the group changes of shards' answers `answers` (as `refresh_shard_view` answers)
 /// into the storage of view `view` of this node, as a distributed view's refresh merges them
-/// into the coordinator's (for tests: the view's storage stands in for the merged groups).
+/// into the coordinator's, a group that took a retraction anew from the partial groups of
+/// table `groups` (for tests: the view's storage stands in for the merged groups).
 #[cfg(any(test, feature = "pg_test"))]
-pub(crate) fn merge_answers_into(view: &catalog::ViewRecord, answers: &[&str]) -> EvResult<()> {
+pub(crate) fn merge_answers_into(
+    view: &catalog::ViewRecord,
+    answers: &[&str],
+    groups: &str,
+) -> EvResult<()> {
     let mut taken = ShardChanges::default();
     let parsed = answers
         .iter()
@@ -1237,7 +1236,7 @@ pub(crate) fn merge_answers_into(view: &catalog::ViewRecord, answers: &[&str]) -
         taken.add(answer)?;
     }
     let sql = crate::view_objects::sql_of(view);
-    taken.merge_into(&sql, "no_partial_groups")
+    taken.merge_into(&sql, groups)
 }
 
 /// On a shard's node: the position of its view `view_id` after this transaction's changes
@@ -1392,6 +1391,17 @@ impl ShardPositions {
 /// with an older library does not know it, and answers one JSON object per group change.
 const CHANGES_AS: &str = "changes_as";
 const COLUMNS: &str = "columns";
+
+/// Whether the `arguments` of a shard's refresh ask for the group changes in columns.
+fn asks_for_columns(arguments: &str) -> EvResult<bool> {
+    let arguments: serde_json::Map<String, serde_json::Value> = serde_json::from_str(arguments)
+        .map_err(|e| {
+            internal(format!(
+                "a shard's refresh got arguments that are not a JSON object: {e}"
+            ))
+        })?;
+    Ok(arguments.get(CHANGES_AS).and_then(|v| v.as_str()) == Some(COLUMNS))
+}
 
 /// A shard's answer to a per-shard call (a JSON object), its members left unparsed: the group
 /// changes of a refresh, thousands of objects, go on to the coordinator's statements as the
@@ -1550,14 +1560,25 @@ impl<'a> ShardChanges<'a> {
                 dirty_keys.extend(array_elements(&from_objects, "the dirty groups")?);
             }
             if !self.columns.is_empty() {
-                let spliced = array_text::join_column_lists(&self.columns).ok_or_else(|| {
-                    internal("shards' group changes are not columns of the same arrays".into())
+                let joined = array_text::join_column_lists(&self.columns).ok_or_else(|| {
+                    internal(format!(
+                        "shards answered group changes that are not columns of the same arrays (the first in {} columns)",
+                        array_text::join_column_lists(&self.columns[..1]).map_or(0, |c| c.len())
+                    ))
                 })?;
+                let expected = merged.change_column_count();
+                if joined.len() != expected {
+                    return Err(internal(format!(
+                        "shards answered group changes in {} columns, not the {expected} of the view's group changes",
+                        joined.len()
+                    )));
+                }
                 // (None changed: every column empty.)
-                from_columns = match spliced.iter().all(|column| column == "{}") {
-                    true => "{}".into(),
-                    false => spi::one::<String>(&merged.apply_change_columns(), &[spliced.into()])?
-                        .unwrap_or_else(|| "{}".into()),
+                from_columns = if joined.iter().all(|column| column == "{}") {
+                    "{}".into()
+                } else {
+                    spi::one::<String>(&merged.apply_change_columns(), &[joined.into()])?
+                        .unwrap_or_else(|| "{}".into())
                 };
                 let written = ShardAnswer::parse_from(&from_columns, "the merge of group changes")?;
                 dirty_keys.extend(written.elements("dirty")?);

@@ -55,36 +55,38 @@ pub fn apply(
 }
 
 thread_local! {
-    /// While `collecting_handed_back_changes` runs: the group changes the applies of shards'
-    /// views handed back (`ViewSql::apply_handing_back_changes`), each a JSON array of column
-    /// texts.
-    static HANDED_BACK: std::cell::RefCell<Option<Vec<String>>> =
+    /// While `collecting_handed_back` runs for a view: its id, and the group changes its applies
+    /// handed back (`ViewSql::apply_handing_back_changes`), each a JSON array of column texts.
+    static HANDED_BACK: std::cell::RefCell<Option<(i32, Vec<String>)>> =
         const { std::cell::RefCell::new(None) };
 }
 
-/// Runs `f` with the applies of shards' views handing their group changes back instead of
-/// writing them to their group changelogs (`ViewSql::hands_back_changes`); returns what `f`
-/// returns and the changes handed back. What a coordinator's refresh of a shard runs, which
-/// answers them with the changes it takes from the changelog; every other refresh of a shard's
-/// view writes them to the changelog, for the coordinator's next refresh to take.
-pub fn collecting_handed_back_changes<T>(
+/// Runs `f` with the applies of view `view_id` handing their group changes back instead of
+/// writing them to its group changelog (when it can: `ViewSql::hands_back_changes`); returns
+/// what `f` returns and the changes handed back. Whatever `f` does, the collection ends with
+/// it (on an error too), and what was being collected before goes on.
+pub(crate) fn collecting_handed_back<T>(
+    view_id: i32,
     f: impl FnOnce() -> EvResult<T>,
 ) -> EvResult<(T, Vec<String>)> {
-    struct Stop;
-    impl Drop for Stop {
+    struct StopCollecting(Option<(i32, Vec<String>)>);
+    impl Drop for StopCollecting {
         fn drop(&mut self) {
-            HANDED_BACK.with_borrow_mut(|collected| *collected = None);
+            let before = self.0.take();
+            HANDED_BACK.with_borrow_mut(|collected| *collected = before);
         }
     }
-    HANDED_BACK.with_borrow_mut(|collected| *collected = Some(Vec::new()));
-    let _stop = Stop;
+    let before = HANDED_BACK.with_borrow_mut(|collected| collected.replace((view_id, Vec::new())));
+    let stop = StopCollecting(before);
     let out = f()?;
     let collected = HANDED_BACK.with_borrow_mut(|collected| collected.take());
-    Ok((out, collected.unwrap_or_default()))
+    drop(stop);
+    Ok((out, collected.map(|(_, c)| c).unwrap_or_default()))
 }
 
-fn collecting_changes() -> bool {
-    HANDED_BACK.with_borrow(|collected| collected.is_some())
+/// Whether the applies of view `view_id` hand their group changes back now.
+pub(crate) fn collecting_for(view_id: i32) -> bool {
+    HANDED_BACK.with_borrow(|collected| matches!(collected, Some((id, _)) if *id == view_id))
 }
 
 /// What a refresh with nothing to apply does with the min/max value logs.
@@ -127,10 +129,11 @@ fn apply_with(
             spi::run_replanned(&sql.retract_into_changes(mode == Mode::Window), &args)
         })?;
     }
-    let hand_back = mode == Mode::Delta && sql.hands_back_changes() && collecting_changes();
-    let statement = match hand_back {
-        true => sql.apply_handing_back_changes(),
-        false => sql.apply(mode),
+    let hand_back = mode == Mode::Delta && sql.hands_back_changes() && collecting_for(view.view_id);
+    let statement = if hand_back {
+        sql.apply_handing_back_changes()
+    } else {
+        sql.apply(mode)
     };
     if mode == Mode::Full {
         start_progress(view)?;
@@ -138,10 +141,9 @@ fn apply_with(
     let result = run_apply_statement(view, &sql, mode, &statement, &args)?;
     progress::finish();
     if let Some(changes) = result.handed_back {
-        HANDED_BACK.with_borrow_mut(|collected| {
-            if let Some(collected) = collected {
-                collected.push(changes);
-            }
+        HANDED_BACK.with_borrow_mut(|collected| match collected {
+            Some((id, collected)) if *id == view.view_id => collected.push(changes),
+            _ => {}
         });
     }
     if view.definition.on_type_error == TypePolicy::Fail {
@@ -327,12 +329,28 @@ pub fn refresh(name: &str) -> EvResult<i64> {
 /// Refreshes the view whose relation is `relid` (named `name`) as `refresh` does, with the
 /// views it reads through first.
 pub fn refresh_with_sources(relid: pg_sys::Oid, name: &str) -> EvResult<i64> {
+    Ok(refresh_handing_back(relid, name, false)?.0)
+}
+
+/// `refresh_with_sources`, returning also the view as its refresh locked it and, `hand_back`,
+/// the group changes its applies handed back instead of writing them to its group changelog
+/// (`collecting_handed_back`): what a shard's refresh for a coordinator runs.
+pub fn refresh_handing_back(
+    relid: pg_sys::Oid,
+    name: &str,
+    hand_back: bool,
+) -> EvResult<(i64, ViewRecord, Vec<String>)> {
     let below = refresh_sources(relid, false)?;
     let view = catalog::lock_view_by_relid(relid, name)?;
     if view.source_view.is_none() {
         observer::observe(&view.source)?;
     }
-    Ok(below + refresh_locked(&view, IdleLogs::Merge)?)
+    let (consumed, handed_back) = if hand_back {
+        collecting_handed_back(view.view_id, || refresh_locked(&view, IdleLogs::Merge))?
+    } else {
+        (refresh_locked(&view, IdleLogs::Merge)?, Vec::new())
+    };
+    Ok((below + consumed, view, handed_back))
 }
 
 /// For a rollup: refreshes the views it reads through, down to the view over the event table,

@@ -1236,8 +1236,13 @@ mod tests {
         let as_objects = crate::citus::take_changes_of(&shard, "'1'", false).unwrap();
         assert!(as_objects.contains(r#""changes""#), "{as_objects}");
         Spi::run("SET DateStyle = 'SQL, MDY'").unwrap();
-        crate::citus::merge_answers_into(&record("ut_merged"), &[&in_columns, &as_objects])
-            .unwrap();
+        // (No retraction: no group is merged anew from partial groups.)
+        crate::citus::merge_answers_into(
+            &record("ut_merged"),
+            &[&in_columns, &as_objects],
+            "no_partial_groups",
+        )
+        .unwrap();
         Spi::run("RESET DateStyle").unwrap();
         assert_eq!(scalar_i64("SELECT count(*) FROM ut_merged"), 4);
         assert_matches("ut_merged", "SELECT * FROM ut_shard");
@@ -1307,34 +1312,51 @@ mod tests {
         };
         insert(
             r#"('a', '2026-11-03 10:00+00', '{"sku": "x", "qty": 1, "p": 5.25}'),
+               ('a', '2026-11-03 10:30+00', '{"sku": "x", "qty": 1, "p": 11}'),
                ('a', '2026-11-03 11:00+00', '{"sku": "a,\"b\"{c}\\", "qty": 2, "p": 7}'),
-               ('a', '2026-11-04 11:00+00', '{"qty": 4, "p": 0.5}')"#,
+               ('a', '2026-11-04 11:00+00', '{"qty": 4, "p": 0.5}'),
+               ('a', '2026-11-06 11:00+00', '{"sku": "no price", "qty": 6}')"#,
         );
         Spi::run("SET DateStyle = 'SQL, DMY'").unwrap();
         let (applied, _, first) = crate::citus::refresh_and_take(relid, "'1'", true).unwrap();
-        assert_eq!(applied, 3);
+        assert_eq!(applied, 5);
         assert!(first.contains(r#""columns""#), "{first}");
         assert_eq!(
             scalar_i64(&format!("SELECT pg_relation_size('{changelog}')")),
             0,
             "the apply wrote its group changes to the changelog"
         );
-        // A refresh for nobody who asks writes them to the changelog, for the next take.
+        // A refresh that does not collect what the applies hand back (none but a coordinator's
+        // does) writes them to the changelog, for the next take.
         insert(r#"('a', '2026-11-03 12:00+00', '{"sku": "x", "qty": 3, "p": 9.125}')"#);
         crate::refresh::refresh_with_sources(relid, "ut_hb_shard").unwrap();
         assert_eq!(scalar_i64(&format!("SELECT count(*) FROM {changelog}")), 1);
+        // A retraction of a group's maximum: the coordinator merges that group anew from the
+        // partial groups.
         insert(r#"('a', '2026-11-05 12:00+00', '{"sku": "", "qty": 5, "p": 1}')"#);
+        Spi::run("DELETE FROM ut_hb WHERE payload ->> 'p' = '11'").unwrap();
         let (applied, _, second) = crate::citus::refresh_and_take(relid, "'1'", true).unwrap();
-        assert_eq!(applied, 1);
+        assert_eq!(applied, 2);
         assert_eq!(scalar_i64(&format!("SELECT count(*) FROM {changelog}")), 0);
         Spi::run("SET DateStyle = 'SQL, MDY'").unwrap();
-        crate::citus::merge_answers_into(&merged, &[&first, &second]).unwrap();
+        crate::citus::merge_answers_into(&merged, &[&first, &second], "eventview.ut_hb_groups")
+            .unwrap();
         Spi::run("RESET DateStyle").unwrap();
-        assert_eq!(scalar_i64("SELECT count(*) FROM ut_hb_merged"), 4);
+        assert_eq!(scalar_i64("SELECT count(*) FROM ut_hb_merged"), 5);
         assert_matches("ut_hb_merged", "SELECT * FROM ut_hb_shard");
         assert_eq!(
             scalar_i64("SELECT count(*) FROM ut_hb_merged WHERE bucket = '2026-11-03' AND sku = 'x' AND n = 2 AND qty = 4 AND top = 9.125"),
             1
         );
+        assert_eq!(
+            scalar_i64("SELECT count(*) FROM ut_hb_merged WHERE sku = 'no price' AND top IS NULL AND n = 1"),
+            1
+        );
+        // The collection ends with the refresh that collected, failed or not.
+        let failed = crate::refresh::collecting_handed_back(shard.view_id, || {
+            Err::<(), _>(crate::errors::EvError::invalid("stop".to_string()))
+        });
+        assert!(failed.is_err());
+        assert!(!crate::refresh::collecting_for(shard.view_id));
     }
 }

@@ -107,6 +107,18 @@ SKU_VIEW = dict(
     '"p90_price": "approx_percentile($.price, 0.9)"}',
 )
 
+HANDED_MEASURES = (
+    '{"n": "count(*)", "qty": "sum($.qty)", "avg_qty": "avg($.qty)", "top": "max($.price)", '
+    '"low": "min($.price)", "p90_price": "approx_percentile($.price, 0.9)"}'
+)
+HANDED_READ = "SELECT bucket, sku, n, qty, round(avg_qty, 10), top, low, p90_price FROM dev_handed ORDER BY 1, 2 NULLS FIRST"
+HANDED_FROM_SCRATCH = """
+    SELECT pg_catalog.date_bin('1 day', occurred_at, '2000-01-01 00:00:00+00'), payload->>'sku',
+           count(*), sum((payload->>'qty')::numeric), round(avg((payload->>'qty')::numeric), 10),
+           max((payload->>'price')::numeric), min((payload->>'price')::numeric),
+           percentile_disc(0.9) WITHIN GROUP (ORDER BY (payload->>'price')::numeric)
+    FROM {table} WHERE event_type = 'order' GROUP BY 1, 2 ORDER BY 1, 2 NULLS FIRST"""
+
 # The same aggregate from scratch over the distributed table.
 SKU_FROM_SCRATCH = """
     SELECT pg_catalog.date_bin('1 day', occurred_at, '2000-01-01 00:00:00+00'), payload->>'sku',
@@ -223,6 +235,14 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                 (SKU_VIEW["group_by"], SKU_VIEW["measures"]),
             )
             good_orders = "(SELECT * FROM dev WHERE jsonb_typeof(payload -> 'qty') IS DISTINCT FROM 'string') d"
+            # A view without count_distinct or percentile: its shards' applies hand their group
+            # changes back to the coordinator's refresh instead of writing them to their
+            # group changelogs.
+            conn.execute(
+                "SELECT eventview.create_view('dev_handed', 'dev', event_types => ARRAY['order'], "
+                "group_by => %s, measures => %s, time_bucket => '1 day')",
+                (SKU_VIEW["group_by"], HANDED_MEASURES),
+            )
             # A view without buckets or measures: one row per type, filtered.
             conn.execute(
                 """SELECT eventview.create_view('dev_types', 'dev', group_by => '{"type": "event_type"}',
@@ -244,6 +264,13 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                 ).fetchall()
                 assert quarantined == spoiled, step
                 spoiled_counts.append(len(spoiled))
+                got = conn.execute(HANDED_READ).fetchall()
+                want = conn.execute(HANDED_FROM_SCRATCH.format(table=good_orders)).fetchall()
+                assert [row[:-1] for row in got] == [row[:-1] for row in want], step
+                for g, w in zip(got, want):
+                    assert (g[-1] is None) == (w[-1] is None), (step, g, w)
+                    if w[-1] is not None:
+                        assert abs(g[-1] - float(w[-1])) <= 0.0101 * abs(float(w[-1])), (step, g, w)
                 got = conn.execute("SELECT type, events FROM dev_types ORDER BY 1").fetchall()
                 want = conn.execute(
                     "SELECT event_type, count(*) FROM dev WHERE payload->>'sku' = 'A' GROUP BY 1 ORDER BY 1"
@@ -328,6 +355,7 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                 assert applied >= 0
                 conn.execute("SELECT eventview.refresh('dev_types')")
                 conn.execute("SELECT eventview.refresh('dev_rt')")
+                conn.execute("SELECT eventview.refresh('dev_handed')")
                 check(f"step {step}: {op}")
                 sku_check(conn, good_orders, "dev_rt", f"step {step}: {op}, after the refresh")
             assert max(spoiled_counts) > 0, spoiled_counts
@@ -341,7 +369,17 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
             shards = conn.execute("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'dev'::regclass").fetchone()[0]
             assert shards == 5
             assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == shards
-            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 3 * shards
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 4 * shards
+            # Its shards' applies wrote no group change to their group changelogs.
+            handed = conn.execute(
+                "SELECT view_id FROM eventview._distributed_views WHERE relid = 'dev_handed'::regclass"
+            ).fetchone()[0]
+            assert sum(workers_count(
+                conn,
+                "SELECT coalesce(sum(pg_relation_size(format('eventview._v%s_changes', view_id)::regclass)), 0) "
+                f"FROM eventview._views WHERE data_relation::text LIKE 'eventview._v{handed}_groups%'",
+            )) == 0
+            conn.execute("SELECT eventview.drop_view('dev_handed')")
             conn.execute("SELECT eventview.drop_view('dev_types')")
             assert conn.execute("SELECT to_regclass('dev_types')").fetchone()[0] is None
             assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 2 * shards

@@ -64,6 +64,14 @@ mod tests {
     }
 
     #[test]
+    fn escaped_elements_and_parts_written_with_spaces_around_join_as_they_are() {
+        assert_eq!(
+            concat(&[r#" {"a\"b","c\\d"} "#, r#"{NULL,""}"#]).unwrap(),
+            r#"{"a\"b","c\\d",NULL,""}"#
+        );
+    }
+
+    #[test]
     fn empty_arrays_add_nothing_and_no_parts_make_an_empty_array() {
         assert_eq!(concat(&["{}", "{1}", "{}", "{2,3}"]).unwrap(), "{1,2,3}");
         assert_eq!(concat(&["{}", "{}"]).unwrap(), "{}");

@@ -191,11 +191,11 @@ impl<'a> ViewSql<'a> {
     /// `take_changes` with the group changes in columns, as `{"columns": [<the text of an
     /// array of each column's values>, ...], "values": [...]}`: the columns of
     /// `change_column_types`, in its order, each array in the same order of groups. The
-    /// coordinator reads them with `apply_change_columns`: parsing typed arrays costs it
-    /// about half what parsing as many JSON objects does, and the answer is a third of the
-    /// size. The arrays are the text of their values: the caller fixes the settings that text
-    /// depends on (`DateStyle` ISO, `extra_float_digits` 3), so that the coordinator reads
-    /// back the same values whatever its own settings.
+    /// coordinator reads them with `apply_change_columns`: typed arrays cost it less to parse
+    /// than as many JSON objects, and take less room (see BENCHMARKS.md). The arrays are the
+    /// text of their values: the caller fixes the settings that text depends on (`DateStyle`
+    /// ISO, `extra_float_digits` 3), so that the coordinator reads back the same values
+    /// whatever its own settings.
     pub fn take_change_columns(&self, shard: &str) -> String {
         self.take(shard, "columns", &self.change_column_arrays())
     }
@@ -224,10 +224,11 @@ impl<'a> ViewSql<'a> {
             .change_column_types()
             .into_iter()
             .map(|(name, type_name)| {
-                let element = match type_name.ends_with("[]") {
-                    // An array of arrays of different lengths is no array: each as its text.
-                    true => format!("c.{name}::text"),
-                    false => format!("c.{name}"),
+                // An array of arrays of different lengths is no array: each as its text.
+                let element = if type_name.ends_with("[]") {
+                    format!("c.{name}::text")
+                } else {
+                    format!("c.{name}")
                 };
                 format!("coalesce(pg_catalog.array_agg({element})::text, '{{}}')")
             })
@@ -267,6 +268,11 @@ SELECT pg_catalog.json_build_object(
             columns.join(", "),
             Self::json_rows(&values)
         )
+    }
+
+    /// How many columns a group change travels in (`change_column_types`).
+    pub fn change_column_count(&self) -> usize {
+        self.change_column_types().len()
     }
 
     /// The columns of a group change with their types, in the order `take_change_columns`
@@ -437,9 +443,12 @@ WHERE {}",
         let names: Vec<&str> = columns.iter().map(|(name, _)| name.as_str()).collect();
         let typed: Vec<String> = columns
             .iter()
-            .map(|(name, type_name)| match type_name.ends_with("[]") {
-                true => format!("u.{name}::{type_name} AS {name}"),
-                false => format!("u.{name}"),
+            .map(|(name, type_name)| {
+                if type_name.ends_with("[]") {
+                    format!("u.{name}::{type_name} AS {name}")
+                } else {
+                    format!("u.{name}")
+                }
             })
             .collect();
         let from = format!(
