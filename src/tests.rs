@@ -31,6 +31,36 @@ mod tests {
         assert_eq!(diff, 0, "{view} differs from scratch");
     }
 
+    /// Rows `rows` (`(event_type, occurred_at, payload), ...`) inserted into event table `table`.
+    fn insert_events(table: &str, rows: &str) {
+        Spi::run(&format!(
+            "INSERT INTO {table} (event_type, occurred_at, payload) VALUES {rows}"
+        ))
+        .unwrap()
+    }
+
+    /// The catalog record of the view whose relation is `name`.
+    fn view_record(name: &str) -> crate::catalog::ViewRecord {
+        let relid = crate::relation::resolve(name).unwrap();
+        crate::catalog::view_by_relid(relid, false)
+            .unwrap()
+            .unwrap()
+    }
+
+    /// View `name` of this node made to write its group changes to a group changelog, as a
+    /// shard's view of a distributed view does; returns its record as it is then.
+    fn writing_group_changes(name: &str) -> crate::catalog::ViewRecord {
+        let view = view_record(name);
+        Spi::run(
+            &crate::view_objects::sql_of(&view)
+                .create_changes()
+                .join(";\n"),
+        )
+        .unwrap();
+        crate::catalog::set_feeds_rollups(view.view_id, true).unwrap();
+        view_record(name)
+    }
+
     #[pg_test]
     fn own_transaction_is_never_visible_in_the_refresh_snapshot() {
         Spi::run("CREATE TEMP TABLE t_force_xid (x int); INSERT INTO t_force_xid VALUES (1)")
@@ -1198,27 +1228,8 @@ mod tests {
             ))
             .unwrap();
         }
-        let record = |name: &str| {
-            let relid = crate::relation::resolve(name).unwrap();
-            crate::catalog::view_by_relid(relid, false)
-                .unwrap()
-                .unwrap()
-        };
-        let shard = record("ut_shard");
-        Spi::run(
-            &crate::view_objects::sql_of(&shard)
-                .create_changes()
-                .join(";\n"),
-        )
-        .unwrap();
-        crate::catalog::set_feeds_rollups(shard.view_id, true).unwrap();
-        let shard = record("ut_shard");
-        let insert = |rows: &str| {
-            Spi::run(&format!(
-                "INSERT INTO ut_merge (event_type, occurred_at, payload) VALUES {rows}"
-            ))
-            .unwrap()
-        };
+        let shard = writing_group_changes("ut_shard");
+        let insert = |rows: &str| insert_events("ut_merge", rows);
         insert(
             r#"('a', '2026-11-03 10:00+00', '{"sku": "x", "qty": 1, "p": 5.25}'),
                ('a', '2026-11-03 11:00+00', '{"sku": "a,\"b\"{c}\\", "qty": 2, "p": 7}'),
@@ -1238,7 +1249,7 @@ mod tests {
         Spi::run("SET DateStyle = 'SQL, MDY'").unwrap();
         // (No retraction: no group is merged anew from partial groups.)
         crate::citus::merge_answers_into(
-            &record("ut_merged"),
+            &view_record("ut_merged"),
             &[&in_columns, &as_objects],
             "no_partial_groups",
         )
@@ -1266,13 +1277,7 @@ mod tests {
                  measures => '{"n": "count(*)", "qty": "sum($.qty)", "top": "max($.p)"}', time_bucket => '1 day')"#,
         )
         .unwrap();
-        let record = |name: &str| {
-            let relid = crate::relation::resolve(name).unwrap();
-            crate::catalog::view_by_relid(relid, false)
-                .unwrap()
-                .unwrap()
-        };
-        let merged = record("ut_hb_merged");
+        let merged = view_record("ut_hb_merged");
         Spi::run(&format!(
             "CREATE TABLE eventview.ut_hb_groups (LIKE eventview._v{}_data INCLUDING DEFAULTS);
              ALTER TABLE eventview.ut_hb_groups ADD COLUMN __shard bigint NOT NULL DEFAULT 1",
@@ -1295,21 +1300,9 @@ mod tests {
             data_table: Some("eventview.ut_hb_groups"),
         })
         .unwrap();
-        let shard = record("ut_hb_shard");
-        Spi::run(
-            &crate::view_objects::sql_of(&shard)
-                .create_changes()
-                .join(";\n"),
-        )
-        .unwrap();
-        crate::catalog::set_feeds_rollups(shard.view_id, true).unwrap();
+        let shard = writing_group_changes("ut_hb_shard");
         let changelog = format!("eventview._v{}_changes", shard.view_id);
-        let insert = |rows: &str| {
-            Spi::run(&format!(
-                "INSERT INTO ut_hb (event_type, occurred_at, payload) VALUES {rows}"
-            ))
-            .unwrap()
-        };
+        let insert = |rows: &str| insert_events("ut_hb", rows);
         insert(
             r#"('a', '2026-11-03 10:00+00', '{"sku": "x", "qty": 1, "p": 5.25}'),
                ('a', '2026-11-03 10:30+00', '{"sku": "x", "qty": 1, "p": 11}'),

@@ -264,13 +264,11 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
                 ).fetchall()
                 assert quarantined == spoiled, step
                 spoiled_counts.append(len(spoiled))
-                got = conn.execute(HANDED_READ).fetchall()
-                want = conn.execute(HANDED_FROM_SCRATCH.format(table=good_orders)).fetchall()
-                assert [row[:-1] for row in got] == [row[:-1] for row in want], step
-                for g, w in zip(got, want):
-                    assert (g[-1] is None) == (w[-1] is None), (step, g, w)
-                    if w[-1] is not None:
-                        assert abs(g[-1] - float(w[-1])) <= 0.0101 * abs(float(w[-1])), (step, g, w)
+                assert_equal_but_the_sketch(
+                    conn.execute(HANDED_READ).fetchall(),
+                    conn.execute(HANDED_FROM_SCRATCH.format(table=good_orders)).fetchall(),
+                    step,
+                )
                 got = conn.execute("SELECT type, events FROM dev_types ORDER BY 1").fetchall()
                 want = conn.execute(
                     "SELECT event_type, count(*) FROM dev WHERE payload->>'sku' = 'A' GROUP BY 1 ORDER BY 1"
@@ -783,16 +781,22 @@ def test_an_event_table_on_the_coordinator_leaves_the_capture_of_a_shard_of_the_
             conn.execute("DROP ROLE IF EXISTS dnum_other")
 
 
-def sku_check(conn, table: str, view: str, step: str) -> None:
-    """The view equals the aggregate from scratch; its approx_percentile (the last column) is
-    within the sketch's 1% of the exact one."""
-    got = conn.execute(SKU_READ.format(view=view)).fetchall()
-    want = conn.execute(SKU_FROM_SCRATCH.format(table=table)).fetchall()
+def assert_equal_but_the_sketch(got: list, want: list, step: str) -> None:
+    """Rows `got` equal rows `want`, but for the last column, an approx_percentile, within the
+    sketch's 1% of the exact one."""
     assert [row[:-1] for row in got] == [row[:-1] for row in want], step
     for g, w in zip(got, want):
         assert (g[-1] is None) == (w[-1] is None), (step, g, w)
         if w[-1] is not None:
             assert abs(g[-1] - float(w[-1])) <= 0.0101 * abs(float(w[-1])), (step, g, w)
+
+
+def sku_check(conn, table: str, view: str, step: str) -> None:
+    """The view equals the aggregate from scratch; its approx_percentile (the last column) is
+    within the sketch's 1% of the exact one."""
+    got = conn.execute(SKU_READ.format(view=view)).fetchall()
+    want = conn.execute(SKU_FROM_SCRATCH.format(table=table)).fetchall()
+    assert_equal_but_the_sketch(got, want, step)
 
 
 RT_READ = """
@@ -821,11 +825,7 @@ def rt_check(conn, table: str, view: str, step: str, where: str = "") -> None:
     if where:
         scratch = f"SELECT * FROM ({scratch}) s(bucket, sku) {where} ORDER BY 1, 2 NULLS FIRST"
     want = conn.execute(scratch).fetchall()
-    assert [row[:-1] for row in got] == [row[:-1] for row in want], step
-    for g, w in zip(got, want):
-        assert (g[-1] is None) == (w[-1] is None), (step, g, w)
-        if w[-1] is not None:
-            assert abs(g[-1] - float(w[-1])) <= 0.0101 * abs(float(w[-1])), (step, g, w)
+    assert_equal_but_the_sketch(got, want, step)
 
 
 MERGED_FROM_PARTIAL_GROUPS = (
