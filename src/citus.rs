@@ -927,8 +927,9 @@ impl ShardView {
     /// Makes this node's view over the event table shard, keeping its groups in the groups
     /// shard (whose `__shard` defaults to the registry shard's value), filled from the shard's
     /// events. Its applies hand the changes of the groups they change back to the coordinator's
-    /// refresh (`refresh_and_take`), or write them to its group changelog, from which a
-    /// refresh takes them.
+    /// refresh (`refresh_and_take`) when it asks for them in columns and the view has no
+    /// count_distinct or percentile measure; otherwise they write them to its group changelog,
+    /// from which a refresh takes them.
     fn make(&self, call: &ShardViewCall) -> EvResult<pg_sys::Oid> {
         spi::run_all(&[format!(
             "ALTER TABLE {} ALTER COLUMN __shard SET DEFAULT {}",
@@ -1148,7 +1149,7 @@ pub fn refresh_shard_view(call: &ShardViewCall) -> EvResult<String> {
 /// changes (`take_changes_of`, tagged with `shard`, a literal); returns the changed events
 /// applied, the view, and the answer of the take. Asked `in_columns`, the apply hands its
 /// group changes back instead of writing them to the view's group changelog
-/// (`refresh::refresh_handing_back`), in the text that `take_changes_of` writes (the whole
+/// (`refresh::refresh_keeping_view`), in the text that `take_changes_of` writes (the whole
 /// refresh runs under `in_text_settings`), and they join what the take finds there.
 pub(crate) fn refresh_and_take(
     relid: pg_sys::Oid,
@@ -1157,9 +1158,9 @@ pub(crate) fn refresh_and_take(
 ) -> EvResult<(i64, catalog::ViewRecord, String)> {
     let name = relation::regclass_text(relid)?;
     let (applied, view, handed_back) = if in_columns {
-        in_text_settings(|| crate::refresh::refresh_handing_back(relid, &name, true))?
+        in_text_settings(|| crate::refresh::refresh_keeping_view(relid, &name, true))?
     } else {
-        crate::refresh::refresh_handing_back(relid, &name, false)?
+        crate::refresh::refresh_keeping_view(relid, &name, false)?
     };
     let taken = take_changes_of(&view, shard, in_columns)?;
     if handed_back.is_empty() {
@@ -1219,8 +1220,8 @@ fn in_text_settings<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
 
 /// Merges the group changes of shards' answers `answers` (as `refresh_shard_view` answers)
 /// into the storage of view `view` of this node, as a distributed view's refresh merges them
-/// into the coordinator's, a group that took a retraction anew from the partial groups of
-/// table `groups` (for tests: the view's storage stands in for the merged groups).
+/// into the coordinator's, merging anew from the partial groups of table `groups` each group
+/// that took a retraction (for tests: the view's storage stands in for the merged groups).
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) fn merge_answers_into(
     view: &catalog::ViewRecord,
@@ -1392,6 +1393,26 @@ impl ShardPositions {
 const CHANGES_AS: &str = "changes_as";
 const COLUMNS: &str = "columns";
 
+/// Shards' group changes in columns (`lists`, each shard's) that are not the `expected`
+/// columns of this library's: a node with another library answered them (55000).
+fn columns_not_of_this_library(lists: &[&str], expected: usize) -> EvError {
+    let counts: Vec<String> = lists
+        .iter()
+        .map(|list| match array_text::join_column_lists(&[list]) {
+            Some(columns) => columns.len().to_string(),
+            None => "unreadable".into(),
+        })
+        .collect();
+    EvError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "shards answered their group changes in columns this library does not read: {} columns, where it reads {expected}",
+            counts.join(", ")
+        ),
+    )
+    .with_hint("Install the same pg_eventview library on every node, and run the refresh again.")
+}
+
 /// Whether the `arguments` of a shard's refresh ask for the group changes in columns.
 fn asks_for_columns(arguments: &str) -> EvResult<bool> {
     let arguments: serde_json::Map<String, serde_json::Value> = serde_json::from_str(arguments)
@@ -1560,19 +1581,10 @@ impl<'a> ShardChanges<'a> {
                 dirty_keys.extend(array_elements(&from_objects, "the dirty groups")?);
             }
             if !self.columns.is_empty() {
-                let joined = array_text::join_column_lists(&self.columns).ok_or_else(|| {
-                    internal(format!(
-                        "shards answered group changes that are not columns of the same arrays (the first in {} columns)",
-                        array_text::join_column_lists(&self.columns[..1]).map_or(0, |c| c.len())
-                    ))
-                })?;
                 let expected = merged.change_column_count();
-                if joined.len() != expected {
-                    return Err(internal(format!(
-                        "shards answered group changes in {} columns, not the {expected} of the view's group changes",
-                        joined.len()
-                    )));
-                }
+                let joined = array_text::join_column_lists(&self.columns)
+                    .filter(|joined| joined.len() == expected)
+                    .ok_or_else(|| columns_not_of_this_library(&self.columns, expected))?;
                 // (None changed: every column empty.)
                 from_columns = if joined.iter().all(|column| column == "{}") {
                     "{}".into()

@@ -329,23 +329,24 @@ pub fn refresh(name: &str) -> EvResult<i64> {
 /// Refreshes the view whose relation is `relid` (named `name`) as `refresh` does, with the
 /// views it reads through first.
 pub fn refresh_with_sources(relid: pg_sys::Oid, name: &str) -> EvResult<i64> {
-    Ok(refresh_handing_back(relid, name, false)?.0)
+    Ok(refresh_keeping_view(relid, name, false)?.0)
 }
 
-/// `refresh_with_sources`, returning also the view as its refresh locked it and, `hand_back`,
-/// the group changes its applies handed back instead of writing them to its group changelog
-/// (`collecting_handed_back`): what a shard's refresh for a coordinator runs.
-pub fn refresh_handing_back(
+/// `refresh_with_sources`, returning also the view as its refresh locked it and, when
+/// `collect_handed_back`, the group changes its applies handed back instead of writing them to
+/// its group changelog (`collecting_handed_back`): what a shard's refresh for a coordinator
+/// runs.
+pub fn refresh_keeping_view(
     relid: pg_sys::Oid,
     name: &str,
-    hand_back: bool,
+    collect_handed_back: bool,
 ) -> EvResult<(i64, ViewRecord, Vec<String>)> {
     let below = refresh_sources(relid, false)?;
     let view = catalog::lock_view_by_relid(relid, name)?;
     if view.source_view.is_none() {
         observer::observe(&view.source)?;
     }
-    let (consumed, handed_back) = if hand_back {
+    let (consumed, handed_back) = if collect_handed_back {
         collecting_handed_back(view.view_id, || refresh_locked(&view, IdleLogs::Merge))?
     } else {
         (refresh_locked(&view, IdleLogs::Merge)?, Vec::new())

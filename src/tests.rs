@@ -1345,11 +1345,43 @@ mod tests {
             scalar_i64("SELECT count(*) FROM ut_hb_merged WHERE sku = 'no price' AND top IS NULL AND n = 1"),
             1
         );
-        // The collection ends with the refresh that collected, failed or not.
+        // The collection ends with the refresh that collected, failed or not; one within
+        // another's leaves the outer one collecting.
         let failed = crate::refresh::collecting_handed_back(shard.view_id, || {
             Err::<(), _>(crate::errors::EvError::invalid("stop".to_string()))
         });
         assert!(failed.is_err());
         assert!(!crate::refresh::collecting_for(shard.view_id));
+        let (inner, _) = crate::refresh::collecting_handed_back(shard.view_id, || {
+            let failed = crate::refresh::collecting_handed_back(merged.view_id, || {
+                Err::<(), _>(crate::errors::EvError::invalid("stop".to_string()))
+            });
+            Ok((
+                failed.is_err(),
+                crate::refresh::collecting_for(shard.view_id),
+                crate::refresh::collecting_for(merged.view_id),
+            ))
+        })
+        .unwrap();
+        assert_eq!(inner, (true, true, false));
+        assert!(!crate::refresh::collecting_for(shard.view_id));
+        // Columns that are not this library's are refused, nothing merged.
+        let refused = crate::citus::merge_answers_into(
+            &merged,
+            &[r#"{"columns": ["{t}"], "values": []}"#],
+            "no_partial_groups",
+        )
+        .unwrap_err();
+        assert_eq!(
+            refused.code,
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "{}",
+            refused.message
+        );
+        assert!(
+            refused.message.contains("1 columns, where it reads 9"),
+            "{}",
+            refused.message
+        );
     }
 }

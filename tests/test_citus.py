@@ -372,10 +372,12 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
             handed = conn.execute(
                 "SELECT view_id FROM eventview._distributed_views WHERE relid = 'dev_handed'::regclass"
             ).fetchone()[0]
+            shard_views_of_handed = f"FROM eventview._views WHERE data_relation::text LIKE 'eventview._v{handed}_groups%'"
+            assert sum(workers_count(conn, f"SELECT count(*) {shard_views_of_handed}")) == shards
             assert sum(workers_count(
                 conn,
                 "SELECT coalesce(sum(pg_relation_size(format('eventview._v%s_changes', view_id)::regclass)), 0) "
-                f"FROM eventview._views WHERE data_relation::text LIKE 'eventview._v{handed}_groups%'",
+                + shard_views_of_handed,
             )) == 0
             conn.execute("SELECT eventview.drop_view('dev_handed')")
             conn.execute("SELECT eventview.drop_view('dev_types')")

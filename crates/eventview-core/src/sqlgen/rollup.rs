@@ -5,7 +5,8 @@
 //! counters, the extreme its additions reached, whether it took a retraction, and for each
 //! multiset measure the (value, count) changes as two arrays (a shard's view of a distributed
 //! view, which keeps the changelog for the coordinator's refresh, those of count_distinct and
-//! percentile only: `value_changes_written`); a rebuild first writes the
+//! percentile only: `value_changes_written`, and without those it hands them back to the
+//! coordinator's refresh instead of writing them: `hands_back_changes`); a rebuild first writes the
 //! retraction of every group it recomputes. The changelog has the event changelog's `seq` and
 //! `xid`, so a rollup consumes it with the same snapshot batching (`batch::log_ctes`), exactly
 //! once, and its apply is the apply of an ordinary view from there on: the changes mapped to
