@@ -1210,8 +1210,9 @@ pub(crate) fn take_changes_of(
 /// Runs `f` with the settings under which a shard writes its group changes as text for the
 /// coordinator: `DateStyle` ISO (its output part only: how dates are read stays as set) and
 /// `extra_float_digits` 3, so that the coordinator reads back the very values whatever either
-/// session's settings. (Nothing else a refresh does depends on them: it writes no date or
-/// float as text elsewhere.)
+/// session's settings. (The rest of a refresh keeps dates and floats as values, or writes them
+/// as JSON, whose dates take no DateStyle and whose floats read back the same whatever the
+/// digits.)
 fn in_text_settings<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
     guc::with_setting(c"DateStyle", c"ISO", || {
         guc::with_setting(c"extra_float_digits", c"3", f)
