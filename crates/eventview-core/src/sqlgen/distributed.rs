@@ -403,13 +403,11 @@ WHERE {}",
     /// whose count fell to 0, which only a retraction does). One pass over the changes: the
     /// keys come from the rows the statement wrote.
     pub fn apply_changes(&self, changes: &str) -> String {
-        let mut record = self.key_record();
-        record.extend(
-            self.merged_changes()
-                .iter()
-                .map(|c| format!("{} {}", c.name, c.type_name)),
-        );
-        record.push("__dirty boolean".into());
+        let record: Vec<String> = self
+            .change_column_types()
+            .into_iter()
+            .map(|(name, type_name)| format!("{name} {type_name}"))
+            .collect();
         let from = format!(
             "pg_catalog.json_to_recordset({changes}) AS c({})",
             record.join(", ")
