@@ -31,7 +31,8 @@ cleanup() {
 trap cleanup EXIT
 for i in "${NODES[@]}"; do
   bash scripts/cluster.sh start "$BASE/n$i" $((PORT + i)) \
-    "shared_preload_libraries = 'citus'" \
+    "shared_preload_libraries = 'citus,pg_eventview'" \
+    "eventview.worker = off" \
     "wal_level = logical" \
     "max_prepared_transactions = 100" \
     "max_connections = 200" \

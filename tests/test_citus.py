@@ -37,12 +37,19 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def citus():
     """The coordinator (the first node) of a Citus cluster of three nodes, with citus and
-    pg_eventview created in database postgres on each."""
+    pg_eventview created in database postgres on each. The first worker preloads pg_eventview
+    (with its background worker off, as docs/reference.md advises for workers), the other nodes
+    do not: the tests run on both kinds of node."""
     nodes = []
     try:
         for i in range(3):
             port = BASE_PORT + i
             directory = f"/tmp/pg_eventview_citus_{port}"
+            preload = (
+                ["shared_preload_libraries = 'citus,pg_eventview'", "eventview.worker = off"]
+                if i == 1
+                else ["shared_preload_libraries = 'citus'"]
+            )
             subprocess.run(
                 [
                     "bash",
@@ -50,7 +57,7 @@ def citus():
                     "start",
                     directory,
                     str(port),
-                    "shared_preload_libraries = 'citus'",
+                    *preload,
                     "wal_level = logical",
                     "max_prepared_transactions = 50",
                     "max_connections = 100",
