@@ -12,6 +12,9 @@ three views over a single-node event table `ev_local` are the baseline of refres
 - Refresh: after 10k new events in each table, the refresh of the per-SKU view over `ev_dist`
   (every shard on its node) against the same view's refresh over `ev_local` (target: at most
   2x).
+- Refresh with a drift history: the same refresh after events with 600 new payload paths,
+  most of them on every shard, which each shard's observer records as drift, against the
+  refresh before them (no target: a refresh hands the coordinator only new drift rows).
 - Point read: one SKU and day from the per-SKU view over `ev_dist` (the coordinator's storage
   of the groups merged from every shard's) against the same read of the view over `ev_local`
   (target: at most 3x).
@@ -52,6 +55,13 @@ EVENTS = """SELECT (ARRAY['view', 'cart', 'purchase'])[1 + floor(random() * 3)::
                           'country', 'C' || (random() * 19)::int,
                           'note', repeat('x', 200))
 FROM generate_series(1, %s)"""
+
+# Events of as many payload paths as WIDE_PATHS, enough of them for every shard to see each.
+WIDE_PATHS = 600
+WIDE_EVENTS = f"""SELECT 'view', timestamptz '2026-11-01' + random() * interval '10 days',
+       jsonb_build_object('sku', 'SKU-' || lpad((random() * 499)::int::text, 3, '0'),
+                          'qty', 1, 'price', 1.0, 'country', 'C1', 'attr_' || (i % {WIDE_PATHS}), i)
+FROM generate_series(1, {WIDE_PATHS * 64}) i"""
 
 VIEWS = [
     ("sku_daily", """group_by => '{"sku": "$.sku"}',
@@ -146,6 +156,19 @@ def main():
          ("single node", lambda i: timed(conn, "SELECT eventview.refresh('l_sku_daily')"))],
         args.rounds, between=new_events)
 
+    bench.log(f"citus: refresh, {args.rounds} rounds, after {WIDE_PATHS} new payload paths on every shard")
+    # A payload schema of some hundred paths, each on every shard, where each shard's observer
+    # records it as drift: a refresh answers only the drift rows recorded since the last one.
+    for table in ("ev_dist", "ev_local"):
+        conn.execute(f"INSERT INTO {table} (event_type, occurred_at, payload) {WIDE_EVENTS}")
+    for name, _ in VIEWS:
+        conn.execute(f"SELECT eventview.refresh('d_{name}')")
+        conn.execute(f"SELECT eventview.refresh('l_{name}')")
+    refresh_wide = bench.alternate_rounds(
+        [("distributed", lambda i: timed(conn, "SELECT eventview.refresh('d_sku_daily')")),
+         ("single node", lambda i: timed(conn, "SELECT eventview.refresh('l_sku_daily')"))],
+        args.rounds, between=new_events)
+
     bench.log("citus: point reads")
     keys = conn.execute("SELECT sku, bucket FROM l_sku_daily ORDER BY random() LIMIT 200").fetchall()
     reads = bench.alternate_rounds(
@@ -191,6 +214,9 @@ def main():
         (f"refresh of 10k new events, {args.shards} shards on 2 workers",
          "the same view's refresh over a single-node event table",
          med(refresh, "distributed"), med(refresh, "single node"), "<= 2x"),
+        (f"the same refresh after {WIDE_PATHS} new payload paths on every shard, recorded as drift there",
+         "the same refresh before them",
+         med(refresh_wide, "distributed"), med(refresh, "distributed"), "none set"),
         ("point read of one SKU and day, from the groups merged on the coordinator",
          "the same read of the single-node view",
          med(reads, "distributed"), med(reads, "single node"), "<= 3x"),

@@ -61,7 +61,11 @@ CREATE TABLE eventview._sources (
     observed_own_seq  bigint,
     -- The length of the partitions pg_eventview makes for the table (create_event_table's
     -- partition_interval); NULL for a plain table, or one whose partitions are made by others.
-    partition_interval interval
+    partition_interval interval,
+    -- For a shard of an event table distributed by Citus: the largest id of the table's drift
+    -- rows on this node that a coordinator has taken (the calls that refresh and maintain the
+    -- shard answer the rows above it, once each); 0 for any other table.
+    drift_taken     bigint NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX _sources_relid_key ON eventview._sources (relid) WHERE relid::oid <> 0;
 COMMENT ON TABLE eventview._sources IS 'pg_eventview: registered event tables (see eventview.event_tables)';

@@ -1921,10 +1921,10 @@ pub fn maintain_shards(relid: pg_sys::Oid) -> EvResult<i64> {
     Ok(pruned)
 }
 
-/// On a shard's node: the drift that the observer of the event table shard `relid` recorded,
-/// as a JSON array of rows of `eventview.drift` (without `id` and `source`).
+/// On a shard's node: the drift that observers of the event table shard `relid` recorded and
+/// no coordinator has taken yet, taken (`distributed::take_shard_drift`).
 fn drift_of_shard(relid: pg_sys::Oid) -> EvResult<Vec<serde_json::Value>> {
-    parse_changes(&distributed::shard_drift(relid)?)
+    parse_changes(&distributed::take_shard_drift(relid)?)
 }
 
 /// On the coordinator: the drift the shards of distributed event table `relid` recorded, each

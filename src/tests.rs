@@ -1384,4 +1384,58 @@ mod tests {
             refused.message
         );
     }
+
+    /// A shard's node answers each of the shard's drift rows once (`take_shard_drift`), whichever
+    /// observer recorded it, and a take in a transaction that rolls back takes nothing.
+    #[pg_test]
+    fn a_shards_drift_rows_are_taken_once_each() {
+        Spi::run("SELECT eventview.create_event_table('ut_dt')").unwrap();
+        let relid = crate::relation::resolve("ut_dt").unwrap();
+        let taken = || {
+            let rows = crate::catalog::distributed::take_shard_drift(relid).unwrap();
+            let rows: Vec<serde_json::Value> = serde_json::from_str(&rows).unwrap();
+            let mut paths: Vec<String> = rows
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} {}",
+                        r["change"].as_str().unwrap(),
+                        r["path"].as_str().unwrap()
+                    )
+                })
+                .collect();
+            paths.sort();
+            paths
+        };
+        assert_eq!(taken(), Vec::<String>::new());
+        insert_events("ut_dt", r#"('order', now(), '{"sku": "A", "qty": 1}')"#);
+        Spi::run("SELECT eventview._observe_all()").unwrap();
+        assert_eq!(taken(), ["added $.qty", "added $.sku"]);
+        assert_eq!(taken(), Vec::<String>::new());
+        insert_events(
+            "ut_dt",
+            r#"('order', now(), '{"sku": "A", "qty": "one", "gift": true}')"#,
+        );
+        Spi::run("SELECT eventview._observe_all()").unwrap();
+        // Taken in a subtransaction that rolls back: the rows stay to be taken.
+        let rolled_back = crate::pg::subtransaction::unless_failed(
+            |_| false,
+            || -> crate::errors::EvResult<()> {
+                assert_eq!(taken(), ["added $.gift", "type_changed $.qty"]);
+                Err(crate::errors::EvError::invalid("the take rolls back"))
+            },
+        );
+        assert!(rolled_back.is_err());
+        assert_eq!(taken(), ["added $.gift", "type_changed $.qty"]);
+        assert_eq!(taken(), Vec::<String>::new());
+        // Rows deleted after they were taken do not come back; the table keeps its mark.
+        Spi::run("DELETE FROM eventview.drift WHERE source = 'ut_dt'::regclass").unwrap();
+        assert_eq!(taken(), Vec::<String>::new());
+        let mark = Spi::get_one::<i64>(
+            "SELECT drift_taken FROM eventview._sources WHERE relid = 'ut_dt'::regclass",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(mark > 0, "{mark}");
+    }
 }

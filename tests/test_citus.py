@@ -1494,6 +1494,26 @@ def test_monitoring_shows_distributed_views_and_tables(citus):
             ).fetchone()[0]
             conn.execute("SELECT eventview.run_maintenance()")
             assert conn.execute(drift).fetchall() == [("type_changed", "$.qty", "number", "string")]
+            # A shard's node answers each drift row once: every row is taken, and one deleted on
+            # the coordinator stays deleted.
+            untaken = ("SELECT count(*) FROM eventview.drift d JOIN eventview._sources s ON s.relid = d.source "
+                       "WHERE d.id > s.drift_taken")
+            assert workers_count(conn, untaken) == [0, 0]
+            assert sum(workers_count(conn, "SELECT count(*) FROM eventview.drift")) > 0
+            conn.execute("DELETE FROM eventview.drift WHERE source = 'dmon'::regclass AND change = 'type_changed'")
+            conn.execute("SELECT eventview.refresh('dmon_sku')")
+            conn.execute("SELECT eventview.run_maintenance()")
+            assert conn.execute(drift).fetchall() == []
+            # A row that a node's own observer recorded (not a coordinator's call) reaches the
+            # coordinator with the next refresh.
+            conn.execute("""INSERT INTO dmon (event_type, payload) VALUES ('order', '{"sku": "A", "qty": 1, "gift": true}')""")
+            workers_count(conn, "SELECT count(*) FROM (SELECT eventview._observe_all()) o")
+            assert sum(workers_count(conn, untaken)) == 1
+            gift = "SELECT change, new_type FROM eventview.drift WHERE source = 'dmon'::regclass AND path = '$.gift'"
+            assert conn.execute(gift).fetchall() == []
+            conn.execute("SELECT eventview.refresh('dmon_sku')")
+            assert conn.execute(gift).fetchall() == [("added", "boolean")]
+            assert workers_count(conn, untaken) == [0, 0]
             # Every shard's observed paths, added up per path and JSON type.
             observed = dict(
                 conn.execute(

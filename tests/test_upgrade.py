@@ -59,6 +59,7 @@ RELEASE_COMMITS = {
     "0.24.0": "4f5f764ab19f64e4f4aed320d447cdeaa07ded38",
     "0.25.0": "2c1a3eea2790a62436aac9f7c1ace4d9b2081206",
     "0.26.0": "54ee08a0fb1a0b264971d4f70602469efd04723e",
+    "0.27.0": "040c7088a5d296d5d09bfb937ca1a9ab0901f475",
 }
 
 

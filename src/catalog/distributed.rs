@@ -285,7 +285,7 @@ pub fn view_exists(view_id: i32) -> EvResult<bool> {
 }
 
 /// On the coordinator: the drift the shards of distributed event table `relid` recorded (`rows`,
-/// a JSON array as `shard_drift` lists them), each change once in `eventview.drift` (a change
+/// a JSON array as `take_shard_drift` lists them), each change once in `eventview.drift` (a change
 /// every shard's observer saw, as a path appearing, once, at the first detection; one already
 /// there is not added again).
 pub fn merge_drift(relid: pg_sys::Oid, rows: &str) -> EvResult<()> {
@@ -307,13 +307,34 @@ pub fn merge_drift(relid: pg_sys::Oid, rows: &str) -> EvResult<()> {
     )
 }
 
-/// On a shard's node: the drift the observer of event table shard `relid` recorded, as a JSON
-/// array of rows of `eventview.drift` (without `id` and `source`).
-pub fn shard_drift(relid: pg_sys::Oid) -> EvResult<String> {
+/// On a shard's node: the drift rows of event table shard `relid` that no coordinator has taken
+/// yet, taken: a JSON array of rows of `eventview.drift` (without `id` and `source`), and the
+/// table's `drift_taken` moved to the largest id among them, in this transaction (a
+/// coordinator's transaction that fails takes nothing). Each row is answered once, whichever
+/// call observed it (a refresh, maintenance, or a call on this node alone): the rows of a table
+/// get their ids in the order its observers run, one at a time, each holding the table's
+/// `_sources` row (`observer::observe`), so a row not committed yet has a larger id than any
+/// taken. The take holds that row too, and takes nothing while another session does (an
+/// observer, or another coordinator's call: the next call takes what is left), so that two
+/// refreshes of a table's views never wait on each other here.
+pub fn take_shard_drift(relid: pg_sys::Oid) -> EvResult<String> {
     Ok(spi::one::<String>(
-        "SELECT coalesce(pg_catalog.json_agg(d), '[]')::text
+        "WITH mark AS MATERIALIZED (
+             SELECT s.drift_taken FROM eventview._sources s
+             WHERE s.relid = $1::regclass FOR NO KEY UPDATE SKIP LOCKED
+         ),
+         new AS MATERIALIZED (
+             SELECT d.id, d.event_type, d.event_version, d.path, d.change, d.old_type, d.new_type, d.detected_at
+             FROM eventview.drift d
+             WHERE d.source = $1::regclass AND d.id > (SELECT drift_taken FROM mark)
+         ),
+         taken AS (
+             UPDATE eventview._sources s SET drift_taken = (SELECT max(id) FROM new)
+             WHERE s.relid = $1::regclass AND EXISTS (SELECT 1 FROM new)
+         )
+         SELECT coalesce(pg_catalog.json_agg(d), '[]')::text
          FROM (SELECT event_type, event_version, path, change, old_type, new_type, detected_at
-               FROM eventview.drift WHERE source = $1::regclass) d",
+               FROM new ORDER BY id) d",
         &[relid.into()],
     )?
     .unwrap_or_else(|| "[]".into()))
