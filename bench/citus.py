@@ -143,31 +143,32 @@ def main():
 
     bench.log(f"citus: refresh, {args.rounds} rounds of {args.batch:,} events")
 
+    def refresh_both(views):
+        for name, _ in views:
+            conn.execute(f"SELECT eventview.refresh('d_{name}')")
+            conn.execute(f"SELECT eventview.refresh('l_{name}')")
+
     def new_events(i):
         insert(conn, "ev_dist", args.batch)
         insert(conn, "ev_local", args.batch)
         # The other views take their part first (each view's refresh alone is timed).
-        for name, _ in VIEWS[1:]:
-            conn.execute(f"SELECT eventview.refresh('d_{name}')")
-            conn.execute(f"SELECT eventview.refresh('l_{name}')")
+        refresh_both(VIEWS[1:])
 
-    refresh = bench.alternate_rounds(
-        [("distributed", lambda i: timed(conn, "SELECT eventview.refresh('d_sku_daily')")),
-         ("single node", lambda i: timed(conn, "SELECT eventview.refresh('l_sku_daily')"))],
-        args.rounds, between=new_events)
+    def refresh_rounds():
+        return bench.alternate_rounds(
+            [("distributed", lambda i: timed(conn, "SELECT eventview.refresh('d_sku_daily')")),
+             ("single node", lambda i: timed(conn, "SELECT eventview.refresh('l_sku_daily')"))],
+            args.rounds, between=new_events)
+
+    refresh = refresh_rounds()
 
     bench.log(f"citus: refresh, {args.rounds} rounds, after {WIDE_PATHS} new payload paths on every shard")
     # A payload schema of some hundred paths, each on every shard, where each shard's observer
     # records it as drift: a refresh answers only the drift rows recorded since the last one.
     for table in ("ev_dist", "ev_local"):
         conn.execute(f"INSERT INTO {table} (event_type, occurred_at, payload) {WIDE_EVENTS}")
-    for name, _ in VIEWS:
-        conn.execute(f"SELECT eventview.refresh('d_{name}')")
-        conn.execute(f"SELECT eventview.refresh('l_{name}')")
-    refresh_wide = bench.alternate_rounds(
-        [("distributed", lambda i: timed(conn, "SELECT eventview.refresh('d_sku_daily')")),
-         ("single node", lambda i: timed(conn, "SELECT eventview.refresh('l_sku_daily')"))],
-        args.rounds, between=new_events)
+    refresh_both(VIEWS)
+    refresh_wide = refresh_rounds()
 
     bench.log("citus: point reads")
     keys = conn.execute("SELECT sku, bucket FROM l_sku_daily ORDER BY random() LIMIT 200").fetchall()
