@@ -204,6 +204,9 @@ CREATE TABLE eventview.drift (
     detected_at   timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE eventview.drift IS 'pg_eventview: payload paths that appeared, changed JSON type, or went missing';
+-- A table's rows in id order: on a Citus node, each refresh of a shard reads its rows above what
+-- a coordinator has taken (`_sources.drift_taken`).
+CREATE INDEX drift_source_id_idx ON eventview.drift (source, id);
 
 -- Events refused by a view's type policy or by the ingest gate.
 CREATE TABLE eventview.quarantine (

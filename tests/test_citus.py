@@ -1497,7 +1497,7 @@ def test_monitoring_shows_distributed_views_and_tables(citus):
             # A shard's node answers each drift row once: every row is taken, and one deleted on
             # the coordinator stays deleted.
             untaken = ("SELECT count(*) FROM eventview.drift d JOIN eventview._sources s ON s.relid = d.source "
-                       "WHERE d.id > s.drift_taken")
+                       "WHERE d.id > s.drift_taken AND d.source::text LIKE 'dmon\\_%'")
             assert workers_count(conn, untaken) == [0, 0]
             assert sum(workers_count(conn, "SELECT count(*) FROM eventview.drift")) > 0
             conn.execute("DELETE FROM eventview.drift WHERE source = 'dmon'::regclass AND change = 'type_changed'")
@@ -1513,6 +1513,32 @@ def test_monitoring_shows_distributed_views_and_tables(citus):
             assert conn.execute(gift).fetchall() == []
             conn.execute("SELECT eventview.refresh('dmon_sku')")
             assert conn.execute(gift).fetchall() == [("added", "boolean")]
+            assert workers_count(conn, untaken) == [0, 0]
+            # While another session on a shard's node holds the shard's catalog row (as its own
+            # observer does while it runs), a refresh takes none of that shard's drift rows,
+            # without waiting; the next refresh takes them.
+            event_id = conn.execute(
+                """INSERT INTO dmon (event_type, payload) VALUES ('order', '{"sku": "A", "qty": 1, "wrap": "red"}')
+                   RETURNING event_id"""
+            ).fetchone()[0]
+            shard = shard_of(conn, "dmon", event_id)
+            port = conn.execute("SELECT nodeport FROM citus_shards WHERE shardid = %s", (shard,)).fetchone()[0]
+            workers_count(conn, "SELECT count(*) FROM (SELECT eventview._observe_all()) o")
+            assert sum(workers_count(conn, untaken)) == 1
+            wrap = "SELECT change FROM eventview.drift WHERE source = 'dmon'::regclass AND path = '$.wrap'"
+            with Cluster(f"/tmp/pg_eventview_citus_{port}", port).connect(autocommit=False) as holder:
+                holder.execute(
+                    "SELECT 1 FROM eventview._sources WHERE relid::text = %s FOR NO KEY UPDATE",
+                    (f"dmon_{shard}",),
+                ).fetchone()
+                conn.execute("SET statement_timeout = '20s'")
+                conn.execute("SELECT eventview.refresh('dmon_sku')")
+                conn.execute("RESET statement_timeout")
+                assert conn.execute(wrap).fetchall() == []
+                holder.rollback()
+            assert sum(workers_count(conn, untaken)) == 1
+            conn.execute("SELECT eventview.refresh('dmon_sku')")
+            assert conn.execute(wrap).fetchall() == [("added",)]
             assert workers_count(conn, untaken) == [0, 0]
             # Every shard's observed paths, added up per path and JSON type.
             observed = dict(

@@ -314,14 +314,16 @@ pub fn merge_drift(relid: pg_sys::Oid, rows: &str) -> EvResult<()> {
 /// call observed it (a refresh, maintenance, or a call on this node alone): the rows of a table
 /// get their ids in the order its observers run, one at a time, each holding the table's
 /// `_sources` row (`observer::observe`), so a row not committed yet has a larger id than any
-/// taken. The take holds that row too, and takes nothing while another session does (an
-/// observer, or another coordinator's call: the next call takes what is left), so that two
-/// refreshes of a table's views never wait on each other here.
+/// taken. The take holds that row too, and takes nothing while another session on this node
+/// holds it (an observer running there: the next call takes what is left) instead of waiting
+/// for it. A mark above the ids given out (the identity restarted by hand) counts as 0.
 pub fn take_shard_drift(relid: pg_sys::Oid) -> EvResult<String> {
     Ok(spi::one::<String>(
         "WITH mark AS MATERIALIZED (
-             SELECT s.drift_taken FROM eventview._sources s
-             WHERE s.relid = $1::regclass FOR NO KEY UPDATE SKIP LOCKED
+             SELECT CASE WHEN s.drift_taken > (SELECT q.last_value FROM eventview.drift_id_seq q)
+                         THEN 0 ELSE s.drift_taken END AS drift_taken
+             FROM eventview._sources s
+             WHERE s.relid = $1::regclass FOR NO KEY UPDATE OF s SKIP LOCKED
          ),
          new AS MATERIALIZED (
              SELECT d.id, d.event_type, d.event_version, d.path, d.change, d.old_type, d.new_type, d.detected_at
