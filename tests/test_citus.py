@@ -1495,7 +1495,7 @@ def test_monitoring_shows_distributed_views_and_tables(citus):
             conn.execute("SELECT eventview.run_maintenance()")
             assert conn.execute(drift).fetchall() == [("type_changed", "$.qty", "number", "string")]
             # A shard's node answers each drift row once: every row is taken, and one deleted on
-            # the coordinator stays deleted.
+            # the coordinator is not put back.
             untaken = ("SELECT count(*) FROM eventview.drift d JOIN eventview._sources s ON s.relid = d.source "
                        "WHERE d.id > s.drift_taken AND d.source::text LIKE 'dmon\\_%'")
             assert workers_count(conn, untaken) == [0, 0]

@@ -320,7 +320,8 @@ pub fn merge_drift(relid: pg_sys::Oid, rows: &str) -> EvResult<()> {
 pub fn take_shard_drift(relid: pg_sys::Oid) -> EvResult<String> {
     Ok(spi::one::<String>(
         "WITH mark AS MATERIALIZED (
-             SELECT CASE WHEN s.drift_taken > (SELECT q.last_value FROM eventview.drift_id_seq q)
+             SELECT CASE WHEN (SELECT NOT q.is_called OR s.drift_taken > q.last_value
+                               FROM eventview.drift_id_seq q)
                          THEN 0 ELSE s.drift_taken END AS drift_taken
              FROM eventview._sources s
              WHERE s.relid = $1::regclass FOR NO KEY UPDATE OF s SKIP LOCKED
