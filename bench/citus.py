@@ -56,7 +56,7 @@ EVENTS = """SELECT (ARRAY['view', 'cart', 'purchase'])[1 + floor(random() * 3)::
                           'note', repeat('x', 200))
 FROM generate_series(1, %s)"""
 
-# Events of as many payload paths as WIDE_PATHS, enough of them for every shard to see each.
+# Events of as many payload paths as WIDE_PATHS, enough of them for every shard to see most.
 WIDE_PATHS = 600
 WIDE_EVENTS = f"""SELECT 'view', timestamptz '2026-11-01' + random() * interval '10 days',
        jsonb_build_object('sku', 'SKU-' || lpad((random() * 499)::int::text, 3, '0'),
@@ -162,8 +162,8 @@ def main():
 
     refresh = refresh_rounds()
 
-    bench.log(f"citus: refresh, {args.rounds} rounds, after {WIDE_PATHS} new payload paths on every shard")
-    # A payload schema of some hundred paths, each on every shard, where each shard's observer
+    bench.log(f"citus: refresh, {args.rounds} rounds, after {WIDE_PATHS} new payload paths")
+    # A payload schema of some hundred paths, most of them on every shard, where each shard's observer
     # records it as drift: a refresh answers only the drift rows recorded since the last one.
     for table in ("ev_dist", "ev_local"):
         conn.execute(f"INSERT INTO {table} (event_type, occurred_at, payload) {WIDE_EVENTS}")
@@ -215,7 +215,7 @@ def main():
         (f"refresh of 10k new events, {args.shards} shards on 2 workers",
          "the same view's refresh over a single-node event table",
          med(refresh, "distributed"), med(refresh, "single node"), "<= 2x"),
-        (f"the same refresh after {WIDE_PATHS} new payload paths on every shard, recorded as drift there",
+        (f"the same refresh after {WIDE_PATHS} new payload paths, most of them on every shard, recorded as drift there",
          "the same refresh before them",
          med(refresh_wide, "distributed"), med(refresh, "distributed"), "none set"),
         ("point read of one SKU and day, from the groups merged on the coordinator",

@@ -1939,7 +1939,7 @@ fn merge_drift(relid: pg_sys::Oid, rows: Vec<serde_json::Value>) -> EvResult<()>
 
 /// On a shard's node: the field observer of the event table shard co-located with registry
 /// shard `registry_shard` moves on, and its changelog is pruned; returns `{"pruned": <records
-/// pruned>, "drift": [<the drift its observer recorded>]}`.
+/// pruned>, "drift": [<the drift rows no coordinator has taken yet>]}` (`drift_of_shard`).
 pub fn maintain_shard(
     registry_shard: &str,
     shards: &str,

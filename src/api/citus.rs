@@ -147,7 +147,8 @@ fn detach_shard_view(registry_shard: &str, shards: pgrx::Json) -> Result<i32, Er
 }
 
 /// Moves the field observer of the event table shard co-located with `registry_shard` on, and
-/// prunes its changelog; returns the records pruned and the drift recorded there (JSON).
+/// prunes its changelog; returns the records pruned and the drift rows there that no
+/// coordinator has taken yet (JSON).
 #[pg_extern(name = "_maintain_shard", volatile, strict, parallel_unsafe)]
 fn maintain_shard(
     registry_shard: &str,
