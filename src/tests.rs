@@ -992,19 +992,34 @@ mod tests {
         let add = |n: i64| add_padded_events("ut_keep", n);
         add(5000);
         assert_eq!(scalar_i64("SELECT eventview.refresh('ut_keep_v')"), 5000);
+        // The size classes a refresh plans by, as it takes them after the events were added.
+        // The observer's also follows the size of `_observed`, which every table's observer
+        // writes (the tests running beside this one too): when that one moves, the observer's
+        // statement alone is planned again.
+        let relid = crate::relation::resolve("ut_keep").unwrap();
+        let source = crate::catalog::source_by_relid(relid).unwrap().unwrap();
+        let classes = || (source.plan_sizes(), source.observer_plan_sizes());
         add(10);
+        let mut last = classes();
         assert_eq!(scalar_i64("SELECT eventview.refresh('ut_keep_v')"), 10);
-        // The observer's plan follows the size of `_observed` too, which the tests running
-        // beside this one write to: kept from them until this test ends.
-        Spi::run("LOCK TABLE eventview._observed IN SHARE MODE").unwrap();
         let before = crate::pg::plan_cache::prepared();
+        let mut observed_moved = 0;
         for _ in 0..4 {
             add(10);
+            let now = classes();
+            assert_eq!(
+                now.0, last.0,
+                "ten more events changed the table's size class"
+            );
+            if now.1 != last.1 {
+                observed_moved += 1;
+            }
+            last = now;
             assert_eq!(scalar_i64("SELECT eventview.refresh('ut_keep_v')"), 10);
         }
         assert_eq!(
             crate::pg::plan_cache::prepared(),
-            before,
+            before + observed_moved,
             "refreshes of a table of the same size prepared statements again"
         );
         add(10_000);
@@ -1394,6 +1409,12 @@ mod tests {
     fn a_shards_drift_rows_are_taken_once_each() {
         Spi::run("SELECT eventview.create_event_table('ut_dt')").unwrap();
         let relid = crate::relation::resolve("ut_dt").unwrap();
+        // This table's observer alone (`_observe_all` would move the observers of the tables of
+        // the tests running beside this one).
+        let observe = || {
+            let source = crate::catalog::source_by_relid(relid).unwrap().unwrap();
+            crate::observer::observe(&source).unwrap();
+        };
         let taken = || {
             let rows = crate::catalog::distributed::take_shard_drift(relid).unwrap();
             let rows: Vec<serde_json::Value> = serde_json::from_str(&rows).unwrap();
@@ -1412,14 +1433,14 @@ mod tests {
         };
         assert_eq!(taken(), Vec::<String>::new());
         insert_events("ut_dt", r#"('order', now(), '{"sku": "A", "qty": 1}')"#);
-        Spi::run("SELECT eventview._observe_all()").unwrap();
+        observe();
         assert_eq!(taken(), ["added $.qty", "added $.sku"]);
         assert_eq!(taken(), Vec::<String>::new());
         insert_events(
             "ut_dt",
             r#"('order', now(), '{"sku": "A", "qty": "one", "gift": true}')"#,
         );
-        Spi::run("SELECT eventview._observe_all()").unwrap();
+        observe();
         // Taken in a subtransaction that rolls back: the rows stay to be taken.
         let rolled_back = crate::pg::subtransaction::unless_failed(
             |_| false,
@@ -1438,7 +1459,7 @@ mod tests {
             "ut_dt",
             r#"('order', now(), '{"sku": "A", "qty": 2, "note": "x"}')"#,
         );
-        Spi::run("SELECT eventview._observe_all()").unwrap();
+        observe();
         assert_eq!(taken(), ["added $.note"]);
         assert_eq!(taken(), Vec::<String>::new());
         // A mark above the ids given out (the identity restarted by hand) counts as 0.
