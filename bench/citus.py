@@ -163,8 +163,9 @@ def main():
     refresh = refresh_rounds()
 
     bench.log(f"citus: refresh, {args.rounds} rounds, after {WIDE_PATHS} new payload paths")
-    # A payload schema of some hundred paths, most of them on every shard, where each shard's observer
-    # records it as drift: a refresh answers only the drift rows recorded since the last one.
+    # A payload schema of some hundred paths, most of them on every shard, where each shard's
+    # observer records them as drift: a refresh answers only the drift rows recorded since the
+    # last one.
     for table in ("ev_dist", "ev_local"):
         conn.execute(f"INSERT INTO {table} (event_type, occurred_at, payload) {WIDE_EVENTS}")
     refresh_both(VIEWS)
