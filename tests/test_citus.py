@@ -375,6 +375,15 @@ def test_a_distributed_view_equals_the_aggregate_from_scratch(citus):
             assert shards == 5
             assert sum(workers_count(conn, "SELECT count(*) FROM eventview._sources")) == shards
             assert sum(workers_count(conn, "SELECT count(*) FROM eventview._views")) == 4 * shards
+            # Every shard's view, also those the move, the split and the rebuild made anew,
+            # keeps its partial groups with their key index and without a read index: users
+            # read the merged groups, which have one.
+            assert sum(workers_count(conn, SHARD_VIEW_INDEXES.format("key"))) == 4 * shards
+            assert sum(workers_count(conn, SHARD_VIEW_INDEXES.format("read"))) == 0
+            assert conn.execute(
+                "SELECT to_regclass(format('eventview._v%s_data_read', view_id)) IS NOT NULL "
+                "FROM eventview._distributed_views WHERE relid = 'dev_sku'::regclass"
+            ).fetchone()[0]
             # Its shards' applies wrote no group change to their group changelogs.
             handed = conn.execute(
                 "SELECT view_id FROM eventview._distributed_views WHERE relid = 'dev_handed'::regclass"
@@ -811,6 +820,12 @@ def sku_check(conn, table: str, view: str, step: str) -> None:
 RT_READ = """
     SELECT bucket, sku, n, qty, round(avg_qty, 10), top, low, priced, buyers, median_qty, p90_price
     FROM {view} {where} ORDER BY 1, 2 NULLS FIRST"""
+
+
+# On a node: how many of its shards' views have the storage index `_v<id>_data_<kind>`.
+SHARD_VIEW_INDEXES = """
+    SELECT count(*) FROM eventview._views v JOIN pg_catalog.pg_index i ON i.indrelid = v.data_relation
+    WHERE i.indexrelid::regclass::text = 'eventview._v' || v.view_id || '_data_{}'"""
 
 
 def point_read_plan(conn, view: str) -> str:

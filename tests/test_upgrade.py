@@ -60,6 +60,7 @@ RELEASE_COMMITS = {
     "0.25.0": "2c1a3eea2790a62436aac9f7c1ace4d9b2081206",
     "0.26.0": "54ee08a0fb1a0b264971d4f70602469efd04723e",
     "0.27.0": "040c7088a5d296d5d09bfb937ca1a9ab0901f475",
+    "0.28.0": "ecf1e2852a0ff98caf3eb671d46aea1b9fbad46f",
 }
 
 
@@ -559,3 +560,57 @@ def test_the_update_on_citus_gives_each_node_its_own_capture_back():
         for node in nodes:
             subprocess.run(["bash", str(REPO / "scripts" / "cluster.sh"), "stop", node.dir], check=False)
             shutil.rmtree(node.dir, ignore_errors=True)
+
+
+@pytest.mark.skipif(not CITUS_LIB.exists(), reason=f"Citus is not installed for PostgreSQL 15 ({CITUS_LIB} is missing)")
+def test_the_update_on_citus_drops_the_read_index_of_every_shards_view():
+    """Shards' views made with 0.28.0's library keep their partial groups with a read index that
+    no read uses. The update, which Citus runs on every node, drops it there; refreshes do not
+    make it again and keep the view equal to the aggregate from scratch."""
+    from test_citus import SHARD_VIEW_INDEXES, start_node, workers_count
+
+    nodes = []
+    try:
+        nodes = [start_node(port) for port in (55627, 55628, 55629)]
+        coordinator, workers = nodes[0], nodes[1:]
+        with coordinator.connect() as c:
+            c.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (coordinator.port,))
+            for w in workers:
+                c.execute("SELECT citus_add_node('127.0.0.1', %s)", (w.port,))
+        events = """INSERT INTO ri (event_type, occurred_at, payload)
+                    SELECT 'order', '2026-03-01'::timestamptz + i * interval '1 hour',
+                           jsonb_build_object('sku', 's' || i %% 5, 'qty', i)
+                    FROM generate_series(%s::int, %s::int) i"""
+        with library_of("0.28.0"):
+            with coordinator.connect() as c:
+                c.execute("CREATE EXTENSION pg_eventview VERSION '0.28.0'")
+                c.execute("SET citus.shard_count = 4")
+                c.execute("SELECT eventview.create_event_table('ri', distribute_by => 'event_id')")
+                c.execute("""SELECT eventview.create_view('ri_n', 'ri', group_by => '{"sku": "$.sku"}',
+                                  measures => '{"n": "count(*)", "q": "sum($.qty)"}', time_bucket => '1 day')""")
+                c.execute(events, (1, 60))
+                c.execute("SELECT eventview.refresh('ri_n')")
+                # What 0.28.0 made on the workers (else this test shows nothing).
+                assert sum(workers_count(c, SHARD_VIEW_INDEXES.format("read"))) == 4
+        with coordinator.connect() as c:
+            c.execute("ALTER EXTENSION pg_eventview UPDATE")
+            assert sum(workers_count(c, SHARD_VIEW_INDEXES.format("read"))) == 0
+            assert sum(workers_count(c, SHARD_VIEW_INDEXES.format("key"))) == 4
+            assert workers_count(c, "SELECT (extversion = '%s')::int FROM pg_extension WHERE extname = 'pg_eventview'"
+                                 % current_version()) == [1, 1]
+            c.execute(events, (61, 150))
+            c.execute("DELETE FROM ri WHERE (payload->>'qty')::int % 7 = 0")
+            c.execute("SELECT eventview.refresh('ri_n')")
+            assert sum(workers_count(c, SHARD_VIEW_INDEXES.format("read"))) == 0
+            got = c.execute("SELECT bucket, sku, n, q FROM ri_n ORDER BY 1, 2").fetchall()
+            want = c.execute("""SELECT date_bin('1 day', occurred_at, '2000-01-01 00:00:00+00'), payload->>'sku',
+                                       count(*), sum((payload->>'qty')::numeric)
+                                FROM ri GROUP BY 1, 2 ORDER BY 1, 2""").fetchall()
+            assert got == want and len(got) > 5
+            # Reads by group key still use the coordinator's read index.
+            c.execute("SET enable_seqscan = off")
+            plan = "\n".join(r[0] for r in c.execute("EXPLAIN SELECT * FROM ri_n WHERE sku = 's1'").fetchall())
+            assert "_data_read" in plan, plan
+    finally:
+        for node in nodes:
+            subprocess.run(["bash", str(REPO / "scripts" / "cluster.sh"), "stop", node.dir], check=False)

@@ -346,13 +346,20 @@ impl<'a> ViewSql<'a> {
     /// by equality on the group columns (all of them or the first ones, `IS NULL` included)
     /// and/or by a range of `bucket` is an index scan; a filter on `bucket` alone uses the key
     /// index, whose first column `__k` the user relation's `WHERE __k` fixes. None for a view
-    /// without keys (a single row).
+    /// without keys (a single row), and for a shard's view (`data_table`): its partial groups
+    /// are read by their keys, by the coordinator's merges and realtime reads, never by users,
+    /// who read the coordinator's merged groups. An index in the users' order would cost each
+    /// new group an insert at its own place in an index as large as the shard's groups, where
+    /// the key index, bucket first, takes a batch's new groups at its end.
     ///
     /// ```sql
     /// CREATE INDEX _v<id>_data_read ON eventview._v<id>_data
     ///     ((CASE WHEN g1_null THEN NULL ELSE g1 END), ..., bucket)
     /// ```
     pub fn create_read_index(&self) -> Option<String> {
+        if self.data_table.is_some() {
+            return None;
+        }
         let mut columns: Vec<String> = (1..=self.def.group_by.len())
             .map(|n| format!("({})", Self::group_value(n)))
             .collect();
@@ -2018,6 +2025,27 @@ mod tests {
         assert!(ddl.contains("CREATE TABLE eventview._v3_m2"));
         assert!(ddl.contains("v numeric NOT NULL"));
         assert_eq!(ddl.matches(") WITH (fillfactor = 70)").count(), 2);
+    }
+
+    #[test]
+    fn a_shards_view_keeps_its_partial_groups_without_the_read_index() {
+        let d = def(r#"{"sku": "$.sku"}"#, r#"{"n": "count(*)"}"#, None, true);
+        let own = sql(&d);
+        assert!(own
+            .create_storage()
+            .iter()
+            .any(|ddl| ddl.starts_with("CREATE INDEX _v3_data_read ON eventview._v3_data")));
+        let shard = ViewSql {
+            data_table: Some("eventview._v9_groups_102008".into()),
+            ..sql(&d)
+        };
+        let ddl = shard.create_storage();
+        assert!(shard.create_read_index().is_none());
+        assert!(!ddl.iter().any(|ddl| ddl.contains("_data_read")), "{ddl:?}");
+        assert!(ddl.contains(
+            &"CREATE UNIQUE INDEX _v3_data_key ON eventview._v9_groups_102008 (__k, bucket, g1, g1_null)"
+                .to_string()
+        ));
     }
 
     #[test]
