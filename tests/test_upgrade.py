@@ -465,6 +465,28 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
 CITUS_LIB = Path(subprocess.check_output([PG_CONFIG, "--pkglibdir"], text=True).strip()) / "citus.so"
 
 
+@contextlib.contextmanager
+def citus_cluster(ports):
+    """A coordinator and two workers of a new Citus cluster on `ports`, without pg_eventview;
+    stopped and removed afterwards whatever happens."""
+    from test_citus import start_node
+
+    nodes = []
+    try:
+        for port in ports:
+            nodes.append(start_node(port))
+        coordinator, workers = nodes[0], nodes[1:]
+        with coordinator.connect() as c:
+            c.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (coordinator.port,))
+            for w in workers:
+                c.execute("SELECT citus_add_node('127.0.0.1', %s)", (w.port,))
+        yield coordinator, workers
+    finally:
+        for node in nodes:
+            subprocess.run(["bash", str(REPO / "scripts" / "cluster.sh"), "stop", node.dir], check=False)
+            shutil.rmtree(node.dir, ignore_errors=True)
+
+
 @pytest.mark.skipif(not CITUS_LIB.exists(), reason=f"Citus is not installed for PostgreSQL 15 ({CITUS_LIB} is missing)")
 def test_the_update_on_citus_gives_each_node_its_own_capture_back():
     """A Citus coordinator with event tables of its own, numbered as shards' event tables on the
@@ -472,16 +494,7 @@ def test_the_update_on_citus_gives_each_node_its_own_capture_back():
     their capture functions on every worker. The update, which Citus runs on every node, gives
     each node its own capture back (and names a shard left without capture), and the
     coordinator's table then leaves the shards' alone."""
-    from test_citus import start_node
-
-    nodes = []
-    try:
-        nodes = [start_node(port) for port in (55621, 55622, 55623)]
-        coordinator, workers = nodes[0], nodes[1:]
-        with coordinator.connect() as c:
-            c.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (coordinator.port,))
-            for w in workers:
-                c.execute("SELECT citus_add_node('127.0.0.1', %s)", (w.port,))
+    with citus_cluster((55621, 55622, 55623)) as (coordinator, workers):
         events = """INSERT INTO {} (event_type, payload)
                     SELECT 'order', jsonb_build_object('sku', 's' || i %% 3, 'qty', i) FROM generate_series(%s::int, %s::int) i"""
         with library_of("0.26.0"):
@@ -556,10 +569,6 @@ def test_the_update_on_citus_gives_each_node_its_own_capture_back():
             for w in workers:
                 with w.connect() as wc:
                     assert wc.execute(capture, names).fetchall() == [(f"_capture_{number}_insert", "postgres", False)]
-    finally:
-        for node in nodes:
-            subprocess.run(["bash", str(REPO / "scripts" / "cluster.sh"), "stop", node.dir], check=False)
-            shutil.rmtree(node.dir, ignore_errors=True)
 
 
 @pytest.mark.skipif(not CITUS_LIB.exists(), reason=f"Citus is not installed for PostgreSQL 15 ({CITUS_LIB} is missing)")
@@ -567,16 +576,9 @@ def test_the_update_on_citus_drops_the_read_index_of_every_shards_view():
     """Shards' views made with 0.28.0's library keep their partial groups with a read index that
     no read uses. The update, which Citus runs on every node, drops it there; refreshes do not
     make it again and keep the view equal to the aggregate from scratch."""
-    from test_citus import SHARD_VIEW_INDEXES, start_node, workers_count
+    from test_citus import SHARD_VIEW_INDEXES, workers_count
 
-    nodes = []
-    try:
-        nodes = [start_node(port) for port in (55627, 55628, 55629)]
-        coordinator, workers = nodes[0], nodes[1:]
-        with coordinator.connect() as c:
-            c.execute("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (coordinator.port,))
-            for w in workers:
-                c.execute("SELECT citus_add_node('127.0.0.1', %s)", (w.port,))
+    with citus_cluster((55627, 55628, 55629)) as (coordinator, workers):
         events = """INSERT INTO ri (event_type, occurred_at, payload)
                     SELECT 'order', '2026-03-01'::timestamptz + i * interval '1 hour',
                            jsonb_build_object('sku', 's' || i %% 5, 'qty', i)
@@ -611,6 +613,3 @@ def test_the_update_on_citus_drops_the_read_index_of_every_shards_view():
             c.execute("SET enable_seqscan = off")
             plan = "\n".join(r[0] for r in c.execute("EXPLAIN SELECT * FROM ri_n WHERE sku = 's1'").fetchall())
             assert "_data_read" in plan, plan
-    finally:
-        for node in nodes:
-            subprocess.run(["bash", str(REPO / "scripts" / "cluster.sh"), "stop", node.dir], check=False)
