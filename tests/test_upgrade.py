@@ -60,7 +60,7 @@ RELEASE_COMMITS = {
     "0.25.0": "2c1a3eea2790a62436aac9f7c1ace4d9b2081206",
     "0.26.0": "54ee08a0fb1a0b264971d4f70602469efd04723e",
     "0.27.0": "040c7088a5d296d5d09bfb937ca1a9ab0901f475",
-    "0.28.0": "ecf1e2852a0ff98caf3eb671d46aea1b9fbad46f",
+    "0.28.0": "1286cd7249d55ceeedb7cd3172be831ab351721d",
 }
 
 
@@ -594,6 +594,21 @@ def test_the_update_on_citus_drops_the_read_index_of_every_shards_view():
                 c.execute("SELECT eventview.refresh('ri_n')")
                 # What 0.28.0 made on the workers (else this test shows nothing).
                 assert sum(workers_count(c, SHARD_VIEW_INDEXES.format("read"))) == 4
+        # The update of a worker's own (Citus lets only the coordinator run it unless DDL
+        # propagation is off), in a transaction that goes on: it drops the worker's read indexes
+        # and leaves the settings it changes to reach the shards as they were.
+        settings = ("SELECT current_setting('citus.enable_ddl_propagation'), "
+                    "current_setting('citus.enable_manual_changes_to_shards'), "
+                    "current_setting('citus.show_shards_for_app_name_prefixes')")
+        with workers[0].connect() as wc:
+            with wc.transaction(force_rollback=True):
+                wc.execute("SET LOCAL citus.enable_ddl_propagation = off")
+                before = wc.execute(settings).fetchone()
+                assert before[1:] == ("off", ""), before
+                wc.execute("ALTER EXTENSION pg_eventview UPDATE")
+                assert wc.execute(settings).fetchone() == before
+                assert wc.execute(SHARD_VIEW_INDEXES.format("read")).fetchone()[0] == 0
+            assert wc.execute(SHARD_VIEW_INDEXES.format("read")).fetchone()[0] > 0
         with coordinator.connect() as c:
             c.execute("ALTER EXTENSION pg_eventview UPDATE")
             assert sum(workers_count(c, SHARD_VIEW_INDEXES.format("read"))) == 0

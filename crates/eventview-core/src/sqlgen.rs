@@ -350,7 +350,8 @@ impl<'a> ViewSql<'a> {
     /// are read by their keys, by the coordinator's merges and realtime reads, never by users,
     /// who read the coordinator's merged groups. An index in the users' order would cost each
     /// new group an insert at its own place in an index as large as the shard's groups, where
-    /// the key index, bucket first, takes a batch's new groups at its end.
+    /// the key index (bucket first, for a view with buckets) takes a batch's new groups at its
+    /// end.
     ///
     /// ```sql
     /// CREATE INDEX _v<id>_data_read ON eventview._v<id>_data
