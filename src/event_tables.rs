@@ -317,16 +317,7 @@ pub fn refuse_schema(quoted: &str, action: &str) -> EvResult<()> {
         return Err(EvError::invalid(format!("cannot {action} an event table in schema {}", names::SCHEMA))
             .with_hint("That schema holds the extension's own objects, and DROP SCHEMA eventview CASCADE takes what is in it; use a schema of your own."));
     }
-    if schema == "pg_temp" || schema.starts_with("pg_temp_") {
-        return Err(EvError::new(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "an event table cannot be temporary",
-        )
-        .with_hint(
-            "Its changelog and catalog entry outlive the session: create it in a permanent schema.",
-        ));
-    }
-    Ok(())
+    relation::refuse_temporary(quoted, "an event table")
 }
 
 /// Forgets an event table that is gone or going: what was recorded about it (drift,

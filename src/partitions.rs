@@ -649,6 +649,11 @@ pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> 
             if removal == Removal::Drop && tables.contains(&source.relid) {
                 continue;
             }
+            // A role PostgreSQL will refuse the command to (after this trigger) takes no lock:
+            // queued behind a reader, its lock would hold up every producer meanwhile.
+            if !may_remove(table)? {
+                continue;
+            }
             // Top-down, as writers lock them: the partitioned table above, then `table` and the
             // partitioned tables below it.
             if let Some(parent) = parent_of(table)? {
@@ -683,6 +688,24 @@ pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> 
         }
         Ok(())
     })
+}
+
+/// Whether the role running the DDL may drop or detach partition `table`, as PostgreSQL decides
+/// it: with the privileges of the owner of the table, of its schema (DROP TABLE, DROP SCHEMA) or
+/// of the partitioned table above it (DETACH PARTITION).
+fn may_remove(table: pg_sys::Oid) -> EvResult<bool> {
+    Ok(spi::one::<bool>(
+        "SELECT pg_catalog.pg_has_role($1, c.relowner, 'USAGE')
+             OR pg_catalog.pg_has_role($1, n.nspowner, 'USAGE')
+             OR coalesce(pg_catalog.pg_has_role($1, p.relowner, 'USAGE'), false)
+         FROM pg_catalog.pg_class c
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+         LEFT JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+         WHERE c.oid = $2",
+        &[roles::caller().into(), table.into()],
+    )?
+    .unwrap_or(false))
 }
 
 /// The partitioned tables of the tree below `table` (itself included), top-down.

@@ -25,6 +25,23 @@ pub fn qualified_for_create(name: &str) -> EvResult<String> {
     })
 }
 
+/// 0A000 for a relation to be created as `qualified` (see `qualified_for_create`) in a temporary
+/// schema: `what` (an event table, a view) has catalog entries and storage that outlive the
+/// session.
+pub fn refuse_temporary(qualified: &str, what: &str) -> EvResult<()> {
+    let parts = quote::split_name(qualified).unwrap_or_default();
+    match parts.first().filter(|_| parts.len() == 2) {
+        Some(schema) if schema == "pg_temp" || schema.starts_with("pg_temp_") => Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("{what} cannot be temporary"),
+        )
+        .with_hint(
+            "Its catalog entry and storage outlive the session: create it in a permanent schema.",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The relation a DDL statement just created under `qualified` (see `qualified_for_create`).
 pub fn created(qualified: &str) -> EvResult<pg_sys::Oid> {
     crate::pg::roles::as_caller(|| {

@@ -99,6 +99,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         )
         .with_hint("It reads the events already in the table from a snapshot taken after it holds off pruning. Run it in a READ COMMITTED transaction."));
     }
+    relation::refuse_temporary(&relation::qualified_for_create(args.name)?, "a view")?;
     // A source that is an incremental view makes a rollup of it.
     if let Some(source_view) = catalog::view_id_named(args.source)? {
         return create_rollup(&args, source_view);

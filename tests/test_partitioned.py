@@ -85,6 +85,8 @@ def test_a_partitioned_table_has_its_partitions_made_ahead(db):
     ("0 seconds", "invalid partition_interval: it must be a positive length of time"),
     ("-1 day", "invalid partition_interval: it must be a positive length of time"),
     ("1 day -25 hours", "invalid partition_interval: it must be a positive length of time"),
+    ("30 seconds", "invalid partition_interval: it must be a whole number of minutes"),
+    ("1 hour 1 second", "invalid partition_interval: it must be a whole number of minutes"),
 ])
 def test_a_partition_interval_without_a_fixed_positive_length_is_refused(db, interval, message):
     with psycopg.connect(db, autocommit=True) as a:
@@ -92,6 +94,24 @@ def test_a_partition_interval_without_a_fixed_positive_length_is_refused(db, int
             a.execute("SELECT eventview.create_event_table('ev', partition_interval => %s::interval)", (interval,))
         assert message in str(e.value)
         assert _one(a, "SELECT to_regclass('ev') IS NULL AND NOT EXISTS (SELECT FROM eventview._sources)")
+
+
+def test_a_table_named_to_the_identifier_limit_gets_every_partition_made(db):
+    """Partition names keep their time whole within 62 bytes, so that each partition's array
+    type gets a name of its own too, however long the table's name and however many
+    partitions."""
+    name = "p" * 63
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SET eventview.partition_premake = 100")
+        a.execute("SELECT eventview.create_event_table(%s, partition_interval => '1 day')", (name,))
+        warnings = []
+        a.add_notice_handler(lambda d: warnings.append(d.message_primary))
+        a.execute("SELECT eventview.run_maintenance()")
+        assert warnings == []
+        names = [r[0] for r in a.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = %s::regclass", (f'"{name}"',)).fetchall()]
+        assert len(names) >= 101 and all(len(n) <= 62 for n in names)
 
 
 def test_every_event_time_is_stored_and_counted(db):

@@ -287,6 +287,79 @@ def test_a_callers_search_path_and_tables_give_no_rights(cluster, roles):
         who.conn.close()
 
 
+def test_pruning_checks_the_tables_owner_whatever_operators_the_callers_path_holds(cluster, roles):
+    """prune's internal calls, callable by anyone (prune runs in its caller's rights), decide who
+    may prune a table with search_path pinned: an `=` of the caller's own on their path, which
+    would make the owner lookup find a table of theirs, does not pass the check."""
+    alice, bob = As(cluster, roles, "alice"), As(cluster, roles, "bob")
+    alice.q("SELECT eventview.create_event_table('ev')")
+    alice.q("INSERT INTO ev (event_type, payload) SELECT 'e', '{}' FROM generate_series(1, 5)")
+    victim = alice.one("SELECT 'ev'::regclass::oid")
+    bob.q("SELECT eventview.create_event_table('bobs')")
+    own = bob.one("SELECT 'bobs'::regclass::oid")
+    # Any lookup of alice's table by oid finds bob's table instead.
+    bob.q(f"""CREATE FUNCTION public.steer_eq(a oid, b oid) RETURNS boolean LANGUAGE sql
+              SET search_path = pg_catalog AS
+              $$ SELECT CASE WHEN b = {victim} THEN a = {own} ELSE a = b END $$""")
+    bob.q("CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = oid, FUNCTION = public.steer_eq)")
+    bob.q("SET search_path = public, pg_catalog")
+    for call in ("eventview._lock_for_pruning_if_free(%s)",
+                 "eventview._prune_events(%s, interval '-100 years', 1000)"):
+        msg = bob.denied(f"SELECT {call}", [victim])
+        assert msg == f"permission denied to prune event table public.ev: it belongs to role {role('alice')}"
+    assert alice.one("SELECT count(*) FROM ev") == 5
+    for who in (alice, bob):
+        who.conn.close()
+
+
+def test_code_a_view_owner_runs_during_a_refresh_acts_with_the_owners_rights(cluster, roles):
+    """A refresh applies as the view's owner, whoever refreshes (a superuser, the worker): a
+    trigger the owner put on the view's storage that calls into the library acts with the
+    owner's rights, not with those of the role that refreshed."""
+    admin, alice, bob = (As(cluster, roles, r) for r in ("postgres", "alice", "bob"))
+    alice.q("SELECT eventview.create_event_table('ev')")
+    alice.q("INSERT INTO ev (event_type, payload) SELECT 'e', '{}' FROM generate_series(1, 5)")
+    bob.q("SELECT eventview.create_event_table('bobs')")
+    bob.q("SELECT eventview.create_view('bv', 'bobs')")
+    storage = "eventview._v{}_data".format(
+        bob.one("SELECT view_id FROM eventview._views WHERE relid = 'bv'::regclass"))
+    bob.q("""CREATE FUNCTION public.prune_alices() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 PERFORM eventview._prune_events('public.ev'::regclass, interval '-100 years', 1000);
+                 RETURN NULL;
+             END $$""")
+    bob.q(f"CREATE TRIGGER prune_alices AFTER INSERT OR UPDATE ON {storage} "
+          "FOR EACH STATEMENT EXECUTE FUNCTION public.prune_alices()")
+    bob.q("INSERT INTO bobs (event_type, payload) VALUES ('e', '{}')")
+    msg = admin.denied("SELECT eventview.refresh('bv')")
+    assert msg == f"permission denied to prune event table public.ev: it belongs to role {role('alice')}"
+    assert alice.one("SELECT count(*) FROM ev") == 5
+    for who in (admin, alice, bob):
+        who.conn.close()
+
+
+def test_a_partition_drop_that_will_be_refused_locks_nothing(cluster, roles):
+    """A DROP or DETACH of an event table's partition by a role PostgreSQL refuses it to fails at
+    once (42501), taking no lock on the event table first: queued behind a reader, its lock would
+    hold up every producer until granted."""
+    admin, alice, mallory = (As(cluster, roles, r) for r in ("postgres", "alice", "mallory"))
+    alice.q("SELECT eventview.create_event_table('pev', partition_interval => '1 day')")
+    alice.q("INSERT INTO pev (event_type, payload) VALUES ('e', '{}')")
+    partition = alice.one("""SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                             WHERE i.inhparent = 'pev'::regclass ORDER BY c.relname LIMIT 1""")
+    admin.q("BEGIN")
+    admin.q("SELECT count(*) FROM pev")  # a reader's ACCESS SHARE, held
+    mallory.q("SET lock_timeout = '5s'")
+    try:
+        for ddl in (f"DROP TABLE {partition}", f"ALTER TABLE pev DETACH PARTITION {partition}"):
+            mallory.denied(ddl)
+    finally:
+        admin.q("ROLLBACK")
+    assert alice.one("SELECT count(*) FROM pev") == 1
+    for who in (admin, alice, mallory):
+        who.conn.close()
+
+
 def test_a_table_given_to_another_role_takes_its_capture_along(cluster, roles):
     """ALTER TABLE ... OWNER TO moves the capture functions and the changelog rights to the new
     owner; the old owner keeps only the changelog SELECT its own views need, and capture goes on."""

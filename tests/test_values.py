@@ -83,3 +83,38 @@ def test_a_filter_value_that_spells_generated_sql_is_compared_as_written(db):
                        ('t', '{"a": "t1"}'), ('t', '{"a": "jsonb_typeof(j1)"}'), ('t', '{"a": "x"}')""")
         assert _one(a, "SELECT eventview.refresh('v')") == 3
         assert a.execute("SELECT a, n FROM v").fetchall() == [("jsonb_typeof(j1)", 1)]
+
+
+def test_an_index_selects_only_array_elements(db):
+    """`$.x[0]` and `$.x[-1]` select an element of an array and nothing from a scalar or an
+    object (RFC 9535, as `eventview.jsonpath_first` evaluates them), in group keys, measures
+    and filters, stored and realtime: jsonb's `->` with an integer would take a scalar for an
+    array of one."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('ev')")
+        for name, realtime in (("v", False), ("rt", True)):
+            a.execute(f"""SELECT eventview.create_view('{name}', 'ev',
+                            group_by => '{{"first": "$.x[0]", "last": "$.x[-1]"}}',
+                            measures => '{{"n": "count(*)", "s": "sum($.y[0])"}}',
+                            realtime => {realtime})""")
+        a.execute("""SELECT eventview.create_view('f', 'ev', filter => '{"$.x[0]": "str"}',
+                       measures => '{"n": "count(*)"}')""")
+        payloads = ['{"x": "str", "y": 5}', '{"x": 7, "y": "s"}', '{"x": {"0": "o"}, "y": {"0": 1}}',
+                    '{"x": ["a", "b"], "y": [2]}', '{"x": ["str"], "y": [3, 4]}', '{"x": [], "y": []}']
+        a.execute("INSERT INTO ev (event_type, payload) SELECT 't', p::jsonb FROM unnest(%s::text[]) p",
+                  [payloads])
+        expected = sorted(
+            a.execute("""SELECT eventview.jsonpath_first(payload, '$.x[0]') #>> '{}',
+                                eventview.jsonpath_first(payload, '$.x[-1]') #>> '{}',
+                                count(*), sum((eventview.jsonpath_first(payload, '$.y[0]'))::numeric)
+                         FROM ev GROUP BY 1, 2""").fetchall(),
+            key=repr)
+        assert expected == sorted(
+            [(None, None, 4, None), ("a", "b", 1, 2), ("str", "str", 1, 3)], key=repr)
+        assert _one(a, "SELECT eventview.refresh('v')") == 6
+        for name in ("v", "rt"):
+            got = a.execute(f'SELECT first, last, n, s FROM {name}').fetchall()
+            assert sorted(got, key=repr) == expected, name
+        assert _one(a, "SELECT count(*) FROM eventview.quarantine") == 0
+        a.execute("SELECT eventview.refresh('f')")
+        assert _one(a, "SELECT n FROM f") == 1

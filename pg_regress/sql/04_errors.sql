@@ -62,9 +62,11 @@ SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"$.a": 
 SELECT try($$SELECT eventview.create_view('v', 'err_events', filter => '{"$.a": 1e-20000}')$$);
 SELECT try($$SELECT eventview.create_event_table('e2', retention => '-1 day')$$);
 SELECT try($$SELECT eventview.create_event_table('a.b.c')$$);
--- Not in the extension's own schema (DROP SCHEMA eventview CASCADE takes what is in it), nor temporary.
+-- Not in the extension's own schema (DROP SCHEMA eventview CASCADE takes what is in it), nor
+-- temporary (an event table or a view).
 SELECT try($$SELECT eventview.create_event_table('eventview.mine')$$);
 SELECT try($$SELECT eventview.create_event_table('pg_temp.mine')$$);
+SELECT try($$SELECT eventview.create_view('pg_temp.mine_view', 'err_events')$$);
 -- Names that are no identifier at all: 42602, as a cast to regclass says.
 SELECT try($$SELECT eventview.create_event_table('')$$);
 SELECT try($$SELECT eventview.create_event_table('My Events')$$);

@@ -195,21 +195,24 @@ pub fn event_table_sql(name: &str) -> Result<String, ErrorReport> {
 
 /// Whether `_prune_events` may delete from the event table without waiting for a lock (taking
 /// the lock when it may; see `pg::locks::lock_for_writing_if_free`). Only for members of the
-/// table's owner role, as prune: nobody else may hold locks on it.
+/// table's owner role, as prune: nobody else may hold locks on it. Callable by anyone (prune
+/// runs in its caller's rights), so an API call: the check runs with search_path pinned, against
+/// the role that called it.
 #[pg_extern(name = "_lock_for_pruning_if_free", volatile, parallel_unsafe)]
 fn lock_for_pruning_if_free(source: pg_sys::Oid) -> Result<bool, ErrorReport> {
-    lookup(|| {
+    at_boundary(|| {
         crate::privileges::require_table_owner(source, "prune")?;
         crate::pg::locks::lock_for_writing_if_free(source)
     })
 }
 
-/// prune's deletion of raw events past retention (see `event_tables::prune_events`).
+/// prune's deletion of raw events past retention (see `event_tables::prune_events`), as the
+/// table's owner, for members of that role only. An API call, as `_lock_for_pruning_if_free`.
 #[pg_extern(name = "_prune_events", volatile, parallel_unsafe)]
 fn prune_events(
     source: pg_sys::Oid,
     retention: pgrx::datum::Interval,
     max_rows: i64,
 ) -> Result<i64, ErrorReport> {
-    lookup(|| crate::event_tables::prune_events(source, retention, max_rows))
+    at_boundary(|| crate::event_tables::prune_events(source, retention, max_rows))
 }

@@ -18,10 +18,12 @@ use std::cell::RefCell;
 /// The search_path of statements run as someone other than the caller.
 const PINNED_SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, pg_temp";
 
-/// An API call in progress: who called it, with which search_path.
+/// An API call in progress: who called it, with which search_path, and the role the call runs
+/// as (the extension owner).
 struct Caller {
     role: pg_sys::Oid,
     search_path: std::ffi::CString,
+    acting: pg_sys::Oid,
 }
 
 thread_local! {
@@ -138,6 +140,7 @@ pub fn api_call<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
         c.borrow_mut().push(Caller {
             role: current_user(),
             search_path: current_search_path(),
+            acting: owner,
         })
     });
     struct Pop;
@@ -150,18 +153,31 @@ pub fn api_call<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
     as_role(owner, f)
 }
 
-/// The role that called the API function in progress (the current user outside of one).
+/// The caller of the API call in progress and their search_path, while its work runs as the
+/// role the call switched to. Code that runs meanwhile as another role (a trigger on a view's
+/// storage during the apply, which runs as the view's owner) and calls into the library without
+/// an API call of its own acts with that role's rights, never with the caller's: None then.
+fn innermost_caller() -> Option<(pg_sys::Oid, std::ffi::CString)> {
+    CALLERS.with(|c| {
+        c.borrow()
+            .last()
+            .filter(|c| c.acting == current_user())
+            .map(|c| (c.role, c.search_path.clone()))
+    })
+}
+
+/// The role that called the API function in progress (the current user outside of one, and
+/// in code running as another role meanwhile: see `innermost_caller`).
 pub fn caller() -> pg_sys::Oid {
-    CALLERS
-        .with(|c| c.borrow().last().map(|c| c.role))
+    innermost_caller()
+        .map(|(role, _)| role)
         .unwrap_or_else(current_user)
 }
 
 /// Runs `f` as the caller of the API function in progress, with the caller's search_path.
 pub fn as_caller<T>(f: impl FnOnce() -> EvResult<T>) -> EvResult<T> {
-    let (role, search_path) = CALLERS
-        .with(|c| c.borrow().last().map(|c| (c.role, c.search_path.clone())))
-        .unwrap_or_else(|| (current_user(), current_search_path()));
+    let (role, search_path) =
+        innermost_caller().unwrap_or_else(|| (current_user(), current_search_path()));
     let _restore = switch_to(role, &search_path, false);
     f()
 }

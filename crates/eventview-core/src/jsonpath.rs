@@ -135,7 +135,9 @@ impl PathPlan {
     }
 
     /// SQL for the selected jsonb value of `doc` (a trusted column expression), NULL when nothing
-    /// is selected.
+    /// is selected. A member step is `->`, which selects nothing from anything but an object. An
+    /// index step is a strict, silent SQL/JSON path: `->` with an integer takes a scalar for an
+    /// array of one (`'"a"'::jsonb -> 0` is `"a"`), where RFC 9535 selects nothing.
     pub fn to_sql(&self, doc: &str) -> String {
         match self {
             PathPlan::Simple(steps) => {
@@ -146,7 +148,12 @@ impl PathPlan {
                             sql.push_str(" -> ");
                             sql.push_str(&quote::literal(name));
                         }
-                        Step::Index(i) => sql.push_str(&format!(" -> ({i})::int")),
+                        Step::Index(i) => {
+                            sql = format!(
+                                "pg_catalog.jsonb_path_query_first({sql}, {}::pg_catalog.jsonpath, '{{}}'::pg_catalog.jsonb, true)",
+                                quote::literal(&strict_index(*i))
+                            )
+                        }
                     }
                 }
                 format!("({sql})")
@@ -158,6 +165,16 @@ impl PathPlan {
                 )
             }
         }
+    }
+}
+
+/// The SQL/JSON path that selects element `i` of an array (from its end when negative: -1 is
+/// the last) and, in strict mode, raises an error (which the caller silences) for anything else.
+fn strict_index(i: i64) -> String {
+    match i {
+        0.. => format!("strict $[{i}]"),
+        -1 => "strict $[last]".to_string(),
+        _ => format!("strict $[last - {}]", -(i + 1)),
     }
 }
 
@@ -192,14 +209,18 @@ mod tests {
     }
 
     #[test]
-    fn member_and_index_paths_compile_to_arrows() {
+    fn members_compile_to_arrows_and_indexes_to_strict_paths() {
         assert_eq!(
             plan("$.item.sku").unwrap().to_sql("payload"),
             "(payload -> 'item' -> 'sku')"
         );
         assert_eq!(
-            plan("$.tags[0]").unwrap().to_sql("p"),
-            "(p -> 'tags' -> (0)::int)"
+            plan("$.tags[0].sku").unwrap().to_sql("p"),
+            "(pg_catalog.jsonb_path_query_first(p -> 'tags', 'strict $[0]'::pg_catalog.jsonpath, '{}'::pg_catalog.jsonb, true) -> 'sku')"
+        );
+        assert_eq!(
+            plan("$[-1][-3]").unwrap().to_sql("p"),
+            "(pg_catalog.jsonb_path_query_first(pg_catalog.jsonb_path_query_first(p, 'strict $[last]'::pg_catalog.jsonpath, '{}'::pg_catalog.jsonb, true), 'strict $[last - 2]'::pg_catalog.jsonpath, '{}'::pg_catalog.jsonb, true))"
         );
         assert_eq!(
             plan("$[\"it's\"]").unwrap(),

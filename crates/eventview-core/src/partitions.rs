@@ -11,6 +11,11 @@ use crate::quote;
 
 /// The longest identifier PostgreSQL keeps (NAMEDATALEN - 1 bytes).
 const MAX_IDENTIFIER_BYTES: usize = 63;
+/// The longest partition name: one byte short of an identifier, so that the name of each
+/// partition's array type (`_` and the table's name) keeps the whole name. Names truncated into
+/// one another would leave PostgreSQL no array type name to give a partition, after a few.
+const MAX_PARTITION_NAME_BYTES: usize = MAX_IDENTIFIER_BYTES - 1;
+const MICROS_PER_MINUTE: i64 = 60_000_000;
 const MICROS_PER_DAY: i64 = 86_400_000_000;
 /// Days from 1970-01-01 (the civil-date algorithm's epoch) to 2000-01-01.
 const DAYS_1970_TO_2000: i64 = 10_957;
@@ -35,6 +40,11 @@ pub fn length_micros(months: i32, days: i32, micros: i64) -> Result<i64, String>
         .ok_or("it is too long")?;
     if total <= 0 {
         return Err("it must be a positive length of time".into());
+    }
+    if total % MICROS_PER_MINUTE != 0 {
+        return Err(
+            "it must be a whole number of minutes (partitions are named to the minute)".into(),
+        );
     }
     if total > 366 * MICROS_PER_DAY * 100 {
         return Err("it must be at most 100 years".into());
@@ -106,7 +116,7 @@ pub fn utc_literal(at: i64) -> String {
 
 /// The unqualified name of the partition of `table` (its unqualified name) starting at `start`:
 /// `<table>_p<yyyymmdd>`, with `_<hhmm>` for lengths that are not whole days; the table's name is
-/// shortened (at a character boundary) to keep the whole within 63 bytes.
+/// shortened (at a character boundary) to keep the whole within `MAX_PARTITION_NAME_BYTES`.
 pub fn partition_name(table: &str, start: i64, length: i64) -> String {
     let (y, mo, d, h, mi, ..) = civil(start);
     let mut suffix = format!("_p{y:04}{mo:02}{d:02}");
@@ -123,7 +133,7 @@ pub fn default_partition_name(table: &str) -> String {
 }
 
 fn shortened(name: &str, room: usize) -> &str {
-    let mut end = name.len().min(MAX_IDENTIFIER_BYTES - room);
+    let mut end = name.len().min(MAX_PARTITION_NAME_BYTES - room);
     while !name.is_char_boundary(end) {
         end -= 1;
     }
@@ -175,6 +185,12 @@ mod tests {
         assert!(length_micros(0, 0, 0).unwrap_err().contains("positive"));
         assert!(length_micros(0, -1, HOUR).unwrap_err().contains("positive"));
         assert!(length_micros(0, i32::MAX, 0).is_err());
+        assert_eq!(length_micros(0, 0, 90 * 60_000_000), Ok(90 * 60_000_000));
+        for seconds in [1, 30, 59, 61] {
+            assert!(length_micros(0, 0, seconds * 1_000_000)
+                .unwrap_err()
+                .contains("whole number of minutes"));
+        }
     }
 
     #[test]
@@ -237,8 +253,12 @@ mod tests {
         assert_eq!(default_partition_name("events"), "events_default");
         let long = "é".repeat(40);
         let name = partition_name(&long, 0, day);
-        assert!(name.len() <= 63 && name.ends_with("_p20000101"), "{name}");
-        assert!(default_partition_name(&long).len() <= 63);
+        assert!(name.len() <= 62 && name.ends_with("_p20000101"), "{name}");
+        assert!(default_partition_name(&long).len() <= 62);
+        let long = "p".repeat(63);
+        let name = partition_name(&long, 0, HOUR);
+        assert_eq!(name.len(), 62);
+        assert!(name.ends_with("_p20000101_0000"), "{name}");
         assert_eq!(
             create_partition("\"s\".\"e\"", "s", "e_p20000101", 0, day),
             [
