@@ -186,6 +186,9 @@ REVOKE EXECUTE ON FUNCTION eventview._forget_source(integer) FROM PUBLIC;
 -- Called by eventview._follow_drop (as the extension owner) after a DROP took a view's
 -- relation; nobody else.
 REVOKE EXECUTE ON FUNCTION eventview._forget_view(integer) FROM PUBLIC;
+-- Called by eventview._follow_ddl (as the extension owner) for a view given to another role;
+-- nobody else.
+REVOKE EXECUTE ON FUNCTION eventview._follow_view_owner(integer) FROM PUBLIC;
 -- Called by eventview._pending (as the extension owner); nobody else.
 REVOKE EXECUTE ON FUNCTION eventview._changelog_free(integer) FROM PUBLIC;
 -- Called by the event trigger eventview_follow_partitions (as the extension owner); nobody else.

@@ -263,12 +263,19 @@ SELECT pg_catalog.pg_extension_config_dump('eventview.drift', '');
 -- updated database and a fresh install then have the same pg_extension.extconfig.
 SELECT pg_catalog.pg_extension_config_dump('eventview.quarantine_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview.drift_id_seq', '');
+
 SELECT pg_catalog.pg_extension_config_dump('eventview._distributed_sources', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._distributed_views', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._distributed_quarantine', '');
 
-
-
+-- One row per event table, locked while a view of it is being made (create_view and rebuild
+-- hold it FOR KEY SHARE until they commit) and tried by prune (FOR UPDATE SKIP LOCKED), which
+-- leaves the table to a later run while it is held: see catalog::hold_off_prune. Locking a row
+-- takes UPDATE on its table, which no role but the extension owner has here. Dumped, as the
+-- event tables' rows are (registered last, as the update to 0.30.0 registers it: the same
+-- pg_extension.extconfig as an updated database).
+CREATE TABLE eventview._prune_guards (source_id integer PRIMARY KEY);
+SELECT pg_catalog.pg_extension_config_dump('eventview._prune_guards', '');
 
 
 -- The schema-qualified name of a view's relation, as eventview.quarantine.view_name records it
@@ -570,6 +577,8 @@ REVOKE EXECUTE ON FUNCTION eventview._move_capture(integer) FROM PUBLIC;
 -- - a view's owner reads the changelog of its event table only while it may read the table
 --   (GRANT, REVOKE, ALTER TABLE ... OWNER TO): the changelog holds the old contents of updated
 --   and deleted events;
+-- - a view given to another role (ALTER VIEW ... OWNER TO) takes its storage and its refresh
+--   along (refused for a view over a distributed event table);
 -- - a view renamed or moved (ALTER VIEW/TABLE ... RENAME or SET SCHEMA, ALTER SCHEMA ... RENAME):
 --   its quarantine rows take the new name, so its owner still sees them and drop_view and
 --   rebuild still find them.
@@ -588,6 +597,29 @@ BEGIN
           FROM pg_catalog.pg_event_trigger_ddl_commands() d
           JOIN eventview._sources s ON s.relid::oid OPERATOR(pg_catalog.=) d.objid
           WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass) altered;
+    -- Views given to another role (ALTER VIEW ... OWNER TO): their storage and their refresh
+    -- go along (views::follow_owner); before the changelog readers are brought up to date. (The
+    -- call is planned only when there is one: the install script's own DDL runs before the
+    -- function exists.)
+    FOR r IN
+        SELECT v.view_id
+        FROM eventview._views v
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) v.relid::oid
+        WHERE c.relowner OPERATOR(pg_catalog.<>) v.owner::oid
+          AND c.oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d
+                        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass)
+        ORDER BY v.view_id
+    LOOP
+        PERFORM eventview._follow_view_owner(r.view_id);
+    END LOOP;
+    IF EXISTS (SELECT 1 FROM eventview._distributed_views v
+               JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) v.relid::oid
+               WHERE c.relowner OPERATOR(pg_catalog.<>) v.owner::oid
+                 AND c.oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d)) THEN
+        RAISE EXCEPTION 'a view over a distributed event table cannot be given to another role'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Create the view again as the new owner (eventview.create_view), then drop this one.';
+    END IF;
     PERFORM eventview._sync_changelog_readers();
     -- Renamed views: one statement maps old names to new ones (renames may have crossed); the
     -- view's row first, which waits for a refresh of it filing quarantine rows meanwhile. A view

@@ -47,14 +47,10 @@ COMMENT ON FUNCTION eventview.schedule(text, interval) IS
 -- and its changelog records; prune() without a source skips the tables of other roles.
 -- A view being created is not in eventview._views until its creation commits, so prune cannot
 -- see which changes it still needs (those committed after its starting snapshot): create_view
--- holds a shared advisory lock on the table until it commits (catalog::hold_off_prune), and prune
--- skips the table while it cannot take the lock exclusively. An advisory lock, not a lock on the
--- table's catalog row: refreshes lock that row (the field observer), and prune must not wait for
--- them nor make them wait. (Key: 1885828709, 'pgve', and the table's source id.)
-CREATE FUNCTION eventview._lock_source_for_prune(p_source_id integer) RETURNS boolean
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT pg_try_advisory_xact_lock(1885828709, p_source_id)
-$$;
+-- and rebuild hold the table's row in eventview._prune_guards until they commit
+-- (catalog::hold_off_prune), and prune skips the table while it cannot lock that row
+-- (eventview._lock_source_for_prune). A row of its own, not the table's catalog row: refreshes
+-- lock that row (the field observer), and prune must not wait for them nor make them wait.
 
 -- Deletes the applied changelog records of one event table older than delta_retention, at most
 -- max_rows, from its changelog p_log: what whole segments did not take along (src/changelog.rs).

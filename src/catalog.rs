@@ -190,8 +190,11 @@ pub fn insert_source(
     partition_interval: Option<Interval>,
 ) -> EvResult<i32> {
     spi::one::<i32>(
-        "INSERT INTO eventview._sources (relid, retention, delta_retention, partition_interval)
-         VALUES ($1::regclass, $2, coalesce($3, interval '7 days'), $4) RETURNING source_id",
+        "WITH source AS (
+             INSERT INTO eventview._sources (relid, retention, delta_retention, partition_interval)
+             VALUES ($1::regclass, $2, coalesce($3, interval '7 days'), $4) RETURNING source_id),
+         guard AS (INSERT INTO eventview._prune_guards (source_id) SELECT source_id FROM source)
+         SELECT source_id FROM source",
         &[
             relid.into(),
             retention.into(),
@@ -249,15 +252,43 @@ pub fn lock_source(source: &Source, lock: SourceLock) -> EvResult<()> {
     }
 }
 
-/// Keeps `prune` off the table until this transaction ends (a shared advisory lock; prune takes
-/// it exclusively, or skips the table: see `eventview._lock_source_for_prune`). A view being
-/// created is invisible to prune until it commits, and needs every change committed after its
-/// starting snapshot, which the other consumers may have applied already.
+/// Keeps `prune` off the table until this transaction ends: its row in
+/// `eventview._prune_guards` held FOR KEY SHARE, which prune's FOR UPDATE SKIP LOCKED skips
+/// (`lock_source_for_prune`). A view being created is invisible to prune until it commits, and
+/// needs every change committed after its starting snapshot, which the other consumers may have
+/// applied already. (A table without its row, which only a catalog edited by hand has, gets
+/// one: prune does not see it before this transaction commits, and goes on meanwhile.)
 pub fn hold_off_prune(source: &Source) -> EvResult<()> {
     spi::run(
-        "SELECT pg_catalog.pg_advisory_xact_lock_shared(1885828709, $1)",
+        "WITH made AS (INSERT INTO eventview._prune_guards (source_id) VALUES ($1)
+                       ON CONFLICT (source_id) DO NOTHING)
+         SELECT 1 FROM eventview._prune_guards WHERE source_id = $1 FOR KEY SHARE",
         &[source.source_id.into()],
     )
+}
+
+/// prune's hold on event table `source_id` while no view of it is being made: its row in
+/// `eventview._prune_guards` locked FOR UPDATE, unless `hold_off_prune` holds it (false: the
+/// table is left to a later prune, never waited for). Only for members of the table's owner
+/// role, as prune: a row lock is a lock others wait for. Row locks take UPDATE on the table,
+/// which only the extension owner has: no role can hold prune, `create_view` or `rebuild` off
+/// a table by locking its row (as anyone could by taking an advisory lock of a known key).
+pub fn lock_source_for_prune(source_id: i32) -> EvResult<bool> {
+    let relid = spi::one::<pg_sys::Oid>(
+        "SELECT relid::oid FROM eventview._sources WHERE source_id = $1",
+        &[source_id.into()],
+    )?;
+    let Some(relid) = relid.filter(|r| *r != pg_sys::InvalidOid) else {
+        return Ok(false);
+    };
+    crate::privileges::require_table_owner(relid, "prune")?;
+    Ok(spi::one::<bool>(
+        "WITH held AS (SELECT 1 FROM eventview._prune_guards WHERE source_id = $1
+                       FOR UPDATE SKIP LOCKED)
+         SELECT EXISTS (SELECT 1 FROM held)",
+        &[source_id.into()],
+    )?
+    .unwrap_or(false))
 }
 
 /// Raw events older than this may have been pruned, if the source has a retention: the
@@ -282,7 +313,8 @@ pub fn delete_source(source_id: i32) -> EvResult<()> {
         "WITH fields AS (DELETE FROM eventview._fields WHERE source_id = $1 RETURNING 1),
               observed AS (DELETE FROM eventview._observed WHERE source_id = $1 RETURNING 1),
               versions AS (DELETE FROM eventview._observed_versions WHERE source_id = $1 RETURNING 1),
-              segments AS (DELETE FROM eventview._changelog_segments WHERE source_id = $1 RETURNING 1)
+              segments AS (DELETE FROM eventview._changelog_segments WHERE source_id = $1 RETURNING 1),
+              guard AS (DELETE FROM eventview._prune_guards WHERE source_id = $1 RETURNING 1)
          DELETE FROM eventview._sources WHERE source_id = $1",
         &[source_id.into()],
     )
@@ -451,7 +483,7 @@ pub fn lock_view_by_relid(relid: pg_sys::Oid, name: &str) -> EvResult<ViewRecord
     })
 }
 
-fn load_view(view_id: i32) -> EvResult<ViewRecord> {
+pub(crate) fn load_view(view_id: i32) -> EvResult<ViewRecord> {
     let row = Spi::connect(|client| {
         let t = crate::pg::plan_cache::select(
             client,
@@ -1267,6 +1299,30 @@ pub fn set_rebuild_note(view_id: i32, note: Option<&str>) -> EvResult<()> {
 }
 
 /// The owner of the view with id `view_id` (None for an unknown view).
+/// The owner the catalog records for view `view_id` and the owner of its relation, its row
+/// locked (a refresh of it running now finishes first); None for an unknown view or one whose
+/// relation is gone.
+pub fn lock_view_owners(view_id: i32) -> EvResult<Option<(pg_sys::Oid, pg_sys::Oid)>> {
+    let owners = spi::one::<Vec<pg_sys::Oid>>(
+        "SELECT ARRAY[v.owner::oid, c.relowner] FROM eventview._views v
+         JOIN pg_catalog.pg_class c ON c.oid = v.relid::oid
+         WHERE v.view_id = $1 FOR UPDATE OF v",
+        &[view_id.into()],
+    )?;
+    Ok(owners.and_then(|o| match o[..] {
+        [recorded, relation] => Some((recorded, relation)),
+        _ => None,
+    }))
+}
+
+/// Records `owner` as the owner of view `view_id`.
+pub fn set_view_owner(view_id: i32, owner: pg_sys::Oid) -> EvResult<()> {
+    spi::run(
+        "UPDATE eventview._views SET owner = $2::regrole WHERE view_id = $1",
+        &[view_id.into(), owner.into()],
+    )
+}
+
 pub fn view_owner(view_id: i32) -> EvResult<Option<pg_sys::Oid>> {
     spi::one::<pg_sys::Oid>(
         "SELECT owner::oid FROM eventview._views WHERE view_id = $1",

@@ -17,7 +17,8 @@ use crate::pg::roles::caller;
 use crate::pg::spi;
 use pgrx::prelude::*;
 
-fn role_name(role: pg_sys::Oid) -> EvResult<String> {
+/// The name of `role`, empty when there is no such role.
+pub fn role_name(role: pg_sys::Oid) -> EvResult<String> {
     Ok(spi::one::<String>(
         "SELECT rolname::text FROM pg_catalog.pg_roles WHERE oid = $1",
         &[role.into()],

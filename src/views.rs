@@ -484,6 +484,59 @@ pub fn forget_view(view_id: i32) -> EvResult<()> {
     Ok(())
 }
 
+/// A view given to another role (`ALTER VIEW ... OWNER TO`, followed by `eventview._follow_ddl`,
+/// as the extension owner): the catalog's owner, as whom it refreshes, and its storage go to the
+/// relation's new owner, as `create_view` gives them to its creator; its changelog rights follow
+/// (`eventview._sync_changelog_readers`, which the trigger runs next, and the former owner's
+/// read taken back here when no other view of theirs needs it). The new owner's rights on the
+/// event table are checked at each refresh, as for any view. A rollup, or a view rollups read,
+/// is refused (0A000): the rights between them are their owners'.
+pub fn follow_owner(view_id: i32) -> EvResult<()> {
+    let Some((recorded, owner)) = catalog::lock_view_owners(view_id)? else {
+        return Ok(());
+    };
+    if recorded == owner {
+        return Ok(());
+    }
+    let view = catalog::load_view(view_id)?;
+    if view.source_view.is_some() || view.feeds_rollups {
+        let name = relation::regclass_text(view.relid)?;
+        return Err(EvError::new(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("view {name} cannot be given to another role: it is a rollup or rollups read it"),
+        )
+        .with_hint("The rights between a rollup and the view it reads are their owners'. Create the view again as the new owner (eventview.create_view), then drop this one."));
+    }
+    let owner_ident = privileges::role_ident(owner)?;
+    let grants: Vec<String> = catalog::storage_tables(view_id)?
+        .iter()
+        .flat_map(|t| sqlgen::storage_grants(t, &owner_ident))
+        .collect();
+    crate::pg::guc::with_setting(c"eventview.following_ddl", c"on", || spi::run_all(&grants))?;
+    catalog::set_view_owner(view_id, owner)?;
+    let former = catalog::ForgottenView {
+        view_id,
+        source_id: view.source.source_id,
+        owner: recorded,
+        owner_name: Some(privileges::role_name(recorded)?).filter(|n| !n.is_empty()),
+        source_relid: view.source.relid,
+        source_view: None,
+    };
+    if !catalog::owner_still_reads_changelog(&former)? {
+        if let Some(name) = &former.owner_name {
+            let revoke = format!(
+                "REVOKE SELECT ON {} FROM {}",
+                names::changelog(view.source.source_id),
+                quote::ident(name)
+            );
+            crate::pg::guc::with_setting(c"eventview.following_ddl", c"on", || {
+                spi::run_all(&[revoke])
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// What a forgotten rollup's owner was granted on the views below it (`below`) goes, except
 /// where another rollup of theirs still reads (and on views they own).
 fn revoke_rollup_reads(view: &catalog::ForgottenView, below: &[i32]) -> EvResult<()> {

@@ -360,6 +360,31 @@ def test_a_partition_drop_that_will_be_refused_locks_nothing(cluster, roles):
         who.conn.close()
 
 
+def test_no_role_holds_prune_or_a_views_creation_off_another_roles_table(cluster, roles):
+    """create_view, rebuild and prune keep each other off a table with a row lock that only the
+    extension owner can take: another role holds none of them off the table, as anyone could
+    with an advisory lock of a known key."""
+    admin, alice, mallory = (As(cluster, roles, r) for r in ("postgres", "alice", "mallory"))
+    alice.q("SELECT eventview.create_event_table('ev')")
+    source_id = alice.one("SELECT source_id FROM eventview._sources WHERE relid = 'ev'::regclass")
+    assert admin.q("SELECT source_id FROM eventview._prune_guards") == [(source_id,)]
+    mallory.denied("SELECT * FROM eventview._prune_guards FOR UPDATE")
+    msg = mallory.denied("SELECT eventview._lock_source_for_prune(%s)", [source_id])
+    assert msg == f"permission denied to prune event table public.ev: it belongs to role {role('alice')}"
+    # The key of the advisory lock that once guarded the table, held for good.
+    mallory.q("SELECT pg_advisory_lock(1885828709, %s)", [source_id])
+    mallory.q("SELECT pg_advisory_lock_shared(1885828709, %s)", [source_id])
+    alice.q("SET lock_timeout = '5s'")
+    alice.q("INSERT INTO ev (event_type, payload) VALUES ('e', '{}')")
+    alice.q("SELECT eventview.create_view('v', 'ev')")
+    assert alice.one("SELECT eventview.rebuild('v')") == 1
+    assert alice.one("SELECT eventview.prune('ev')") == 0
+    alice.q("SELECT eventview.drop_event_table('ev', cascade => true)")
+    assert admin.q("SELECT source_id FROM eventview._prune_guards") == []
+    for who in (admin, alice, mallory):
+        who.conn.close()
+
+
 def test_a_table_given_to_another_role_takes_its_capture_along(cluster, roles):
     """ALTER TABLE ... OWNER TO moves the capture functions and the changelog rights to the new
     owner; the old owner keeps only the changelog SELECT its own views need, and capture goes on."""
@@ -853,3 +878,43 @@ def test_a_rollup_is_made_by_a_role_whose_rights_its_sources_owner_has(cluster, 
     assert bob.one(f"SELECT count(*) FROM {storage}") == 1
     bob.q("SELECT eventview.drop_view('daily')")
     bob.denied(f"SELECT count(*) FROM {storage}")
+
+
+def test_a_view_given_to_another_role_takes_its_storage_and_refresh_along(cluster, roles):
+    """ALTER VIEW ... OWNER TO gives the view to its new owner: they read (realtime too) and
+    refresh it, its storage is theirs, and the former owner keeps no right on it or on the
+    changelog; a view that rollups read, and a rollup, are refused (0A000), nothing changed."""
+    admin, alice, bob, rita = (As(cluster, roles, r) for r in ("postgres", "alice", "bob", "rita"))
+    alice.q("SELECT eventview.create_event_table('ev')")
+    alice.q(f"GRANT SELECT ON ev TO {role('bob')}, {role('rita')}")
+    bob.q("""SELECT eventview.create_view('bv', 'ev', group_by => '{"k": "$.k"}',
+             measures => '{"n": "count(*)", "hi": "max($.v)"}', realtime => true)""")
+    alice.q("""INSERT INTO ev (event_type, payload) VALUES ('e', '{"k": "a", "v": 1}'), ('e', '{"k": "a", "v": 5}')""")
+    view_id = admin.one("SELECT eventview._view_id('bv')")
+    source_id = admin.one("SELECT source_id FROM eventview._sources")
+    log = f"eventview._changes_{source_id}"
+    admin.q(f"ALTER VIEW bv OWNER TO {role('rita')}")
+    assert admin.one(f"SELECT owner::text FROM eventview._views WHERE view_id = {view_id}") == role("rita")
+    assert admin.q(f"""SELECT DISTINCT tableowner::text FROM pg_tables
+                       WHERE schemaname = 'eventview' AND tablename ~ '^_v{view_id}_'""") == [(role("rita"),)]
+    assert rita.q("SELECT k, n, hi FROM bv") == [("a", 2, 5)]  # realtime: from the changelog
+    assert rita.one("SELECT eventview.refresh('bv')") == 2
+    assert rita.q("SELECT k, n, hi FROM bv") == [("a", 2, 5)]
+    bob.denied("SELECT * FROM bv")
+    bob.denied("SELECT eventview.refresh('bv')")
+    bob.denied(f"SELECT * FROM eventview._v{view_id}_data")
+    assert admin.one(f"SELECT has_table_privilege('{role('bob')}', '{log}', 'SELECT')") is False
+    assert admin.one(f"SELECT has_table_privilege('{role('rita')}', '{log}', 'SELECT')") is True
+
+    # A view that rollups read, and a rollup: the rights between them are their owners'.
+    alice.q("""SELECT eventview.create_view('hourly', 'ev', group_by => '{"k": "$.k"}',
+               measures => '{"n": "count(*)"}', time_bucket => '1 hour')""")
+    alice.q("""SELECT eventview.create_view('daily', 'hourly', group_by => '{"k": "k"}',
+               measures => '{"n": "n"}', time_bucket => '1 day')""")
+    for name in ("hourly", "daily"):
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
+            admin.q(f"ALTER VIEW {name} OWNER TO {role('rita')}")
+        assert "cannot be given to another role: it is a rollup or rollups read it" in str(e.value)
+        assert admin.one(f"SELECT viewowner::text FROM pg_views WHERE viewname = '{name}'") == role("alice")
+    for who in (admin, alice, bob, rita):
+        who.conn.close()

@@ -206,6 +206,12 @@ fn lock_for_pruning_if_free(source: pg_sys::Oid) -> Result<bool, ErrorReport> {
     })
 }
 
+/// prune's hold on an event table while no view of it is being made (`catalog::lock_source_for_prune`).
+#[pg_extern(name = "_lock_source_for_prune", volatile, parallel_unsafe)]
+fn lock_source_for_prune(p_source_id: i32) -> Result<bool, ErrorReport> {
+    at_boundary(|| crate::catalog::lock_source_for_prune(p_source_id))
+}
+
 /// prune's deletion of raw events past retention (see `event_tables::prune_events`), as the
 /// table's owner, for members of that role only. An API call, as `_lock_for_pruning_if_free`.
 #[pg_extern(name = "_prune_events", volatile, parallel_unsafe)]

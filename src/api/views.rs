@@ -95,6 +95,13 @@ pub fn view_id(name: &str) -> Result<i32, ErrorReport> {
     lookup(|| crate::catalog::view_by_name(name, false).map(|v| v.view_id))
 }
 
+/// A view given to another role: its catalog owner and storage follow the relation's owner
+/// (called by `eventview._follow_ddl`, as the extension owner; see `views::follow_owner`).
+#[pg_extern(name = "_follow_view_owner", volatile, strict, parallel_unsafe)]
+fn follow_view_owner(p_view_id: i32) -> Result<(), ErrorReport> {
+    at_boundary(|| crate::views::follow_owner(p_view_id))
+}
+
 /// Forgets a view whose relation a DROP took (called by `eventview._follow_drop`, which runs as
 /// the extension owner; see `views::forget_view`). Not an API call: it runs inside the user's
 /// DROP in the rights it has, with the version check only (the catalog statements are this
