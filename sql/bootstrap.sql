@@ -615,10 +615,11 @@ BEGIN
     IF EXISTS (SELECT 1 FROM eventview._distributed_views v
                JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) v.relid::oid
                WHERE c.relowner OPERATOR(pg_catalog.<>) v.owner::oid
-                 AND c.oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d)) THEN
+                 AND c.oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d
+                               WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass)) THEN
         RAISE EXCEPTION 'a view over a distributed event table cannot be given to another role'
             USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Create the view again as the new owner (eventview.create_view), then drop this one.';
+                  HINT = 'Give it back to the owner eventview._distributed_views records (ALTER VIEW ... OWNER TO), or create the view again as the new owner (eventview.create_view) and drop this one.';
     END IF;
     PERFORM eventview._sync_changelog_readers();
     -- Renamed views: one statement maps old names to new ones (renames may have crossed); the

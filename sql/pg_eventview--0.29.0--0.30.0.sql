@@ -61,10 +61,11 @@ BEGIN
     IF EXISTS (SELECT 1 FROM eventview._distributed_views v
                JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) v.relid::oid
                WHERE c.relowner OPERATOR(pg_catalog.<>) v.owner::oid
-                 AND c.oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d)) THEN
+                 AND c.oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d
+                               WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass)) THEN
         RAISE EXCEPTION 'a view over a distributed event table cannot be given to another role'
             USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Create the view again as the new owner (eventview.create_view), then drop this one.';
+                  HINT = 'Give it back to the owner eventview._distributed_views records (ALTER VIEW ... OWNER TO), or create the view again as the new owner (eventview.create_view) and drop this one.';
     END IF;
     PERFORM eventview._sync_changelog_readers();
     -- Renamed views: one statement maps old names to new ones (renames may have crossed); the
@@ -102,3 +103,14 @@ BEGIN
     PERFORM pg_catalog.set_config('eventview.following_ddl', 'off', true);
 END
 $$;
+
+-- A JSONPath index (`$.x[0]`, `$.x[-1]`) selects only array elements from 0.30.0 (0.29.0's
+-- library took a scalar for an array of one): the views with an index in a path of theirs, or
+-- of a logical field of their event table, are asked, in eventview.views.last_error, to be
+-- rebuilt once (which also makes a realtime view's reads anew).
+UPDATE eventview._views v
+SET rebuild_note = 'pg_eventview 0.30.0 selects only array elements with a JSONPath index ($.x[0]); rebuild this view once (eventview.rebuild(name))'
+WHERE v.rebuild_note IS NULL
+  AND (v.definition::text ~ '\[\s*-?[0-9]+\s*\]'
+       OR EXISTS (SELECT 1 FROM eventview._fields f
+                  WHERE f.source_id = v.source_id AND f.path ~ '\[\s*-?[0-9]+\s*\]'));

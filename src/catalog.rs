@@ -256,14 +256,25 @@ pub fn lock_source(source: &Source, lock: SourceLock) -> EvResult<()> {
 /// `eventview._prune_guards` held FOR KEY SHARE, which prune's FOR UPDATE SKIP LOCKED skips
 /// (`lock_source_for_prune`). A view being created is invisible to prune until it commits, and
 /// needs every change committed after its starting snapshot, which the other consumers may have
-/// applied already. (A table without its row, which only a catalog edited by hand has, gets
-/// one: prune does not see it before this transaction commits, and goes on meanwhile.)
+/// applied already. The row is made first where the table has none (see `make_prune_guard`).
 pub fn hold_off_prune(source: &Source) -> EvResult<()> {
+    make_prune_guard(source.source_id)?;
     spi::run(
-        "WITH made AS (INSERT INTO eventview._prune_guards (source_id) VALUES ($1)
-                       ON CONFLICT (source_id) DO NOTHING)
-         SELECT 1 FROM eventview._prune_guards WHERE source_id = $1 FOR KEY SHARE",
+        "SELECT 1 FROM eventview._prune_guards WHERE source_id = $1 FOR KEY SHARE",
         &[source.source_id.into()],
+    )
+}
+
+/// The row of event table `source_id` in `eventview._prune_guards`, made where it is missing:
+/// `insert_source` makes it with the table, but a catalog restored from a dump of a release
+/// without the guards (or by a data-only restore) has tables without one. Of two sessions
+/// making the same row, the second waits for the first to commit, once.
+fn make_prune_guard(source_id: i32) -> EvResult<()> {
+    spi::run(
+        "INSERT INTO eventview._prune_guards (source_id)
+         SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM eventview._prune_guards WHERE source_id = $1)
+         ON CONFLICT (source_id) DO NOTHING",
+        &[source_id.into()],
     )
 }
 
@@ -271,8 +282,8 @@ pub fn hold_off_prune(source: &Source) -> EvResult<()> {
 /// `eventview._prune_guards` locked FOR UPDATE, unless `hold_off_prune` holds it (false: the
 /// table is left to a later prune, never waited for). Only for members of the table's owner
 /// role, as prune: a row lock is a lock others wait for. Row locks take UPDATE on the table,
-/// which only the extension owner has: no role can hold prune, `create_view` or `rebuild` off
-/// a table by locking its row (as anyone could by taking an advisory lock of a known key).
+/// which only the extension owner has: no other role can lock a table's row, and so hold
+/// prune, `create_view` or `rebuild` off it.
 pub fn lock_source_for_prune(source_id: i32) -> EvResult<bool> {
     let relid = spi::one::<pg_sys::Oid>(
         "SELECT relid::oid FROM eventview._sources WHERE source_id = $1",
@@ -282,6 +293,7 @@ pub fn lock_source_for_prune(source_id: i32) -> EvResult<bool> {
         return Ok(false);
     };
     crate::privileges::require_table_owner(relid, "prune")?;
+    make_prune_guard(source_id)?;
     Ok(spi::one::<bool>(
         "WITH held AS (SELECT 1 FROM eventview._prune_guards WHERE source_id = $1
                        FOR UPDATE SKIP LOCKED)
@@ -1298,7 +1310,6 @@ pub fn set_rebuild_note(view_id: i32, note: Option<&str>) -> EvResult<()> {
     )
 }
 
-/// The owner of the view with id `view_id` (None for an unknown view).
 /// The owner the catalog records for view `view_id` and the owner of its relation, its row
 /// locked (a refresh of it running now finishes first); None for an unknown view or one whose
 /// relation is gone.
@@ -1315,6 +1326,33 @@ pub fn lock_view_owners(view_id: i32) -> EvResult<Option<(pg_sys::Oid, pg_sys::O
     }))
 }
 
+/// What a change of view `view_id`'s owner needs of its catalog row: its event table (id, and
+/// relation, 0 once dropped) and whether it is a rollup or rollups read it. From the row alone:
+/// the view's definition is not loaded (it may no longer load, its event table gone).
+pub struct ViewRelations {
+    pub source_id: i32,
+    pub source_relid: pg_sys::Oid,
+    pub in_rollup_chain: bool,
+}
+
+pub fn view_relations(view_id: i32) -> EvResult<Option<ViewRelations>> {
+    let row = spi::one::<Vec<i64>>(
+        "SELECT ARRAY[v.source_id::bigint, s.relid::oid::bigint,
+                      (v.source_view IS NOT NULL OR v.feeds_rollups)::int::bigint]
+         FROM eventview._views v JOIN eventview._sources s USING (source_id)
+         WHERE v.view_id = $1",
+        &[view_id.into()],
+    )?;
+    Ok(row.and_then(|r| match r[..] {
+        [source_id, relid, chain] => Some(ViewRelations {
+            source_id: source_id as i32,
+            source_relid: pg_sys::Oid::from(relid as u32),
+            in_rollup_chain: chain != 0,
+        }),
+        _ => None,
+    }))
+}
+
 /// Records `owner` as the owner of view `view_id`.
 pub fn set_view_owner(view_id: i32, owner: pg_sys::Oid) -> EvResult<()> {
     spi::run(
@@ -1323,6 +1361,7 @@ pub fn set_view_owner(view_id: i32, owner: pg_sys::Oid) -> EvResult<()> {
     )
 }
 
+/// The owner of the view with id `view_id` (None for an unknown view).
 pub fn view_owner(view_id: i32) -> EvResult<Option<pg_sys::Oid>> {
     spi::one::<pg_sys::Oid>(
         "SELECT owner::oid FROM eventview._views WHERE view_id = $1",

@@ -516,7 +516,7 @@ pub fn create_distributed_event_table(
     // The other arguments first, as for any event table.
     crate::event_tables::require_retentions(&retention, &Some(delta_retention))?;
     if let Some(interval) = &partition_interval {
-        crate::partitions::length_of(interval)?;
+        crate::partitions::new_length_of(interval)?;
     }
     let column = distribution_column(distribute_by)?;
     if !installed()? {

@@ -26,7 +26,7 @@ pub fn create_event_table(
 ) -> EvResult<pg_sys::Oid> {
     require_retentions(&retention, &delta_retention)?;
     if let Some(interval) = &partition_interval {
-        partitions::length_of(interval)?;
+        partitions::new_length_of(interval)?;
     }
     let quoted = relation::qualified_for_create(name)?;
     refuse_schema(&quoted, "create")?;

@@ -54,13 +54,23 @@ fn micros_since_2000(expression: &str) -> String {
     MICROS_SINCE_2000.replace("{}", expression)
 }
 
-/// The partition length of `partition_interval` (22023 saying why it is not one).
+/// The partition length of a table's `partition_interval` (22023 saying why it is not one).
 pub fn length_of(interval: &Interval) -> EvResult<i64> {
-    layout::length_micros(interval.months(), interval.days(), interval.micros()).map_err(|why| {
-        EvError::invalid(format!("invalid partition_interval: {why}")).with_hint(
-            "A partition covers a fixed length of time: minutes, hours, days or weeks, such as '1 day' or '1 hour'.",
-        )
-    })
+    layout::length_micros(interval.months(), interval.days(), interval.micros())
+        .map_err(invalid_partition_interval)
+}
+
+/// The partition length of the `partition_interval` of a table being made: `length_of`, and at
+/// least a minute (`layout::new_length_micros`).
+pub fn new_length_of(interval: &Interval) -> EvResult<i64> {
+    layout::new_length_micros(interval.months(), interval.days(), interval.micros())
+        .map_err(invalid_partition_interval)
+}
+
+fn invalid_partition_interval(why: String) -> EvError {
+    EvError::invalid(format!("invalid partition_interval: {why}")).with_hint(
+        "A partition covers a fixed length of time: minutes, hours, days or weeks, such as '1 day' or '1 hour'.",
+    )
 }
 
 /// One member of a partitioned event table's tree, directly below its root.
@@ -651,7 +661,7 @@ pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> 
             }
             // A role PostgreSQL will refuse the command to (after this trigger) takes no lock:
             // queued behind a reader, its lock would hold up every producer meanwhile.
-            if !may_remove(table)? {
+            if !may_remove(table, removal)? {
                 continue;
             }
             // Top-down, as writers lock them: the partitioned table above, then `table` and the
@@ -691,21 +701,25 @@ pub fn before_removal(tables: &[pg_sys::Oid], removal: Removal) -> EvResult<()> 
 }
 
 /// Whether the role running the DDL may drop or detach partition `table`, as PostgreSQL decides
-/// it: with the privileges of the owner of the table, of its schema (DROP TABLE, DROP SCHEMA) or
-/// of the partitioned table above it (DETACH PARTITION).
-fn may_remove(table: pg_sys::Oid) -> EvResult<bool> {
-    Ok(spi::one::<bool>(
-        "SELECT pg_catalog.pg_has_role($1, c.relowner, 'USAGE')
-             OR pg_catalog.pg_has_role($1, n.nspowner, 'USAGE')
-             OR coalesce(pg_catalog.pg_has_role($1, p.relowner, 'USAGE'), false)
-         FROM pg_catalog.pg_class c
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
-         LEFT JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
-         WHERE c.oid = $2",
-        &[roles::caller().into(), table.into()],
-    )?
-    .unwrap_or(false))
+/// it: a drop (DROP TABLE, DROP SCHEMA, DROP OWNED) with the privileges of the owner of the
+/// table or of its schema, a detach with those of the owner of the partitioned table above it.
+fn may_remove(table: pg_sys::Oid, removal: Removal) -> EvResult<bool> {
+    let sql = match removal {
+        Removal::Drop => {
+            "SELECT pg_catalog.pg_has_role($1, c.relowner, 'USAGE')
+                 OR pg_catalog.pg_has_role($1, n.nspowner, 'USAGE')
+             FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.oid = $2"
+        }
+        Removal::Detach { .. } => {
+            "SELECT pg_catalog.pg_has_role($1, p.relowner, 'USAGE')
+             FROM pg_catalog.pg_inherits i
+             JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+             WHERE i.inhrelid = $2"
+        }
+    };
+    Ok(spi::one::<bool>(sql, &[roles::caller().into(), table.into()])?.unwrap_or(false))
 }
 
 /// The partitioned tables of the tree below `table` (itself included), top-down.

@@ -488,24 +488,56 @@ pub fn forget_view(view_id: i32) -> EvResult<()> {
 /// as the extension owner): the catalog's owner, as whom it refreshes, and its storage go to the
 /// relation's new owner, as `create_view` gives them to its creator; its changelog rights follow
 /// (`eventview._sync_changelog_readers`, which the trigger runs next, and the former owner's
-/// read taken back here when no other view of theirs needs it). The new owner's rights on the
-/// event table are checked at each refresh, as for any view. A rollup, or a view rollups read,
-/// is refused (0A000): the rights between them are their owners'.
+/// read taken back here when no other view of theirs needs it). Refused, so that the ALTER
+/// fails and nothing changes: with 42501 when the new owner may not read the event table as a
+/// view's owner must (`create_view`'s checks: its quarantine shows them the table's events);
+/// with 0A000 for a rollup or a view rollups read (the rights between them are their owners').
+/// The trigger sees the owners differ on any ALTER of the view, so the messages say how to put
+/// the recorded owner back.
 pub fn follow_owner(view_id: i32) -> EvResult<()> {
     let Some((recorded, owner)) = catalog::lock_view_owners(view_id)? else {
         return Ok(());
     };
-    if recorded == owner {
+    let Some(view) = catalog::view_relations(view_id)?.filter(|_| recorded != owner) else {
         return Ok(());
-    }
-    let view = catalog::load_view(view_id)?;
-    if view.source_view.is_some() || view.feeds_rollups {
-        let name = relation::regclass_text(view.relid)?;
+    };
+    let relid = catalog::view_relid_if_any(view_id)?.unwrap_or(pg_sys::InvalidOid);
+    let name = relation::regclass_text(relid)?;
+    let recorded_name = privileges::role_name(recorded)?;
+    let give_back = format!(
+        "Give it back (ALTER VIEW {name} OWNER TO {}), or create the view again as the new owner (eventview.create_view) and drop this one.",
+        quote::ident(&recorded_name)
+    );
+    if view.in_rollup_chain {
         return Err(EvError::new(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("view {name} cannot be given to another role: it is a rollup or rollups read it"),
+            format!(
+                "view {name} cannot be given to another role: it is a rollup or rollups read it"
+            ),
         )
-        .with_hint("The rights between a rollup and the view it reads are their owners'. Create the view again as the new owner (eventview.create_view), then drop this one."));
+        .with_hint(format!(
+            "The rights between a rollup and the view it reads are their owners'. {give_back}"
+        )));
+    }
+    if view.source_relid != pg_sys::InvalidOid {
+        let may_read = spi::one::<bool>(
+            "SELECT pg_catalog.has_table_privilege($1, $2, 'SELECT')",
+            &[owner.into(), view.source_relid.into()],
+        )?;
+        if may_read != Some(true) {
+            return Err(EvError::new(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                format!(
+                    "view {name} cannot be given to role {}: it may not read event table {}",
+                    privileges::role_name(owner)?,
+                    relation::regclass_text(view.source_relid)?
+                ),
+            )
+            .with_hint(format!(
+                "A view's owner needs SELECT on its event table. {give_back}"
+            )));
+        }
+        privileges::require_no_row_security(owner, view.source_relid)?;
     }
     let owner_ident = privileges::role_ident(owner)?;
     let grants: Vec<String> = catalog::storage_tables(view_id)?
@@ -516,17 +548,17 @@ pub fn follow_owner(view_id: i32) -> EvResult<()> {
     catalog::set_view_owner(view_id, owner)?;
     let former = catalog::ForgottenView {
         view_id,
-        source_id: view.source.source_id,
+        source_id: view.source_id,
         owner: recorded,
-        owner_name: Some(privileges::role_name(recorded)?).filter(|n| !n.is_empty()),
-        source_relid: view.source.relid,
+        owner_name: Some(recorded_name).filter(|n| !n.is_empty()),
+        source_relid: view.source_relid,
         source_view: None,
     };
     if !catalog::owner_still_reads_changelog(&former)? {
         if let Some(name) = &former.owner_name {
             let revoke = format!(
                 "REVOKE SELECT ON {} FROM {}",
-                names::changelog(view.source.source_id),
+                names::changelog(view.source_id),
                 quote::ident(name)
             );
             crate::pg::guc::with_setting(c"eventview.following_ddl", c"on", || {

@@ -338,6 +338,32 @@ def test_code_a_view_owner_runs_during_a_refresh_acts_with_the_owners_rights(clu
         who.conn.close()
 
 
+def test_code_a_view_owner_runs_during_a_refresh_resolves_names_as_the_owner(cluster, roles):
+    """A name that such code asks the library to resolve is resolved with the view owner's
+    rights, not with those of the superuser who refreshed: a table in a schema the owner may not
+    use stays out of its reach."""
+    admin, bob = As(cluster, roles, "postgres"), As(cluster, roles, "bob")
+    admin.q("CREATE SCHEMA hidden")
+    admin.q("SELECT eventview.create_event_table('hidden.secret')")
+    bob.q("SELECT eventview.create_event_table('bobs')")
+    bob.q("SELECT eventview.create_view('bv', 'bobs')")
+    storage = "eventview._v{}_data".format(
+        bob.one("SELECT view_id FROM eventview._views WHERE relid = 'bv'::regclass"))
+    bob.q("""CREATE FUNCTION public.peek() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 PERFORM eventview._event_table_sql('hidden.secret');
+                 RETURN NULL;
+             END $$""")
+    bob.q(f"CREATE TRIGGER peek AFTER INSERT OR UPDATE ON {storage} "
+          "FOR EACH STATEMENT EXECUTE FUNCTION public.peek()")
+    bob.q("INSERT INTO bobs (event_type, payload) VALUES ('e', '{}')")
+    with pytest.raises((psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedTable)) as e:
+        admin.q("SELECT eventview.refresh('bv')")
+    assert "hidden" in str(e.value)
+    for who in (admin, bob):
+        who.conn.close()
+
+
 def test_a_partition_drop_that_will_be_refused_locks_nothing(cluster, roles):
     """A DROP or DETACH of an event table's partition by a role PostgreSQL refuses it to fails at
     once (42501), taking no lock on the event table first: queued behind a reader, its lock would
@@ -371,7 +397,7 @@ def test_no_role_holds_prune_or_a_views_creation_off_another_roles_table(cluster
     mallory.denied("SELECT * FROM eventview._prune_guards FOR UPDATE")
     msg = mallory.denied("SELECT eventview._lock_source_for_prune(%s)", [source_id])
     assert msg == f"permission denied to prune event table public.ev: it belongs to role {role('alice')}"
-    # The key of the advisory lock that once guarded the table, held for good.
+    # An advisory lock of the table's source id (any role may take any advisory lock).
     mallory.q("SELECT pg_advisory_lock(1885828709, %s)", [source_id])
     mallory.q("SELECT pg_advisory_lock_shared(1885828709, %s)", [source_id])
     alice.q("SET lock_timeout = '5s'")
@@ -379,6 +405,10 @@ def test_no_role_holds_prune_or_a_views_creation_off_another_roles_table(cluster
     alice.q("SELECT eventview.create_view('v', 'ev')")
     assert alice.one("SELECT eventview.rebuild('v')") == 1
     assert alice.one("SELECT eventview.prune('ev')") == 0
+    # A table without its row (a catalog restored from a release without them) gets one.
+    admin.q("DELETE FROM eventview._prune_guards")
+    assert alice.one("SELECT eventview.prune('ev')") == 0
+    assert admin.q("SELECT source_id FROM eventview._prune_guards") == [(source_id,)]
     alice.q("SELECT eventview.drop_event_table('ev', cascade => true)")
     assert admin.q("SELECT source_id FROM eventview._prune_guards") == []
     for who in (admin, alice, mallory):
@@ -905,6 +935,12 @@ def test_a_view_given_to_another_role_takes_its_storage_and_refresh_along(cluste
     bob.denied(f"SELECT * FROM eventview._v{view_id}_data")
     assert admin.one(f"SELECT has_table_privilege('{role('bob')}', '{log}', 'SELECT')") is False
     assert admin.one(f"SELECT has_table_privilege('{role('rita')}', '{log}', 'SELECT')") is True
+    # Not to a role that may not read the event table (the quarantine would show it its events).
+    msg = admin.denied(f"ALTER VIEW bv OWNER TO {role('mallory')}")
+    assert msg == f"view public.bv cannot be given to role {role('mallory')}: it may not read event table public.ev"
+    assert admin.one("SELECT viewowner::text FROM pg_views WHERE viewname = 'bv'") == role("rita")
+    admin.q("ALTER VIEW bv RENAME TO bv2")
+    assert rita.one("SELECT eventview.refresh('bv2')") == 0
 
     # A view that rollups read, and a rollup: the rights between them are their owners'.
     alice.q("""SELECT eventview.create_view('hourly', 'ev', group_by => '{"k": "$.k"}',

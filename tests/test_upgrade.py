@@ -629,3 +629,34 @@ def test_the_update_on_citus_drops_the_read_index_of_every_shards_view():
             c.execute("SET enable_seqscan = off")
             plan = "\n".join(r[0] for r in c.execute("EXPLAIN SELECT * FROM ri_n WHERE sku = 's1'").fetchall())
             assert "_data_read" in plan, plan
+
+
+def test_the_update_to_0_30_0_asks_views_with_an_index_in_a_path_to_be_rebuilt(cluster, new_db):
+    """From 0.30.0 a JSONPath index selects only array elements (0.29.0's library took a scalar
+    for an array of one). The update asks the views with an index in a path of theirs, or of a
+    logical field of their table, to be rebuilt once; a rebuild recomputes them as the aggregate
+    from scratch, and clears the note."""
+    with library_of("0.29.0"):
+        info = new_db(version="0.29.0")
+        with cluster.connect(info.rsplit("dbname=", 1)[1]) as c:
+            c.execute("SELECT eventview.create_event_table('ev')")
+            c.execute("SELECT eventview.create_event_table('other')")
+            c.execute("SELECT eventview.define_field('other', 'last_y', '$.y[-1]')")
+            c.execute("""SELECT eventview.create_view('ix', 'ev', group_by => '{"first": "$.x[0]"}',
+                         measures => '{"n": "count(*)"}')""")
+            c.execute("""SELECT eventview.create_view('plain', 'ev', group_by => '{"x": "$.x"}')""")
+            c.execute("""SELECT eventview.create_view('by_field', 'other', group_by => '{"y": "last_y"}')""")
+            c.execute("""INSERT INTO ev (event_type, payload) VALUES
+                         ('t', '{"x": "str"}'), ('t', '{"x": ["a"]}'), ('t', '{"x": ["str"]}')""")
+            c.execute("SELECT eventview.refresh('ix')")
+            assert sorted(c.execute("SELECT first, n FROM ix").fetchall()) == [("a", 1), ("str", 2)]
+    with cluster.connect(info.rsplit("dbname=", 1)[1]) as c:
+        c.execute("ALTER EXTENSION pg_eventview UPDATE")
+        notes = dict(c.execute("SELECT relid::text, rebuild_note FROM eventview._views").fetchall())
+        assert notes["plain"] is None
+        for name in ("ix", "by_field"):
+            assert notes[name].startswith("pg_eventview 0.30.0 selects only array elements with a JSONPath index"), notes
+        c.execute("SELECT eventview.rebuild('ix')")
+        assert sorted(c.execute("SELECT first, n FROM ix").fetchall(), key=repr) == sorted(
+            [(None, 1), ("a", 1), ("str", 1)], key=repr)
+        assert c.execute("SELECT rebuild_note FROM eventview._views WHERE relid = 'ix'::regclass").fetchone()[0] is None

@@ -3,7 +3,7 @@
 SET TimeZone = 'UTC';
 SELECT eventview.create_event_table('pev', partition_interval => '1 month');
 SELECT eventview.create_event_table('pev', partition_interval => '0 hours');
-SELECT eventview.create_event_table('pev', partition_interval => '90 seconds');
+SELECT eventview.create_event_table('pev', partition_interval => '30 seconds');
 SELECT to_regclass('pev') IS NULL AS nothing_made;
 SELECT eventview.create_event_table('pev', retention => '90 days', partition_interval => '1 day');
 -- The default partition, and the present day's with 4 after it.

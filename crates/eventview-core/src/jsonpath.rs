@@ -93,7 +93,8 @@ pub fn plan(text: &str) -> Result<PathPlan, PathError> {
                 ));
             }
             Segment::Selector(Selector::Name(name)) => steps.push(Step::Member(name.clone())),
-            // `->` takes an int; a larger index (RFC 9535 allows up to 2^53) goes to the evaluator.
+            // SQL/JSON path subscripts are int4; a larger index (RFC 9535 allows up to 2^53) goes
+            // to the evaluator.
             Segment::Selector(Selector::Index(i)) if i32::try_from(*i).is_ok() => {
                 steps.push(Step::Index(*i))
             }

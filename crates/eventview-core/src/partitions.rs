@@ -41,13 +41,20 @@ pub fn length_micros(months: i32, days: i32, micros: i64) -> Result<i64, String>
     if total <= 0 {
         return Err("it must be a positive length of time".into());
     }
-    if total % MICROS_PER_MINUTE != 0 {
-        return Err(
-            "it must be a whole number of minutes (partitions are named to the minute)".into(),
-        );
-    }
+
     if total > 366 * MICROS_PER_DAY * 100 {
         return Err("it must be at most 100 years".into());
+    }
+    Ok(total)
+}
+
+/// `length_micros` of the `partition_interval` of a table being made: also at least a minute.
+/// Partitions are named to the minute (`partition_name`): partitions shorter than that would
+/// share names. (A table made with a shorter length keeps it: `length_micros` alone reads it.)
+pub fn new_length_micros(months: i32, days: i32, micros: i64) -> Result<i64, String> {
+    let total = length_micros(months, days, micros)?;
+    if total < MICROS_PER_MINUTE {
+        return Err("it must be at least one minute (partitions are named to the minute)".into());
     }
     Ok(total)
 }
@@ -185,12 +192,15 @@ mod tests {
         assert!(length_micros(0, 0, 0).unwrap_err().contains("positive"));
         assert!(length_micros(0, -1, HOUR).unwrap_err().contains("positive"));
         assert!(length_micros(0, i32::MAX, 0).is_err());
-        assert_eq!(length_micros(0, 0, 90 * 60_000_000), Ok(90 * 60_000_000));
-        for seconds in [1, 30, 59, 61] {
-            assert!(length_micros(0, 0, seconds * 1_000_000)
+        assert_eq!(length_micros(0, 0, 30_000_000), Ok(30_000_000));
+        assert_eq!(new_length_micros(0, 0, 90_000_000), Ok(90_000_000));
+        assert_eq!(new_length_micros(0, 0, 60_000_000), Ok(60_000_000));
+        for seconds in [1, 30, 59] {
+            assert!(new_length_micros(0, 0, seconds * 1_000_000)
                 .unwrap_err()
-                .contains("whole number of minutes"));
+                .contains("at least one minute"));
         }
+        assert!(new_length_micros(1, 0, 0).unwrap_err().contains("months"));
     }
 
     #[test]
