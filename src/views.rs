@@ -463,19 +463,7 @@ pub fn forget_view(view_id: i32) -> EvResult<()> {
         .map(|table| format!("DROP TABLE IF EXISTS {table} CASCADE"))
         .collect();
     spi::run_all(&drops)?;
-    if let Some(owner_name) = &view.owner_name {
-        if !catalog::owner_still_reads_changelog(&view)? {
-            // The REVOKE fires eventview._follow_ddl, which has nothing to add.
-            let revoke = format!(
-                "REVOKE SELECT ON {} FROM {}",
-                names::changelog(view.source_id),
-                quote::ident(owner_name)
-            );
-            crate::pg::guc::with_setting(c"eventview.following_ddl", c"on", || {
-                spi::run_all(&[revoke])
-            })?;
-        }
-    }
+    revoke_changelog_read_unless_needed(&view)?;
     // Its event table was dropped while the view read it (see eventview._follow_drop): the
     // table is forgotten with the last of its views.
     if catalog::dropped_source_unread(view.source_id, view.source_relid)? {
@@ -554,19 +542,27 @@ pub fn follow_owner(view_id: i32) -> EvResult<()> {
         source_relid: view.source_relid,
         source_view: None,
     };
-    if !catalog::owner_still_reads_changelog(&former)? {
-        if let Some(name) = &former.owner_name {
-            let revoke = format!(
-                "REVOKE SELECT ON {} FROM {}",
-                names::changelog(view.source_id),
-                quote::ident(name)
-            );
-            crate::pg::guc::with_setting(c"eventview.following_ddl", c"on", || {
-                spi::run_all(&[revoke])
-            })?;
-        }
+    revoke_changelog_read_unless_needed(&former)
+}
+
+/// The read of the changelog that `view`'s (former) owner was granted for it goes, unless they
+/// still need it (`catalog::owner_still_reads_changelog`). The REVOKE fires
+/// eventview._follow_ddl, which has nothing to add.
+fn revoke_changelog_read_unless_needed(view: &catalog::ForgottenView) -> EvResult<()> {
+    let Some(owner_name) = &view.owner_name else {
+        return Ok(());
+    };
+    if catalog::owner_still_reads_changelog(view)? {
+        return Ok(());
     }
-    Ok(())
+    let revoke = format!(
+        "REVOKE SELECT ON {} FROM {}",
+        names::changelog(view.source_id),
+        quote::ident(owner_name)
+    );
+    crate::pg::guc::with_setting(c"eventview.following_ddl", c"on", || {
+        spi::run_all(&[revoke])
+    })
 }
 
 /// What a forgotten rollup's owner was granted on the views below it (`below`) goes, except

@@ -312,6 +312,23 @@ def test_pruning_checks_the_tables_owner_whatever_operators_the_callers_path_hol
         who.conn.close()
 
 
+def _view_whose_storage_runs(owner, statement):
+    """`owner`'s event table `bobs` and view `bv` over it, with one pending event, and a trigger
+    of theirs on the view's storage that runs `statement` (PL/pgSQL) at every write of it."""
+    owner.q("SELECT eventview.create_event_table('bobs')")
+    owner.q("SELECT eventview.create_view('bv', 'bobs')")
+    storage = "eventview._v{}_data".format(
+        owner.one("SELECT view_id FROM eventview._views WHERE relid = 'bv'::regclass"))
+    owner.q(f"""CREATE FUNCTION public.on_storage() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    {statement};
+                    RETURN NULL;
+                END $$""")
+    owner.q(f"CREATE TRIGGER on_storage AFTER INSERT OR UPDATE ON {storage} "
+            "FOR EACH STATEMENT EXECUTE FUNCTION public.on_storage()")
+    owner.q("INSERT INTO bobs (event_type, payload) VALUES ('e', '{}')")
+
+
 def test_code_a_view_owner_runs_during_a_refresh_acts_with_the_owners_rights(cluster, roles):
     """A refresh applies as the view's owner, whoever refreshes (a superuser, the worker): a
     trigger the owner put on the view's storage that calls into the library acts with the
@@ -319,18 +336,7 @@ def test_code_a_view_owner_runs_during_a_refresh_acts_with_the_owners_rights(clu
     admin, alice, bob = (As(cluster, roles, r) for r in ("postgres", "alice", "bob"))
     alice.q("SELECT eventview.create_event_table('ev')")
     alice.q("INSERT INTO ev (event_type, payload) SELECT 'e', '{}' FROM generate_series(1, 5)")
-    bob.q("SELECT eventview.create_event_table('bobs')")
-    bob.q("SELECT eventview.create_view('bv', 'bobs')")
-    storage = "eventview._v{}_data".format(
-        bob.one("SELECT view_id FROM eventview._views WHERE relid = 'bv'::regclass"))
-    bob.q("""CREATE FUNCTION public.prune_alices() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN
-                 PERFORM eventview._prune_events('public.ev'::regclass, interval '-100 years', 1000);
-                 RETURN NULL;
-             END $$""")
-    bob.q(f"CREATE TRIGGER prune_alices AFTER INSERT OR UPDATE ON {storage} "
-          "FOR EACH STATEMENT EXECUTE FUNCTION public.prune_alices()")
-    bob.q("INSERT INTO bobs (event_type, payload) VALUES ('e', '{}')")
+    _view_whose_storage_runs(bob, "PERFORM eventview._prune_events('public.ev'::regclass, interval '-100 years', 1000)")
     msg = admin.denied("SELECT eventview.refresh('bv')")
     assert msg == f"permission denied to prune event table public.ev: it belongs to role {role('alice')}"
     assert alice.one("SELECT count(*) FROM ev") == 5
@@ -345,18 +351,7 @@ def test_code_a_view_owner_runs_during_a_refresh_resolves_names_as_the_owner(clu
     admin, bob = As(cluster, roles, "postgres"), As(cluster, roles, "bob")
     admin.q("CREATE SCHEMA hidden")
     admin.q("SELECT eventview.create_event_table('hidden.secret')")
-    bob.q("SELECT eventview.create_event_table('bobs')")
-    bob.q("SELECT eventview.create_view('bv', 'bobs')")
-    storage = "eventview._v{}_data".format(
-        bob.one("SELECT view_id FROM eventview._views WHERE relid = 'bv'::regclass"))
-    bob.q("""CREATE FUNCTION public.peek() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN
-                 PERFORM eventview._event_table_sql('hidden.secret');
-                 RETURN NULL;
-             END $$""")
-    bob.q(f"CREATE TRIGGER peek AFTER INSERT OR UPDATE ON {storage} "
-          "FOR EACH STATEMENT EXECUTE FUNCTION public.peek()")
-    bob.q("INSERT INTO bobs (event_type, payload) VALUES ('e', '{}')")
+    _view_whose_storage_runs(bob, "PERFORM eventview._event_table_sql('hidden.secret')")
     with pytest.raises((psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedTable)) as e:
         admin.q("SELECT eventview.refresh('bv')")
     assert "hidden" in str(e.value)
