@@ -14,6 +14,7 @@ distributed yet, the cleanup of every node, and event tables on the coordinator 
 import contextlib
 import datetime
 import random
+import re
 import shutil
 import subprocess
 import threading
@@ -1001,9 +1002,11 @@ def test_a_realtime_distributed_view_equals_the_aggregate_from_scratch_between_r
                 rt_check(conn, "drt", "drt_sku", f"step {step}: {op}, point read", "WHERE sku = 'A' AND bucket = '2026-03-02'")
                 rt_check(conn, "drt", "drt_sku", f"step {step}: {op}, NULL key", "WHERE sku IS NULL")
                 assert conn.execute(WHEN_READ).fetchall() == conn.execute(WHEN_FROM_SCRATCH).fetchall(), step
-            # A point read of a realtime view reads the stored groups through their index too.
+            # A point read of a realtime view reads the stored groups through their index too
+            # (an index or bitmap index scan, as the planner weighs the groups touched so far).
             plan = point_read_plan(conn, "drt_sku")
-            assert "Index Scan using _v" in plan and "json_to_recordset" in plan, plan
+            assert re.search(r"(Index Scan using|Bitmap Index Scan on) _v[0-9]+_data_", plan), plan
+            assert "json_to_recordset" in plan, plan
             # Turned off, the view reads its stored groups; on again, the pending changes too.
             insert_orders(conn, "drt", rng, 50)
             conn.execute("SELECT eventview.alter_view('drt_sku', realtime => false)")
