@@ -263,7 +263,6 @@ SELECT pg_catalog.pg_extension_config_dump('eventview.drift', '');
 -- updated database and a fresh install then have the same pg_extension.extconfig.
 SELECT pg_catalog.pg_extension_config_dump('eventview.quarantine_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview.drift_id_seq', '');
-
 SELECT pg_catalog.pg_extension_config_dump('eventview._distributed_sources', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._distributed_views', '');
 SELECT pg_catalog.pg_extension_config_dump('eventview._distributed_quarantine', '');
