@@ -29,6 +29,25 @@ BEGIN
 END
 $$;
 
+-- Whether a position (an applied snapshot, an own xid) names only transactions this cluster has
+-- given out: the opposite of what eventview._positions_from_elsewhere finds in positions restored
+-- from another cluster, under the same bound (a later check runs under a later snapshot, so a
+-- position this accepts never reads as from elsewhere). A view's refresh records its position
+-- with its owner's rights, so each owner may write the position of their own views (row-level
+-- security keeps them to those); this keeps them to positions a refresh could have written: one
+-- from the future would have the next capture trigger made on the table renumber its changelog
+-- as a superuser (eventview._rebase_positions). A superuser writes any: a restore does.
+CREATE FUNCTION eventview._position_given_out(s pg_snapshot, own xid8) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    next_xid xid8 := greatest(pg_snapshot_xmax(pg_current_snapshot()),
+                              (pg_current_xact_id_if_assigned()::text::numeric + 1)::text::xid8);
+BEGIN
+    RETURN (pg_snapshot_xmax(s) <= next_xid AND (own IS NULL OR own < next_xid))
+        OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user);
+END
+$$;
+
 -- Whether a consumer (a view, or a table's field observer) has applied the changelog record
 -- (xid, seq): its transaction is visible in the consumer's applied snapshot s, or it is the
 -- consumer's own transaction own up to changelog position own_seq (a refresh inside the writing
@@ -87,6 +106,8 @@ CREATE TABLE eventview._views (
     applied_snapshot pg_snapshot NOT NULL,
     applied_own_xid  xid8,
     applied_own_seq  bigint,
+    CONSTRAINT _views_position_given_out
+        CHECK (eventview._position_given_out(applied_snapshot, applied_own_xid)),
     last_refresh_at  timestamptz,
     last_refresh_ms  double precision,
     skipped          bigint NOT NULL DEFAULT 0,

@@ -850,6 +850,56 @@ def test_ingest_takes_insert_on_the_envelope_columns_only(cluster, roles):
         who.conn.close()
 
 
+def test_a_views_owner_writes_only_positions_a_refresh_could_have_written(cluster, roles):
+    """A refresh records its view's position with the owner's rights, so the owner may write the
+    row; a position naming transactions this cluster has not given out (which would make the
+    next capture trigger made on the table renumber its changelog, as a superuser) is refused
+    with 23514, and the view goes on refreshing. A superuser writes any (a restore does)."""
+    admin, alice, bob = (As(cluster, roles, r) for r in ("postgres", "alice", "bob"))
+    alice.q("SELECT eventview.create_event_table('ev')")
+    alice.q(f"GRANT SELECT ON ev TO {role('bob')}")
+    bob.q("SELECT eventview.create_view('bv', 'ev')")
+    view_id = bob.one("SELECT view_id FROM eventview._views WHERE relid = 'bv'::regclass")
+    ahead = """(SELECT (x || ':' || x || ':')::pg_snapshot
+              FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint + 1000000 AS x) n)"""
+    for column, value in (("applied_snapshot", ahead),
+                          ("applied_own_xid", f"pg_snapshot_xmax({ahead})")):
+        with pytest.raises(psycopg.errors.CheckViolation) as e:
+            bob.q(f"UPDATE eventview._views SET {column} = {value} WHERE view_id = %s", [view_id])
+        assert "_views_position_given_out" in e.value.diag.message_primary
+    # What a refresh writes passes, also inside the transaction that wrote the events.
+    alice.q("INSERT INTO ev (event_type, payload) VALUES ('e', '{}')")
+    assert bob.one("SELECT eventview.refresh('bv')") == 1
+    alice.q(f"GRANT INSERT ON ev TO {role('bob')}")
+    with bob.conn.transaction():
+        bob.q("INSERT INTO ev (event_type, payload) VALUES ('e', '{}')")
+        assert bob.one("SELECT eventview.refresh('bv')") == 1
+    assert bob.one("SELECT events FROM bv") == 2
+    before = admin.one("SELECT applied_snapshot::text FROM eventview._views WHERE view_id = %s", [view_id])
+    admin.q(f"UPDATE eventview._views SET applied_snapshot = {ahead} WHERE view_id = %s", [view_id])
+    admin.q("UPDATE eventview._views SET applied_snapshot = %s::pg_snapshot WHERE view_id = %s", [before, view_id])
+    for who in (admin, alice, bob):
+        who.conn.close()
+
+
+def test_a_realtime_read_whose_owner_lost_the_table_names_the_table(cluster, roles):
+    """A realtime view reads the changelog with its owner's rights; once the table's owner
+    revokes the view owner's SELECT (which takes their changelog read along), a read of the view
+    is refused naming the event table, not the changelog behind it."""
+    alice, bob, rita = (As(cluster, roles, r) for r in ("alice", "bob", "rita"))
+    alice.q("SELECT eventview.create_event_table('ev')")
+    alice.q(f"GRANT SELECT ON ev TO {role('bob')}")
+    bob.q("SELECT eventview.create_view('brt', 'ev', realtime => true)")
+    bob.q(f"GRANT SELECT ON brt TO {role('rita')}")
+    alice.q("INSERT INTO ev (event_type, payload) VALUES ('e', '{}')")
+    assert rita.one("SELECT events FROM brt") == 1
+    alice.q(f"REVOKE SELECT ON ev FROM {role('bob')}")
+    for who in (bob, rita):
+        assert who.denied("SELECT * FROM brt") == "permission denied for table ev"
+    for who in (alice, bob, rita):
+        who.conn.close()
+
+
 def test_a_view_owner_reads_the_changelog_while_a_view_of_theirs_reads_the_table(cluster, roles):
     """Forgetting a view takes its owner's SELECT on the changelog (which holds old contents of
     events) once no other view of theirs reads the table, whether the view goes by drop_view or

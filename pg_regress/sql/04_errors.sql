@@ -36,6 +36,7 @@ SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '["$.a"
 SELECT try($$SELECT eventview.create_view('v', 'err_events', group_by => '{"": "$.a"}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', event_types => '{}')$$);
 SELECT try($$SELECT eventview.create_view('v', 'err_events', event_types => ARRAY[NULL]::text[])$$);
+SELECT try($$SELECT eventview.create_view('v', 'err_events', event_types => '{{a,b},{c,d}}')$$);
 -- Required arguments given as NULL: 22004, naming the argument.
 SELECT try($$SELECT eventview.create_view(NULL, 'err_events')$$);
 SELECT try($$SELECT eventview.create_view('v', NULL)$$);

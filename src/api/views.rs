@@ -1,6 +1,7 @@
 //! Incremental views: create, drop, alter, and what the catalog view `eventview.views` shows.
 
 use super::{at_boundary, lookup, required};
+use crate::errors::{EvError, EvResult};
 use pgrx::datum::Interval;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
@@ -12,7 +13,7 @@ fn create_view(
     source: Option<&str>,
     group_by: &str,
     measures: &str,
-    event_types: Option<Vec<Option<String>>>,
+    event_types: Option<Array<'_, String>>,
     time_bucket: Option<Interval>,
     filter: Option<&str>,
     realtime: bool,
@@ -26,7 +27,7 @@ fn create_view(
             source: required(source, "source")?,
             group_by,
             measures,
-            event_types,
+            event_types: event_type_list(event_types)?,
             time_bucket,
             filter,
             realtime,
@@ -36,6 +37,27 @@ fn create_view(
             data_table: None,
         })
     })
+}
+
+/// The elements of `event_types`, a one-dimensional array (22023 otherwise): PostgreSQL takes
+/// `'{{a,b},{c,d}}'` for a `text[]` too, whose elements a list would take as four types.
+fn event_type_list(
+    event_types: Option<Array<'_, String>>,
+) -> EvResult<Option<Vec<Option<String>>>> {
+    let Some(array) = event_types else {
+        return Ok(None);
+    };
+    let list: Vec<Option<String>> = array.iter().collect();
+    // SAFETY: `into_array_type` gives the detoasted array the argument points to, whose header
+    // holds its number of dimensions.
+    let dimensions = unsafe { (*array.into_array_type()).ndim };
+    if dimensions > 1 {
+        return Err(EvError::invalid(format!(
+            "invalid event_types: the array has {dimensions} dimensions"
+        ))
+        .with_hint("Pass a one-dimensional array of event type names, such as ARRAY['order_placed', 'order_paid']."));
+    }
+    Ok(Some(list))
 }
 
 #[pg_extern(name = "_drop_view", volatile, parallel_unsafe)]

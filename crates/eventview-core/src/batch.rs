@@ -15,6 +15,19 @@ pub const SNAP_CTE: &str = "snap AS MATERIALIZED (
     SELECT eventview._snapshot_without_own() AS s, pg_catalog.pg_current_xact_id_if_assigned() AS own
 )";
 
+/// `SNAP_CTE` for a statement that reads the changelog of event table `source_scan` (a FROM
+/// item, `envelope_sql::source_scan`) with its view owner's rights (a realtime read): it also
+/// names the event table, which it never reads, so that an owner who may no longer read the table
+/// is refused naming the table (42501), not its changelog, whose read a REVOKE on the table takes
+/// along. PostgreSQL checks a statement's tables in the order it plans them, and `snap` first.
+pub fn snap_cte_naming(source_scan: &str) -> String {
+    SNAP_CTE.replacen(
+        "\n)",
+        &format!("\n    WHERE NOT EXISTS (SELECT FROM {source_scan} WHERE false)\n)"),
+        1,
+    )
+}
+
 /// After applying a batch: how far our own transaction's changes are applied.
 pub const OWN_SEQ_AFTER_DELTA: &str =
     "greatest((SELECT max(seq) FROM chg WHERE xid = (SELECT own FROM snap)),

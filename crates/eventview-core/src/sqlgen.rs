@@ -601,7 +601,12 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         let mut ctes = self.pending_group_deltas(&width);
         ctes.extend(self.minmax_measures().map(|(n, _)| self.value_log_read(n)));
         ctes.push(self.merged());
-        format!("WITH {}", ctes.join(",\n"))
+        let ctes = ctes.join(",\n").replacen(
+            batch::SNAP_CTE,
+            &batch::snap_cte_naming(&self.source_scan),
+            1,
+        );
+        format!("WITH {ctes}")
     }
 
     /// The CTEs of a realtime read up to `d0`: the pending changes per group, with the pending
@@ -2174,6 +2179,21 @@ mod tests {
             "pg_catalog.date_bin($1::interval, occurred_at, '2000-01-01 00:00:00+00'::timestamptz) AS bucket"
         ));
         assert!(apply.contains("WHERE e.occurred_at >= $2 AND e.occurred_at < $3 + $1::interval\n"));
+    }
+
+    #[test]
+    fn a_realtime_read_names_the_event_table_before_its_changelog() {
+        let d = def(r#"{"sku": "$.sku"}"#, r#"{"n": "count(*)"}"#, None, false);
+        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime { bucket_width: None });
+        let table = realtime
+            .find("NOT EXISTS (SELECT FROM ONLY \"shop\".\"events\" WHERE false)")
+            .expect("snap names the event table");
+        let snap = realtime.find("snap AS MATERIALIZED").unwrap();
+        let changelog = realtime.find("eventview._changes_2").unwrap();
+        assert!(snap < table && table < changelog);
+        assert_eq!(realtime.matches("snap AS MATERIALIZED").count(), 1);
+        // Only the realtime read: an apply is checked before it runs (`privileges`).
+        assert!(!sql(&d).apply(Mode::Delta).contains("WHERE false"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 CREATE VIEW "shop"."cart_daily" AS
 WITH snap AS MATERIALIZED (
     SELECT eventview._snapshot_without_own() AS s, pg_catalog.pg_current_xact_id_if_assigned() AS own
+    WHERE NOT EXISTS (SELECT FROM ONLY "shop"."cart_events" WHERE false)
 ),
 applied AS MATERIALIZED (
     SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
