@@ -868,6 +868,7 @@ fn sql_for<'d>(
         bucket_width: None,
         rollup_source: None,
         data_table,
+        values_in_row: sqlgen::ValuesInRow::No,
     }
 }
 

@@ -9,7 +9,7 @@ use crate::pg::roles;
 use crate::pg::spi;
 use crate::privileges;
 use crate::relation;
-use eventview_core::sqlgen::{Reads, ViewSql};
+use eventview_core::sqlgen::{Reads, ValuesInRow, ViewSql};
 
 /// The SQL generator of a catalogued view.
 pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
@@ -23,7 +23,38 @@ pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
         bucket_width: view.bucket_width.clone(),
         rollup_source: view.source_view.as_deref().map(|s| Box::new(sql_of(s))),
         data_table: view.data_table.clone(),
+        values_in_row: values_in_row(
+            view.data_table.is_some() || view.source_view.is_some(),
+            view.realtime || view.feeds_rollups,
+        ),
     }
+}
+
+/// Where a view of this node keeps a small group's min/max values (`ValuesInRow`): a shard's
+/// view and a rollup never in the row; a realtime view and a view rollups read have the columns
+/// (NULL: their readers take values from the multisets); any other view keeps them there.
+pub fn values_in_row(shard_or_rollup: bool, read_from_multisets: bool) -> ValuesInRow {
+    if shard_or_rollup {
+        ValuesInRow::No
+    } else if read_from_multisets {
+        ValuesInRow::Columns
+    } else {
+        ValuesInRow::Kept
+    }
+}
+
+/// Moves every group's min/max values in the row into the view's multisets (`ViewSql::
+/// spill_values_in_row`), as the view's owner: before the view turns realtime or a rollup
+/// starts reading it, which read values from the multisets. Gives the storage the columns
+/// first when it was made by an earlier release. The caller holds the view's row lock.
+pub fn spill_values_in_row(view: &ViewRecord) -> EvResult<()> {
+    let sql = sql_of(view);
+    let Some(columns) = sql.add_value_array_columns() else {
+        return Ok(());
+    };
+    let mut statements = vec![columns];
+    statements.extend(sql.spill_values_in_row(false));
+    roles::as_role(view.owner, || spi::run_all(&statements))
 }
 
 /// The view's storage table, qualified.
@@ -41,7 +72,35 @@ pub fn storage_of(view: &ViewRecord) -> String {
 /// Returns whether it reinstalled the user relation.
 pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
     let migrated = sketches_into_storage(view, sql)?;
+    value_array_columns(view, sql)?;
     Ok(logs_and_read_index(view, sql)? || migrated)
+}
+
+/// The columns of min/max values in the row (`ViewSql::add_value_array_columns`) that the
+/// storage lacks (made by an earlier release, or restored from its dump), added as the view's
+/// owner: NULL in every row, the values being in the multisets. One catalog lookup when none
+/// is missing.
+fn value_array_columns(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
+    let columns: Vec<String> = sql
+        .value_array_columns()
+        .into_iter()
+        .map(|(_, c)| c)
+        .collect();
+    if columns.is_empty() {
+        return Ok(());
+    }
+    let missing = spi::one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.unnest($1::text[]) c
+                        WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                                          WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($2)
+                                            AND a.attname OPERATOR(pg_catalog.=) c
+                                            AND NOT a.attisdropped))",
+        &[columns.into(), storage_of(view).into()],
+    )?;
+    match (missing, sql.add_value_array_columns()) {
+        (Some(true), Some(ddl)) => roles::as_role(view.owner, || spi::run_all(&[ddl])),
+        _ => Ok(()),
+    }
 }
 
 /// The value logs and the read index of `create_missing_objects`.

@@ -11,7 +11,7 @@ use crate::refresh;
 use crate::relation;
 use crate::view_objects;
 use eventview_core::definition::{parse_definition, DefinitionInput, TypePolicy};
-use eventview_core::sqlgen::{self, Mode, Reads, ViewSql};
+use eventview_core::sqlgen::{self, Mode, Reads, ValuesInRow, ViewSql};
 use eventview_core::{names, quote};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
@@ -151,6 +151,7 @@ pub fn create_view(args: CreateViewArgs) -> EvResult<pg_sys::Oid> {
         bucket_width: None,
         rollup_source: None,
         data_table: args.data_table.map(str::to_string),
+        values_in_row: view_objects::values_in_row(args.data_table.is_some(), args.realtime),
     };
     // Storage lives in schema eventview (created by the extension owner) and belongs to the
     // view's owner, who refreshes it; the user relation is created in the caller's name. The
@@ -279,6 +280,7 @@ fn create_rollup(args: &CreateViewArgs, source_view_id: i32) -> EvResult<pg_sys:
         bucket_width: None,
         rollup_source: None,
         data_table: None,
+        values_in_row: ValuesInRow::No,
     };
     spi::run_all(&sql.create_storage())?;
     let mut grants: Vec<String> = sql
@@ -334,6 +336,7 @@ fn create_rollup(args: &CreateViewArgs, source_view_id: i32) -> EvResult<pg_sys:
     // The source's multisets hold every value once its logs are merged (and its sketches are
     // storage columns, for a view made by an earlier release).
     view_objects::create_missing_objects(&source, &source_sql)?;
+    view_objects::spill_values_in_row(&source)?;
     view_objects::merge_logs(&source)?;
     populate(relid, args.realtime)
 }
@@ -655,8 +658,11 @@ pub fn alter_view(name: &str, realtime: Option<bool>, on_type_error: Option<&str
         catalog::set_on_type_error(view.view_id, policy.name())?;
     }
     if let Some(realtime) = realtime {
-        // Realtime reads use the min/max multisets: whatever the logs hold goes in first (a
-        // realtime view's refreshes write the multisets directly).
+        // Realtime reads use the min/max multisets: whatever the rows and the logs hold goes
+        // in first (a realtime view's refreshes write the multisets directly).
+        if realtime && !view.realtime {
+            view_objects::spill_values_in_row(&view)?;
+        }
         if realtime && catalog::extremes_logged(view.view_id)? > 0 {
             view_objects::merge_logs(&view)?;
         }

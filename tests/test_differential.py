@@ -2188,26 +2188,133 @@ def test_avg_does_not_depend_on_the_scale_of_retracted_values(db):
 
 
 def test_realtime_read_with_a_snapshot_older_than_turning_realtime(db):
-    """alter_view(realtime => true) merges the min/max value log into the multiset and installs
-    the realtime definition in one transaction. A REPEATABLE READ reader whose snapshot is older
-    reads the new definition (view definitions are not versioned by snapshot) with the old
-    multiset and log: its read must still equal the aggregate as of its snapshot."""
+    """alter_view(realtime => true) moves the min/max values in the storage rows and in the value
+    log into the multiset and installs the realtime definition in one transaction. A REPEATABLE
+    READ reader whose snapshot is older reads the new definition (view definitions are not
+    versioned by snapshot) with the old rows, multiset and log: its read must still equal the
+    aggregate as of its snapshot."""
     with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as r:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"k": "$.k"}',
                        measures => '{"hi": "max($.p)", "n": "count(*)"}')""")
+        vid = a.execute("SELECT view_id FROM eventview._views WHERE relid = 'v'::regclass").fetchone()[0]
         a.execute("""INSERT INTO ev (event_type, payload)
-                     SELECT 'e', jsonb_build_object('k', i % 2, 'p', i) FROM generate_series(1, 10) i""")
-        assert _refresh(a, "v") == 10
-        # (The values are in the view's log, not yet in its multiset.)
+                     SELECT 'e', jsonb_build_object('k', CASE WHEN i <= 10 THEN i % 2 ELSE 2 END, 'p', i)
+                     FROM generate_series(1, 20) i""")
+        assert _refresh(a, "v") == 20
+        # Groups 0 and 1 keep their five values in their rows; group 2 (ten values) in the log
+        # (it took them in two refreshes: the first values went to the multiset).
+        a.execute("""INSERT INTO ev (event_type, payload)
+                     SELECT 'e', jsonb_build_object('k', 2, 'p', i) FROM generate_series(21, 22) i""")
+        assert _refresh(a, "v") == 2
+        assert a.execute(f"SELECT g1, cardinality(m1_vals) FROM eventview._v{vid}_data ORDER BY 1").fetchall() == [
+            ("0", 5), ("1", 5), ("2", None)]
         assert a.execute("SELECT extremes_logged FROM eventview._views WHERE relid = 'v'::regclass").fetchone()[0] > 0
-        # Pending: the maximum of both groups retracted.
-        a.execute("DELETE FROM ev WHERE (payload->>'p')::int IN (9, 10)")
+        # Pending: the maximum of every group retracted.
+        a.execute("DELETE FROM ev WHERE (payload->>'p')::int IN (9, 10, 22)")
         scratch = "SELECT (payload->>'k'), max((payload->>'p')::numeric), count(*) FROM ev GROUP BY 1 ORDER BY 1"
         r.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         expected = r.execute(scratch).fetchall()
-        assert expected == [("0", 8, 4), ("1", 7, 4)]
+        assert expected == [("0", 8, 4), ("1", 7, 4), ("2", 21, 11)]
         a.execute("SELECT eventview.alter_view('v', realtime => true)")
         assert r.execute("SELECT k, hi, n FROM v ORDER BY 1").fetchall() == expected
         r.execute("COMMIT")
         assert r.execute("SELECT k, hi, n FROM v ORDER BY 1").fetchall() == expected
+
+
+def test_min_max_values_move_from_the_row_to_the_multiset_and_stay_exact(db):
+    """A small group keeps its min/max values in its storage row; past eight values, or on a
+    retraction, they move to the multiset (through the value log), for good; a view turning
+    realtime, or read by a new rollup, moves every group's first. At every step the view equals
+    the aggregate from scratch, and each value of a group is in exactly one place: its row, its
+    multiset or its log."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('ev')")
+        a.execute("""SELECT eventview.create_view('v', 'ev', group_by => '{"k": "$.k"}',
+                       measures => '{"hi": "max($.p)", "lo": "min($.p)", "n": "count(*)"}',
+                       time_bucket => '1 day')""")
+        vid = a.execute("SELECT view_id FROM eventview._views WHERE relid = 'v'::regclass").fetchone()[0]
+        scratch = """SELECT payload->>'k', max((payload->>'p')::numeric), min((payload->>'p')::numeric), count(*)
+                     FROM ev GROUP BY 1 ORDER BY 1"""
+
+        def add(k, *ps):
+            a.execute("INSERT INTO ev (event_type, occurred_at, payload) SELECT 'e', '2026-12-01 10:00+00', "
+                      "jsonb_build_object('k', %s::text, 'p', p) FROM unnest(%s::int[]) p", [k, list(ps)])
+
+        def in_row(k):
+            """The group's values in its row, per measure (None: outside the row)."""
+            row = a.execute(f"SELECT m1_vals, m2_vals FROM eventview._v{vid}_data WHERE g1 = %s", [k]).fetchone()
+            return tuple(None if vals is None else sorted(int(v) for v in vals) for vals in row)
+
+        def exact():
+            assert a.execute("SELECT k, hi, lo, n FROM v ORDER BY 1").fetchall() == a.execute(scratch).fetchall()
+            for n in (1, 2):
+                held = a.execute(f"""
+                    SELECT g1, v, sum(c) FROM (
+                        SELECT g1, v, n AS c FROM eventview._v{vid}_m{n}
+                        UNION ALL SELECT g1, v, n FROM eventview._v{vid}_m{n}_log
+                        UNION ALL SELECT g1, r.v, 1 FROM eventview._v{vid}_data, unnest(m{n}_vals) AS r(v)) u
+                    GROUP BY 1, 2 HAVING sum(c) <> 0 ORDER BY 1, 2""").fetchall()
+                events = a.execute("""SELECT payload->>'k', (payload->>'p')::numeric, count(*) FROM ev
+                                      GROUP BY 1, 2 ORDER BY 1, 2""").fetchall()
+                assert held == events, n
+
+        add("a", 1, 2, 3)
+        add("b", 5, 6)
+        assert _refresh(a, "v") == 5
+        assert in_row("a") == ([1, 2, 3], [1, 2, 3]) and in_row("b") == ([5, 6], [5, 6])
+        assert a.execute(f"SELECT count(*) FROM eventview._v{vid}_m1_log").fetchone()[0] == 0
+        exact()
+        # Additions join the row up to eight values; the ninth moves all of them out.
+        add("a", 4, 5, 6, 7, 8)
+        assert _refresh(a, "v") == 5
+        assert in_row("a") == ([1, 2, 3, 4, 5, 6, 7, 8],) * 2
+        add("a", 9)
+        assert _refresh(a, "v") == 1
+        assert in_row("a") == (None, None)
+        exact()
+        # Out of the row for good: later values go to the log, then the multiset.
+        add("a", 0)
+        assert _refresh(a, "v") == 1
+        assert in_row("a") == (None, None)
+        exact()
+        # A retraction (of the maximum) moves the group's values out too.
+        a.execute("DELETE FROM ev WHERE payload->>'k' = 'b' AND payload->>'p' = '6'")
+        assert _refresh(a, "v") == 1
+        assert in_row("b") == (None, None)
+        exact()
+        # More values than a row keeps in one batch, for a new group.
+        add("c", *range(20, 30))
+        assert _refresh(a, "v") == 10
+        assert in_row("c") == (None, None)
+        exact()
+        # Turning realtime moves every group's values out of the row; reads stay exact.
+        add("d", 40, 41)
+        assert _refresh(a, "v") == 2
+        assert in_row("d") == ([40, 41], [40, 41])
+        a.execute("SELECT eventview.alter_view('v', realtime => true)")
+        assert in_row("d") == (None, None)
+        exact()
+        a.execute("DELETE FROM ev WHERE payload->>'p' = '41'")
+        assert a.execute("SELECT k, hi, lo, n FROM v ORDER BY 1").fetchall() == a.execute(scratch).fetchall()
+        assert _refresh(a, "v") == 1
+        add("e", 50)
+        assert _refresh(a, "v") == 1
+        assert in_row("e") == (None, None)
+        exact()
+        # Stored again: new groups keep their values in the row, until a rollup reads the view.
+        a.execute("SELECT eventview.alter_view('v', realtime => false)")
+        add("f", 60, 61)
+        assert _refresh(a, "v") == 2
+        assert in_row("f") == ([60, 61], [60, 61])
+        a.execute("""SELECT eventview.create_view('r', 'v', group_by => '{"k": "k"}',
+                       measures => '{"hi": "hi", "lo": "lo", "n": "n"}', time_bucket => '7 days')""")
+        assert in_row("f") == (None, None)
+        exact()
+        assert a.execute("SELECT k, hi, lo, n FROM r ORDER BY 1").fetchall() == a.execute(scratch).fetchall()
+        a.execute("DELETE FROM ev WHERE payload->>'p' = '61'")
+        assert _refresh(a, "v") == 1
+        _refresh(a, "r")
+        assert in_row("f") == (None, None)
+        exact()
+        assert a.execute("SELECT k, hi, lo, n FROM r ORDER BY 1").fetchall() == a.execute(scratch).fetchall()

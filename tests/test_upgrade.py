@@ -416,11 +416,22 @@ def test_views_carry_on_across_the_update(cluster, new_db, old):
         c.execute("RESET eventview.pruning")
         c.execute("SELECT eventview.refresh('shop.by_sku')")
         assert c.execute(VIEW).fetchall() == c.execute(FROM_SCRATCH).fetchall()
-        # Capture continues; retraction of an extreme after the update.
-        insert_events(c, 321, 350, "2026-11-20")
+        # The groups the old release made keep their max values in the multiset (NULL in the
+        # storage column the first refresh after the update added); the groups made since keep
+        # theirs in their rows.
+        in_row = """SELECT count(*) FILTER (WHERE m3_vals IS NULL AND bucket < '2026-11-10'),
+                           count(*) FILTER (WHERE m3_vals IS NOT NULL AND bucket < '2026-11-10'),
+                           count(*) FILTER (WHERE m3_vals IS NOT NULL AND bucket >= '2026-11-10')
+                    FROM eventview._v1_data"""
+        old_groups, old_in_row, new_in_row = c.execute(in_row).fetchone()
+        assert old_groups > 0 and old_in_row == 0 and new_in_row > 0
+        # Capture continues, into the old groups (their values go to the log); retraction of an
+        # extreme after the update.
+        insert_events(c, 321, 350, "2026-10-20")
         assert c.execute("SELECT count(*) FROM eventview._v1_m3_log").fetchone()[0] == 0
         c.execute("SELECT eventview.refresh('shop.by_sku')")
         assert c.execute("SELECT count(*) FROM eventview._v1_m3_log").fetchone()[0] > 0
+        assert c.execute(in_row).fetchone()[:2] == (old_groups, 0)
         c.execute("DELETE FROM shop.events WHERE event_id = 3")
         c.execute("SELECT eventview.refresh('shop.by_sku')")
         assert c.execute("SELECT count(*) FROM eventview._v1_m3_log").fetchone()[0] == 0

@@ -26,7 +26,7 @@ mod tests {
     use super::Rng;
     use crate::definition::{parse_definition, DefinitionInput, NoFields};
     use crate::jsonpath;
-    use crate::sqlgen::{Mode, Reads, ViewSql};
+    use crate::sqlgen::{Mode, Reads, ValuesInRow, ViewSql};
 
     const PATH_ATOMS: &[&str] = &[
         "$",
@@ -314,6 +314,8 @@ mod tests {
                     bucket_width: None,
                     rollup_source: None,
                     data_table: None,
+                    values_in_row: [ValuesInRow::No, ValuesInRow::Columns, ValuesInRow::Kept]
+                        [rng.below(3)],
                 };
                 for sql in view_statements(&view) {
                     assert!(

@@ -24,6 +24,16 @@
 //!   reads use the multisets, so a realtime view's log stays empty). Rebuilds clear it with
 //!   the multisets. The log never changes what a view shows: the stored extreme moves outwards
 //!   on additions in either case.
+//! Values in the row (`m<i>_vals`, one array per min/max measure of a stored view's storage,
+//!   `ValuesInRow`): a group with at most `MAX_VALUES_IN_ROW` values of the measure keeps them
+//!   there, and none in the multiset or log; NULL means the multiset and log hold the group's
+//!   values. An apply appends a group's additions to its arrays. A group that takes a
+//!   retraction, or whose values would pass the limit, keeps its arrays as they were and is
+//!   marked `__dirty`; the batch's values of such a group (and of every group whose arrays are
+//!   NULL) go to the log or multiset as above, and the fix-up moves the arrays of the dirty
+//!   groups into the multisets and sets them NULL, for good. Realtime reads and rollups read
+//!   the multisets: a view turning realtime, or read by a new rollup, moves every array there
+//!   first (`spill_values_in_row`).
 //!
 //! Algorithm (apply, one statement so that every part reads the same snapshot):
 //!   snap     the statement's snapshot (our own transaction excluded) and our own xid;
@@ -40,10 +50,13 @@
 //!            of a distinct count; `up` adds the delta into storage;
 //!   unq, q   quarantine: entries of superseded event versions go, type errors come in;
 //!   st       the new applied snapshot and counters.
-//! Then, only when a group took a retraction, the fix-up statements delete emptied groups and
-//! multiset entries and recompute min/max of those groups from their multisets.
+//! Then, only when a group took a retraction (or passed the values a row keeps), the fix-up
+//! statements move the dirty groups' values in the row to the multisets, delete emptied groups
+//! and multiset entries and recompute min/max of those groups from their multisets.
 
-use super::definition::{AggKind, FieldRef, FieldVariant, Measure, TypePolicy, ViewDefinition};
+use super::definition::{
+    AggKind, FieldRef, FieldVariant, Measure, SqlType, TypePolicy, ViewDefinition,
+};
 use super::values::{value_sql, Use};
 use super::{batch, jsonpath, names, quote, sketch};
 
@@ -97,7 +110,30 @@ pub struct ViewSql<'a> {
     /// `eventview._v<id>_data`: a shard of a distributed view's partial groups (`citus`), made
     /// by Citus with the columns `create_data_table` gives it plus `__shard`.
     pub data_table: Option<String>,
+    /// Whether the storage keeps the values of each min/max measure of a small group in the
+    /// group's row (`m<n>_vals`), and whether applies write them there.
+    pub values_in_row: ValuesInRow,
 }
+
+/// Where a group's min/max values are while the group has few: in its storage row, an array per
+/// min/max measure (`m<n>_vals`), rather than in the measure's multiset. See the module's doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValuesInRow {
+    /// The storage has no such columns: a shard's view, the merged groups of a distributed
+    /// view, a rollup.
+    No,
+    /// The columns are there, NULL in every row: a realtime view (realtime reads take values
+    /// from the multisets), a view rollups read (they take them from its multisets).
+    Columns,
+    /// A stored view's applies keep them (`MAX_VALUES_IN_ROW`).
+    Kept,
+}
+
+/// The most values of one min/max measure a group keeps in its storage row. A group past it
+/// moves them to the measure's multiset (the fix-up), for good. Values in the row cost the apply
+/// an array append where the multiset costs an index probe and a row per value (merged from the
+/// value log later); the row grows by about 8 to 16 bytes per value kept.
+pub const MAX_VALUES_IN_ROW: usize = 8;
 
 /// The bucket of timestamp expression `ts` for bucket width `width` (SQL of an interval):
 /// buckets aligned to 2000-01-01 00:00 in UTC, or, with a time zone, in that zone's wall-clock
@@ -238,6 +274,103 @@ impl<'a> ViewSql<'a> {
             .filter(|(_, m)| Self::is_multiset(m.kind))
     }
 
+    /// The min/max measures a small group keeps its values of in its storage row
+    /// (`m<n>_vals`), when the storage has those columns: every one but those of text values,
+    /// whose arrays could grow past a page.
+    fn in_row_measures(&self) -> impl Iterator<Item = (usize, &Measure)> {
+        let columns = self.values_in_row != ValuesInRow::No;
+        self.minmax_measures()
+            .filter(move |(_, m)| columns && m.value_type() != SqlType::Text)
+    }
+
+    /// The numbers of the measures whose values this view's applies keep in the row.
+    fn kept_in_row(&self) -> Vec<usize> {
+        if self.values_in_row != ValuesInRow::Kept {
+            return Vec::new();
+        }
+        self.in_row_measures().map(|(n, _)| n).collect()
+    }
+
+    /// The storage's columns of values in the row (`m<n>_vals`), with their measures' numbers.
+    pub fn value_array_columns(&self) -> Vec<(usize, String)> {
+        self.in_row_measures()
+            .map(|(n, _)| (n, format!("m{n}_vals")))
+            .collect()
+    }
+
+    /// DDL giving the storage its columns of values in the row (those it lacks): at the view's
+    /// creation, and for storage made by an earlier release or restored from its dump, whose
+    /// rows then hold NULL (their values are in the multisets).
+    pub fn add_value_array_columns(&self) -> Option<String> {
+        let adds: Vec<String> = self
+            .in_row_measures()
+            .map(|(n, m)| {
+                format!(
+                    "ADD COLUMN IF NOT EXISTS m{n}_vals {}[]",
+                    m.value_type().name()
+                )
+            })
+            .collect();
+        if adds.is_empty() {
+            return None;
+        }
+        Some(format!("ALTER TABLE {} {}", self.data(), adds.join(", ")))
+    }
+
+    /// Moves the values in the row of every group (`dirty_only`: of the groups marked
+    /// `__dirty`) into the multisets, and sets their arrays NULL: the first part of the fix-up,
+    /// and what a view turning realtime or read by a new rollup runs first (both read values
+    /// from the multisets).
+    ///
+    /// ```sql
+    /// INSERT INTO eventview._v<id>_m<n> AS a (__k, ..., v, n)
+    /// SELECT t.__k, ..., u.v, count(*) FROM eventview._v<id>_data t
+    ///     CROSS JOIN LATERAL unnest(t.m<n>_vals) AS u(v) [WHERE t.__dirty]
+    /// GROUP BY ... ON CONFLICT (__k, ..., v) DO UPDATE SET n = a.n + EXCLUDED.n;
+    /// UPDATE eventview._v<id>_data SET m<n>_vals = NULL, ... WHERE m<n>_vals IS NOT NULL OR ...
+    /// ```
+    pub fn spill_values_in_row(&self, dirty_only: bool) -> Vec<String> {
+        let columns = self.value_array_columns();
+        if columns.is_empty() {
+            return Vec::new();
+        }
+        let data = self.data();
+        let keys = self.key_list();
+        let t_keys: Vec<String> = self
+            .key_columns()
+            .iter()
+            .map(|k| format!("t.{k}"))
+            .collect();
+        let dirty = if dirty_only { " WHERE t.__dirty" } else { "" };
+        let mut out: Vec<String> = columns
+            .iter()
+            .map(|(n, column)| {
+                format!(
+                    "INSERT INTO {} AS a ({keys}, v, n)
+SELECT {t_keys}, u.v, count(*)
+FROM {data} t CROSS JOIN LATERAL pg_catalog.unnest(t.{column}) AS u(v){dirty}
+GROUP BY {t_keys}, u.v
+ON CONFLICT ({keys}, v) DO UPDATE SET n = a.n + EXCLUDED.n",
+                    names::view_values(self.view_id, *n),
+                    t_keys = t_keys.join(", "),
+                )
+            })
+            .collect();
+        if !dirty_only {
+            let sets: Vec<String> = columns.iter().map(|(_, c)| format!("{c} = NULL")).collect();
+            let any: Vec<String> = columns
+                .iter()
+                .map(|(_, c)| format!("{c} IS NOT NULL"))
+                .collect();
+            out.push(format!(
+                "UPDATE {data} SET {} WHERE {}",
+                sets.join(", "),
+                any.join(" OR ")
+            ));
+        }
+        out
+    }
+
     /// Whether measures of `kind` keep a per-group value multiset (`multiset_measures`).
     fn is_multiset(kind: AggKind) -> bool {
         matches!(
@@ -302,6 +435,7 @@ impl<'a> ViewSql<'a> {
         let mut out = Vec::new();
         if self.data_table.is_none() {
             out.push(self.create_data_table(&data));
+            out.extend(self.add_value_array_columns());
         }
         out.extend([
             format!(
@@ -784,8 +918,8 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     }
 
     /// A min/max in `merged`: for a group that lost values, the extreme over its multiset, its
-    /// value log and the pending (value, sign) pairs; otherwise the extreme can only have moved
-    /// outwards.
+    /// value log, its values in the row and the pending (value, sign) pairs; otherwise the
+    /// extreme can only have moved outwards.
     ///
     /// ```sql
     /// CASE WHEN d0.__dirty THEN (SELECT max(w.v) FROM (<multiset, log, pending>) ...)
@@ -798,12 +932,23 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         } else {
             ("max", "GREATEST")
         };
+        // The values in the row: NULL in a realtime view's rows, but a reader whose snapshot
+        // is older than the view's turning realtime sees them there (and not in the multiset).
+        let in_row = if self.in_row_measures().any(|(k, _)| k == n) {
+            format!(
+                "
+                                    UNION ALL
+                                    SELECT r.v, 1 FROM unnest(s.m{n}_vals) AS r(v)"
+            )
+        } else {
+            String::new()
+        };
         format!(
             "CASE WHEN d0.__dirty THEN (
                SELECT {agg}(w.v) FROM (
                    SELECT u.v FROM (SELECT ms.v, ms.n FROM {values} ms WHERE {}
                                     UNION ALL
-                                    SELECT l.v, l.n FROM lg{n} l WHERE {}
+                                    SELECT l.v, l.n FROM lg{n} l WHERE {}{in_row}
                                     UNION ALL
                                     SELECT p.v, p.s FROM unnest(d0.m{n}_vs, d0.m{n}_signs) AS p(v, s)) u
                    GROUP BY u.v HAVING sum(u.n) > 0) w)
@@ -1052,16 +1197,42 @@ delta_rows AS (
             return self.rollup_apply(mode);
         }
         let mut ctes = self.delta_input(mode, WIDTH_PARAM, true);
-        let (key_exprs, d_cols) = self.group_delta_columns();
+        let (key_exprs, mut d_cols) = self.group_delta_columns();
+        let in_row = self.kept_in_row();
+        if !in_row.is_empty() {
+            d_cols.pop();
+            d_cols.extend(in_row.iter().map(|n| {
+                format!("coalesce(array_agg(m{n}) FILTER (WHERE sign > 0 AND m{n} IS NOT NULL), '{{}}') AS m{n}_vals")
+            }));
+            // A retraction, or more values than a row keeps: the values go to the multiset.
+            let past: String = in_row
+                .iter()
+                .map(|n| format!(" OR count(m{n}) FILTER (WHERE sign > 0) > {MAX_VALUES_IN_ROW}"))
+                .collect();
+            d_cols.push(format!("(bool_or(sign < 0){past}) AS __dirty"));
+        }
         ctes.push(Self::group_delta(&d_cols, key_exprs.len()));
         let mut logged = Vec::new();
+        // The writes of values kept in the row read `up`, so they follow it.
+        let mut after_upsert = Vec::new();
         for (n, m) in self.multiset_measures() {
             let (select, positions) = Self::value_counts(n, &key_exprs);
-            let rows = format!(
+            let mut rows = format!(
                 "SELECT {select}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {positions}"
             );
+            if in_row.contains(&n) {
+                // Only the values of groups that do not keep them in the row (`up`).
+                rows = format!(
+                    "SELECT * FROM ({rows}) w\n    WHERE EXISTS (SELECT 1 FROM up WHERE {} AND (up.__dirty OR up.m{n}_out))",
+                    self.keys_equal("up", "w")
+                );
+            }
             let to_log = matches!(m.kind, AggKind::Min | AggKind::Max) && self.logs_extremes(mode);
-            ctes.push(self.values_written(n, m.kind, to_log, &rows));
+            if in_row.contains(&n) {
+                after_upsert.push(self.values_written(n, m.kind, to_log, &rows));
+            } else {
+                ctes.push(self.values_written(n, m.kind, to_log, &rows));
+            }
             if m.kind == AggKind::CountDistinct {
                 ctes.push(self.distinct_changes(n));
             } else if to_log {
@@ -1075,6 +1246,7 @@ delta_rows AS (
         }
         ctes.push(self.group_delta_with_distinct_counts());
         ctes.push(self.storage_upsert());
+        ctes.extend(after_upsert);
         if self.feeds_rollups && !hand_back {
             ctes.push(self.changes_written());
         }
@@ -1666,19 +1838,60 @@ delta_rows AS (
     ///     RETURNING t.__dirty
     /// )
     /// ```
+    ///
+    /// With values in the row (`kept_in_row`), a group's arrays take its additions unless it
+    /// turns dirty (a retraction, or more values than a row keeps), and `up` returns each
+    /// group's keys and whether its values of measure `n` are outside the row (`m<n>_out`):
+    ///
+    /// ```sql
+    ///     INSERT ... (..., m<n>_vals, __dirty)
+    ///     SELECT ..., CASE WHEN __dirty THEN NULL ELSE m<n>_vals END, __dirty FROM d
+    ///     ON CONFLICT (...) DO UPDATE SET ...,
+    ///         m<n>_vals = CASE WHEN t.m<n>_vals IS NULL OR <dirty> THEN t.m<n>_vals
+    ///                          ELSE t.m<n>_vals || EXCLUDED.m<n>_vals END,
+    ///         __dirty = <dirty>
+    ///     RETURNING t.__dirty, __k, ..., t.m<n>_vals IS NULL AS m<n>_out
+    /// -- <dirty>: EXCLUDED.__dirty OR (t.m<n>_vals IS NOT NULL
+    /// --          AND cardinality(t.m<n>_vals) + cardinality(EXCLUDED.m<n>_vals) > <max>) OR ...
+    /// ```
     fn storage_upsert(&self) -> String {
         let mut cols = self.key_columns();
         cols.push("__count".into());
         cols.extend(self.measure_columns());
+        let in_row = self.kept_in_row();
+        let mut selected = cols.clone();
+        for n in &in_row {
+            cols.push(format!("m{n}_vals"));
+            selected.push(format!("CASE WHEN __dirty THEN NULL ELSE m{n}_vals END"));
+        }
         cols.push("__dirty".into());
+        selected.push("__dirty".into());
+        let past: String = in_row
+            .iter()
+            .map(|n| format!(" OR (t.m{n}_vals IS NOT NULL AND cardinality(t.m{n}_vals) + cardinality(EXCLUDED.m{n}_vals) > {MAX_VALUES_IN_ROW})"))
+            .collect();
+        let dirty = format!("EXCLUDED.__dirty{past}");
         let mut sets = vec!["__count = t.__count + EXCLUDED.__count".to_string()];
         sets.extend(self.measure_updates());
-        sets.push("__dirty = EXCLUDED.__dirty".into());
+        sets.extend(in_row.iter().map(|n| {
+            format!("m{n}_vals = CASE WHEN t.m{n}_vals IS NULL OR {dirty} THEN t.m{n}_vals ELSE t.m{n}_vals || EXCLUDED.m{n}_vals END")
+        }));
+        sets.push(format!("__dirty = {dirty}"));
+        let mut returning = "t.__dirty".to_string();
+        if !in_row.is_empty() {
+            for k in self.key_columns() {
+                returning.push_str(&format!(", t.{k}"));
+            }
+            for n in &in_row {
+                returning.push_str(&format!(", t.m{n}_vals IS NULL AS m{n}_out"));
+            }
+        }
         format!(
-            "up AS (\n    INSERT INTO {} AS t ({cols})\n    SELECT {cols} FROM d\n    ON CONFLICT ({}) DO UPDATE SET\n        {sets}\n    RETURNING t.__dirty\n)",
+            "up AS (\n    INSERT INTO {} AS t ({cols})\n    SELECT {selected} FROM d\n    ON CONFLICT ({}) DO UPDATE SET\n        {sets}\n    RETURNING {returning}\n)",
             self.data(),
             self.key_list(),
             cols = cols.join(", "),
+            selected = selected.join(", "),
             sets = sets.join(",\n        ")
         )
     }
@@ -1866,7 +2079,7 @@ delta_rows AS (
     /// Statements run after an apply that left groups with retractions (`__dirty`).
     pub fn fixup(&self) -> Vec<String> {
         let data = self.data();
-        let mut out = Vec::new();
+        let mut out = self.spill_values_in_row(true);
         // Emptied multiset entries can only be in groups that took a retraction: find them
         // through the dirty groups and the multiset's key index. (No partial index on n = 0:
         // it would make every update of n a non-HOT update.)
@@ -1891,6 +2104,11 @@ delta_rows AS (
                 "m{n}_val = (SELECT a.v FROM {values} a WHERE {key_match} ORDER BY a.v {dir} LIMIT 1)"
             ));
         }
+        sets.extend(
+            self.value_array_columns()
+                .into_iter()
+                .map(|(_, c)| format!("{c} = NULL")),
+        );
         sets.push("__dirty = false".into());
         out.push(format!(
             "UPDATE {data} AS t SET {} WHERE t.__dirty",
@@ -2011,6 +2229,7 @@ mod tests {
             bucket_width: None,
             rollup_source: None,
             data_table: None,
+            values_in_row: ValuesInRow::Kept,
         }
     }
 
@@ -2043,6 +2262,7 @@ mod tests {
             .any(|ddl| ddl.starts_with("CREATE INDEX _v3_data_read ON eventview._v3_data")));
         let shard = ViewSql {
             data_table: Some("eventview._v9_groups_102008".into()),
+            values_in_row: ValuesInRow::No,
             ..sql(&d)
         };
         let ddl = shard.create_storage();
@@ -2301,6 +2521,7 @@ mod tests {
             feeds_rollups: false,
             bucket_width: None,
             rollup_source: None,
+            values_in_row: ValuesInRow::Columns,
             ..sql(&d)
         }
         .create_user_view(
@@ -2322,6 +2543,7 @@ mod tests {
             feeds_rollups: false,
             bucket_width: None,
             rollup_source: None,
+            values_in_row: ValuesInRow::Columns,
             ..sql(&d)
         };
         assert!(!realtime.logs_extremes(Mode::Delta));
@@ -2335,6 +2557,62 @@ mod tests {
         assert!(f.contains("DELETE FROM eventview._v3_m1 a USING eventview._v3_data t WHERE t.__dirty AND a.__k = t.__k AND a.g1 = t.g1 AND a.g1_null = t.g1_null AND a.n = 0"));
         assert!(f.contains("ORDER BY a.v ASC LIMIT 1"));
         assert!(f.contains("a.g1_null = t.g1_null"));
+    }
+
+    #[test]
+    fn a_small_groups_extremes_stay_in_its_row_until_it_turns_dirty() {
+        let d = def(
+            r#"{"sku": "$.sku"}"#,
+            r#"{"lo": "min($.p)", "name": "max(producer)", "hi": "max(occurred_at)"}"#,
+            None,
+            true,
+        );
+        let stored = sql(&d);
+        // Text values stay out of the row (their arrays could pass a page).
+        assert_eq!(
+            stored.add_value_array_columns().unwrap(),
+            "ALTER TABLE eventview._v3_data ADD COLUMN IF NOT EXISTS m1_vals numeric[], ADD COLUMN IF NOT EXISTS m3_vals timestamptz[]"
+        );
+        assert!(stored.create_storage()[1].starts_with("ALTER TABLE eventview._v3_data ADD COLUMN"));
+        let apply = stored.apply(Mode::Delta);
+        assert!(apply.contains(
+            "coalesce(array_agg(m1) FILTER (WHERE sign > 0 AND m1 IS NOT NULL), '{}') AS m1_vals"
+        ));
+        assert!(apply.contains("(bool_or(sign < 0) OR count(m1) FILTER (WHERE sign > 0) > 8 OR count(m3) FILTER (WHERE sign > 0) > 8) AS __dirty"));
+        assert!(apply.contains("m1_vals = CASE WHEN t.m1_vals IS NULL OR EXCLUDED.__dirty OR (t.m1_vals IS NOT NULL AND cardinality(t.m1_vals) + cardinality(EXCLUDED.m1_vals) > 8)"));
+        assert!(apply.contains("THEN t.m1_vals ELSE t.m1_vals || EXCLUDED.m1_vals END"));
+        assert!(apply.contains("t.m1_vals IS NULL AS m1_out, t.m3_vals IS NULL AS m3_out"));
+        // The log takes the values of groups outside the row only; the text measure's, all.
+        assert!(apply.contains("AND (up.__dirty OR up.m1_out))"));
+        assert!(!apply.contains("m2_out"));
+        let fixup = stored.fixup();
+        assert!(fixup[0]
+            .starts_with("INSERT INTO eventview._v3_m1 AS a (__k, bucket, g1, g1_null, v, n)"));
+        assert!(fixup[0]
+            .contains("CROSS JOIN LATERAL pg_catalog.unnest(t.m1_vals) AS u(v) WHERE t.__dirty"));
+        assert!(fixup
+            .last()
+            .unwrap()
+            .contains("m1_vals = NULL, m3_vals = NULL, __dirty = false"));
+        let spill = stored.spill_values_in_row(false);
+        assert_eq!(spill.len(), 3);
+        assert_eq!(spill[2], "UPDATE eventview._v3_data SET m1_vals = NULL, m3_vals = NULL WHERE m1_vals IS NOT NULL OR m3_vals IS NOT NULL");
+        // A realtime view has the columns (NULL) and its applies leave them alone.
+        let realtime = ViewSql {
+            values_in_row: ValuesInRow::Columns,
+            ..sql(&d)
+        };
+        assert!(realtime.add_value_array_columns().is_some());
+        assert!(!realtime.apply(Mode::Delta).contains("_vals"));
+        assert!(realtime.fixup()[0].contains("unnest(t.m1_vals)"));
+        // A shard's view has none.
+        let shard = ViewSql {
+            values_in_row: ValuesInRow::No,
+            ..sql(&d)
+        };
+        assert!(shard.add_value_array_columns().is_none());
+        assert!(shard.spill_values_in_row(false).is_empty());
+        assert!(!shard.fixup().join(";").contains("_vals"));
     }
 
     #[test]

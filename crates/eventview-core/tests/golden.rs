@@ -13,7 +13,7 @@ use eventview_core::definition::{
 use eventview_core::envelope_sql;
 use eventview_core::jsonpath;
 use eventview_core::observe_sql;
-use eventview_core::sqlgen::{self, Mode, Reads, ViewSql};
+use eventview_core::sqlgen::{self, Mode, Reads, ValuesInRow, ViewSql};
 use eventview_core::{batch, envelope_sql::CAPTURE_OPS};
 
 const VIEW_ID: i32 = 3;
@@ -73,6 +73,11 @@ fn view(def: &ViewDefinition, log_extremes: bool) -> ViewSql<'_> {
         bucket_width: None,
         rollup_source: None,
         data_table: None,
+        values_in_row: if log_extremes {
+            ValuesInRow::Kept
+        } else {
+            ValuesInRow::Columns
+        },
     }
 }
 

@@ -1068,6 +1068,7 @@ mod tests {
             bucket_width: None,
             rollup_source: None,
             data_table: None,
+            values_in_row: ValuesInRow::No,
         }
     }
 

@@ -622,6 +622,11 @@ mod tests {
             log_extremes: true,
             feeds_rollups: source.is_none(),
             bucket_width: Some("1 hour".into()),
+            values_in_row: if source.is_none() {
+                ValuesInRow::Columns
+            } else {
+                ValuesInRow::No
+            },
             rollup_source: source.map(Box::new),
             data_table: None,
         }

@@ -17,6 +17,8 @@ CREATE TABLE eventview._v3_data (
     __dirty boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 70);
 
+ALTER TABLE eventview._v3_data ADD COLUMN IF NOT EXISTS m5_vals numeric[], ADD COLUMN IF NOT EXISTS m6_vals numeric[];
+
 CREATE UNIQUE INDEX _v3_data_key ON eventview._v3_data (__k, bucket, g1, g1_null, g2, g2_null);
 
 CREATE INDEX _v3_data_dirty ON eventview._v3_data (__k) WHERE __dirty;

@@ -133,6 +133,8 @@ merged AS (
                                     UNION ALL
                                     SELECT l.v, l.n FROM lg5 l WHERE l.__k = d0.__k AND l.bucket = d0.bucket AND l.g1 = d0.g1 AND l.g1_null = d0.g1_null AND l.g2 = d0.g2 AND l.g2_null = d0.g2_null
                                     UNION ALL
+                                    SELECT r.v, 1 FROM unnest(s.m5_vals) AS r(v)
+                                    UNION ALL
                                     SELECT p.v, p.s FROM unnest(d0.m5_vs, d0.m5_signs) AS p(v, s)) u
                    GROUP BY u.v HAVING sum(u.n) > 0) w)
            ELSE LEAST(s.m5_val, d0.m5_val) END AS m5_val,
@@ -141,6 +143,8 @@ merged AS (
                    SELECT u.v FROM (SELECT ms.v, ms.n FROM eventview._v3_m6 ms WHERE ms.__k = d0.__k AND ms.bucket = d0.bucket AND ms.g1 = d0.g1 AND ms.g1_null = d0.g1_null AND ms.g2 = d0.g2 AND ms.g2_null = d0.g2_null
                                     UNION ALL
                                     SELECT l.v, l.n FROM lg6 l WHERE l.__k = d0.__k AND l.bucket = d0.bucket AND l.g1 = d0.g1 AND l.g1_null = d0.g1_null AND l.g2 = d0.g2 AND l.g2_null = d0.g2_null
+                                    UNION ALL
+                                    SELECT r.v, 1 FROM unnest(s.m6_vals) AS r(v)
                                     UNION ALL
                                     SELECT p.v, p.s FROM unnest(d0.m6_vs, d0.m6_signs) AS p(v, s)) u
                    GROUP BY u.v HAVING sum(u.n) > 0) w)
