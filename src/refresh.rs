@@ -16,8 +16,9 @@
 //!   3. whether anything is pending (`eventview_core::batch::pending_check`): when nothing is, only the
 //!      logs are merged (if they hold values) and the refresh goes on at 6;
 //!   4. the apply statement (see `eventview_core::sqlgen`);
-//!   5. when a group took a retraction or the logs passed `eventview.extreme_log_limit`: the
-//!      logs merged into the multisets; when a group took a retraction, the fix-up statements;
+//!   5. when a group took a retraction (or passed the min/max values its row keeps) or the logs
+//!      passed `eventview.extreme_log_limit`: the logs merged into the multisets; when a group
+//!      took a retraction or passed those values, the fix-up statements;
 //!   6. bookkeeping (last_refresh_at, last_refresh_ms).
 
 use crate::catalog::{self, ViewRecord};
@@ -156,12 +157,19 @@ fn apply_with(
     // finds them past the limit. (An idle refresh merges them in `nothing_pending`; an apply
     // that consumed nothing counts as idle too.)
     let idle = mode == Mode::Delta && result.consumed == 0 && idle_logs == IdleLogs::Merge;
-    if result.logged > 0 && (result.dirty > 0 || idle || result.logged > gucs::extreme_log_limit())
+    if result.logged > 0
+        && (result.retracted > 0 || idle || result.logged > gucs::extreme_log_limit())
     {
         view_objects::merge_logs(view)?;
     }
-    if result.dirty > 0 {
+    if result.retracted > 0 {
         roles::as_role(view.owner, || spi::run_all(&sql.fixup()))?;
+    } else if result.dirty > 0 {
+        // Groups past the min/max values a row keeps, and no retraction: their values go where
+        // this apply's went (the logs or the multisets), and no extreme needs the multisets.
+        roles::as_role(view.owner, || {
+            spi::run_all(&sql.spill_past_the_row(sql.logs_extremes(mode)))
+        })?;
     }
     if let (Some(source), Some(source_view), true) =
         (&sql.rollup_source, &view.source_view, result.consumed > 0)
@@ -259,8 +267,10 @@ fn start_progress(view: &ViewRecord) -> EvResult<()> {
 struct StatementResult {
     consumed: i64,
     groups_written: i64,
-    /// Groups that took a retraction (their min/max need the fix-up).
+    /// Groups that took a retraction or passed the min/max values a row keeps (`__dirty`).
     dirty: i64,
+    /// Of those, the groups that took a retraction (their min/max need the fix-up).
+    retracted: i64,
     /// The first type error, for views whose policy is `fail`.
     first_error: Option<String>,
     /// Rows the statement appended to the value logs.
@@ -303,8 +313,9 @@ fn run_apply_statement(
                 dirty: row.get::<i64>(3)?.unwrap_or(0),
                 first_error: row.get::<String>(4)?,
                 logged: row.get::<i64>(5)?.unwrap_or(0),
+                retracted: row.get::<i64>(6)?.unwrap_or(0),
                 handed_back: match row.columns()? {
-                    6 => row.get::<String>(6)?,
+                    7 => row.get::<String>(7)?,
                     _ => None,
                 },
             })

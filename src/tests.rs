@@ -193,8 +193,9 @@ mod tests {
                 );
             }
         };
-        // The groups below hold more values than a row keeps (`sqlgen::MAX_VALUES_IN_ROW`), so
-        // their values go to the logs and multisets.
+        // The groups below hold more values than a row keeps (`sqlgen::MAX_VALUES_IN_ROW`): their
+        // values go to the logs (nine distinct values per group and measure, no merge), and
+        // from there to the multisets.
         Spi::run(
             "INSERT INTO ut_events (event_type, occurred_at, payload)
              SELECT 'a', (d || ' 09:00+00')::timestamptz, jsonb_build_object('sku', s, 'p', i)
@@ -208,6 +209,10 @@ mod tests {
             )),
             4
         );
+        assert_eq!((logged(), log_rows()), (72, 72));
+        values_match(true);
+        assert_matches("ut_lg", &scratch);
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 0);
         assert_eq!((logged(), log_rows()), (0, 0));
         values_match(false);
         let insert = |p: &str, day: &str| {
@@ -256,15 +261,14 @@ mod tests {
         values_match(false);
         assert_matches("ut_lg", &scratch);
         Spi::run("RESET eventview.extreme_log_limit").unwrap();
-        // A windowed rebuild drops the logged values of its buckets and recomputes them: its
-        // groups hold more values than a row keeps, so the fix-up moves them to the multisets,
-        // which merges the logs first (the values of 2026-11-30 among them).
+        // A windowed rebuild drops the logged values of its buckets and recomputes them (into
+        // the multisets: its groups hold more values than a row keeps).
         insert("24", "2026-11-30");
         insert("25", "2026-12-02");
         assert_eq!(scalar_i64("SELECT eventview.refresh('ut_lg')"), 6);
         assert_eq!(log_rows(), 8);
         Spi::run("SELECT eventview.rebuild('ut_lg', '2026-12-01', NULL)").unwrap();
-        assert_eq!((logged(), log_rows()), (0, 0));
+        assert_eq!((logged(), log_rows()), (4, 4));
         values_match(true);
         assert_matches("ut_lg", &scratch);
         Spi::run("DELETE FROM ut_events WHERE payload @> '{\"p\": 24}'").unwrap();

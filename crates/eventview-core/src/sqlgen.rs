@@ -27,13 +27,15 @@
 //! Values in the row (`m<i>_vals`, one array per min/max measure of a stored view's storage,
 //!   `ValuesInRow`): a group with at most `MAX_VALUES_IN_ROW` values of the measure keeps them
 //!   there, and none in the multiset or log; NULL means the multiset and log hold the group's
-//!   values. An apply appends a group's additions to its arrays. A group that takes a
-//!   retraction, or whose values would pass the limit, keeps its arrays as they were and is
-//!   marked `__dirty`; the batch's values of such a group (and of every group whose arrays are
-//!   NULL) go to the log or multiset as above, and the fix-up moves the arrays of the dirty
-//!   groups into the multisets and sets them NULL, for good. Realtime reads and rollups read
-//!   the multisets: a view turning realtime, or read by a new rollup, moves every array there
-//!   first (`spill_values_in_row`).
+//!   values. An apply appends a group's additions to its arrays, and marks `__dirty` a group
+//!   whose arrays pass the limit; after it, their arrays go to the log (or multiset) and turn
+//!   NULL, for good (`spill_past_the_row`: no merge, no fix-up, the extremes only moved
+//!   outwards). A group that takes a retraction keeps its arrays as they were and is marked
+//!   `__dirty` too; the batch's values of such a group (and of every group whose arrays are
+//!   NULL) go to the log or multiset as above, and the fix-up moves its arrays into the
+//!   multisets before it reads them. Realtime reads and rollups read the multisets: a view
+//!   turning realtime, or read by a new rollup, moves every array there first
+//!   (`spill_values_in_row`).
 //!
 //! Algorithm (apply, one statement so that every part reads the same snapshot):
 //!   snap     the statement's snapshot (our own transaction excluded) and our own xid;
@@ -368,6 +370,64 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = a.n + EXCLUDED.n",
                 any.join(" OR ")
             ));
         }
+        out
+    }
+
+    /// After an apply whose dirty groups only passed the values a row keeps (none took a
+    /// retraction): their arrays move to the value logs (`to_log`, counted into
+    /// `extremes_logged`) or into the multisets, and the groups are clean again. Their extremes
+    /// are right already (the apply moved them outwards), so nothing reads the multisets and
+    /// the logs need no merge.
+    ///
+    /// ```sql
+    /// WITH w<n> AS (INSERT INTO eventview._v<id>_m<n>_log (__k, ..., v, n)
+    ///               SELECT t.__k, ..., u.v, count(*) FROM eventview._v<id>_data t
+    ///                   CROSS JOIN LATERAL unnest(t.m<n>_vals) AS u(v) WHERE t.__dirty
+    ///               GROUP BY ... RETURNING 1), ...
+    /// UPDATE eventview._views SET extremes_logged = extremes_logged + (SELECT count(*) FROM w<n>) + ...;
+    /// UPDATE eventview._v<id>_data SET m<n>_vals = NULL, ..., __dirty = false WHERE __dirty
+    /// ```
+    pub fn spill_past_the_row(&self, to_log: bool) -> Vec<String> {
+        let columns = self.value_array_columns();
+        if columns.is_empty() {
+            return Vec::new();
+        }
+        let data = self.data();
+        let mut out = if to_log {
+            let keys = self.key_list();
+            let t_keys: Vec<String> = self
+                .key_columns()
+                .iter()
+                .map(|k| format!("t.{k}"))
+                .collect();
+            let t_keys = t_keys.join(", ");
+            let writes: Vec<String> = columns
+                .iter()
+                .map(|(n, column)| {
+                    format!(
+                        "w{n} AS (INSERT INTO {} ({keys}, v, n)\n    SELECT {t_keys}, u.v, count(*)\n    FROM {data} t CROSS JOIN LATERAL pg_catalog.unnest(t.{column}) AS u(v) WHERE t.__dirty\n    GROUP BY {t_keys}, u.v\n    RETURNING 1)",
+                        names::view_values_log(self.view_id, *n)
+                    )
+                })
+                .collect();
+            let added: String = columns
+                .iter()
+                .map(|(n, _)| format!(" + (SELECT count(*) FROM w{n})"))
+                .collect();
+            vec![format!(
+                "WITH {}\nUPDATE eventview._views SET extremes_logged = extremes_logged{added} WHERE view_id = {}",
+                writes.join(",\n"),
+                self.view_id
+            )]
+        } else {
+            self.spill_values_in_row(true)
+        };
+        let mut sets: Vec<String> = columns.iter().map(|(_, c)| format!("{c} = NULL")).collect();
+        sets.push("__dirty = false".into());
+        out.push(format!(
+            "UPDATE {data} SET {} WHERE __dirty",
+            sets.join(", ")
+        ));
         out
     }
 
@@ -1200,16 +1260,11 @@ delta_rows AS (
         let (key_exprs, mut d_cols) = self.group_delta_columns();
         let in_row = self.kept_in_row();
         if !in_row.is_empty() {
-            d_cols.pop();
+            let dirty = d_cols.pop().expect("__dirty");
             d_cols.extend(in_row.iter().map(|n| {
                 format!("coalesce(array_agg(m{n}) FILTER (WHERE sign > 0 AND m{n} IS NOT NULL), '{{}}') AS m{n}_vals")
             }));
-            // A retraction, or more values than a row keeps: the values go to the multiset.
-            let past: String = in_row
-                .iter()
-                .map(|n| format!(" OR count(m{n}) FILTER (WHERE sign > 0) > {MAX_VALUES_IN_ROW}"))
-                .collect();
-            d_cols.push(format!("(bool_or(sign < 0){past}) AS __dirty"));
+            d_cols.push(dirty);
         }
         ctes.push(Self::group_delta(&d_cols, key_exprs.len()));
         let mut logged = Vec::new();
@@ -1223,7 +1278,7 @@ delta_rows AS (
             if in_row.contains(&n) {
                 // Only the values of groups that do not keep them in the row (`up`).
                 rows = format!(
-                    "SELECT * FROM ({rows}) w\n    WHERE EXISTS (SELECT 1 FROM up WHERE {} AND (up.__dirty OR up.m{n}_out))",
+                    "SELECT * FROM ({rows}) w\n    WHERE EXISTS (SELECT 1 FROM up WHERE {} AND (up.__retracted OR up.m{n}_out))",
                     self.keys_equal("up", "w")
                 );
             }
@@ -1257,7 +1312,7 @@ delta_rows AS (
             ctes.push(self.quarantine());
         }
         ctes.push(self.position_update(mode, &logged));
-        let mut result = Self::apply_result(mode);
+        let mut result = self.apply_result(mode);
         if hand_back {
             result.push_str(&format!(
                 ",\n       {} AS changes",
@@ -1839,20 +1894,26 @@ delta_rows AS (
     /// )
     /// ```
     ///
-    /// With values in the row (`kept_in_row`), a group's arrays take its additions unless it
-    /// turns dirty (a retraction, or more values than a row keeps), and `up` returns each
-    /// group's keys and whether its values of measure `n` are outside the row (`m<n>_out`):
+    /// With values in the row (`kept_in_row`), `d`'s `__dirty` says the group took a retraction,
+    /// and its arrays hold its additions: proposed NULL when it took a retraction (which is how
+    /// the update tells one), the additions otherwise. A group's arrays take its additions
+    /// unless it took a retraction; one that took a retraction, or whose arrays pass
+    /// `MAX_VALUES_IN_ROW` values, turns dirty (its arrays move out in the fix-up). `up` returns
+    /// each group's keys, whether it took a retraction (dirty with no array past the limit:
+    /// arrays of a group that took one are left as they were) and whether its values of measure
+    /// `n` are outside the row (`m<n>_out`):
     ///
     /// ```sql
     ///     INSERT ... (..., m<n>_vals, __dirty)
-    ///     SELECT ..., CASE WHEN __dirty THEN NULL ELSE m<n>_vals END, __dirty FROM d
+    ///     SELECT ..., CASE WHEN __dirty THEN NULL ELSE m<n>_vals END,
+    ///            __dirty OR cardinality(m<n>_vals) > <max> OR ... FROM d
     ///     ON CONFLICT (...) DO UPDATE SET ...,
-    ///         m<n>_vals = CASE WHEN t.m<n>_vals IS NULL OR <dirty> THEN t.m<n>_vals
-    ///                          ELSE t.m<n>_vals || EXCLUDED.m<n>_vals END,
-    ///         __dirty = <dirty>
-    ///     RETURNING t.__dirty, __k, ..., t.m<n>_vals IS NULL AS m<n>_out
-    /// -- <dirty>: EXCLUDED.__dirty OR (t.m<n>_vals IS NOT NULL
-    /// --          AND cardinality(t.m<n>_vals) + cardinality(EXCLUDED.m<n>_vals) > <max>) OR ...
+    ///         m<n>_vals = CASE WHEN t.m<n>_vals IS NULL OR EXCLUDED.m<first>_vals IS NULL
+    ///                          THEN t.m<n>_vals ELSE t.m<n>_vals || EXCLUDED.m<n>_vals END,
+    ///         __dirty = EXCLUDED.m<first>_vals IS NULL OR (t.m<n>_vals IS NOT NULL
+    ///                   AND cardinality(t.m<n>_vals) + cardinality(EXCLUDED.m<n>_vals) > <max>) OR ...
+    ///     RETURNING t.__dirty, __k, ..., t.__dirty AND coalesce(cardinality(t.m<n>_vals), 0)
+    ///               <= <max> AND ... AS __retracted, t.m<n>_vals IS NULL AS m<n>_out
     /// ```
     fn storage_upsert(&self) -> String {
         let mut cols = self.key_columns();
@@ -1865,23 +1926,39 @@ delta_rows AS (
             selected.push(format!("CASE WHEN __dirty THEN NULL ELSE m{n}_vals END"));
         }
         cols.push("__dirty".into());
-        selected.push("__dirty".into());
+        let past: String = in_row
+            .iter()
+            .map(|n| format!(" OR cardinality(m{n}_vals) > {MAX_VALUES_IN_ROW}"))
+            .collect();
+        selected.push(format!("__dirty{past}"));
         let past: String = in_row
             .iter()
             .map(|n| format!(" OR (t.m{n}_vals IS NOT NULL AND cardinality(t.m{n}_vals) + cardinality(EXCLUDED.m{n}_vals) > {MAX_VALUES_IN_ROW})"))
             .collect();
-        let dirty = format!("EXCLUDED.__dirty{past}");
         let mut sets = vec!["__count = t.__count + EXCLUDED.__count".to_string()];
         sets.extend(self.measure_updates());
-        sets.extend(in_row.iter().map(|n| {
-            format!("m{n}_vals = CASE WHEN t.m{n}_vals IS NULL OR {dirty} THEN t.m{n}_vals ELSE t.m{n}_vals || EXCLUDED.m{n}_vals END")
-        }));
-        sets.push(format!("__dirty = {dirty}"));
+        // (A group whose values are outside the row takes any number of them.)
+        let retracted = self
+            .retracted_in_update()
+            .unwrap_or_else(|| "EXCLUDED.__dirty".into());
+        if !in_row.is_empty() {
+            sets.extend(in_row.iter().map(|n| {
+                format!("m{n}_vals = CASE WHEN t.m{n}_vals IS NULL OR {retracted} THEN t.m{n}_vals ELSE t.m{n}_vals || EXCLUDED.m{n}_vals END")
+            }));
+        }
+        sets.push(format!("__dirty = {retracted}{past}"));
         let mut returning = "t.__dirty".to_string();
         if !in_row.is_empty() {
             for k in self.key_columns() {
                 returning.push_str(&format!(", t.{k}"));
             }
+            let within: String = in_row
+                .iter()
+                .map(|n| {
+                    format!(" AND coalesce(cardinality(t.m{n}_vals), 0) <= {MAX_VALUES_IN_ROW}")
+                })
+                .collect();
+            returning.push_str(&format!(", t.__dirty{within} AS __retracted"));
             for n in &in_row {
                 returning.push_str(&format!(", t.m{n}_vals IS NULL AS m{n}_out"));
             }
@@ -1896,6 +1973,15 @@ delta_rows AS (
         )
     }
 
+    /// With values in the row, how the update of `up` tells that the group took a retraction
+    /// (its proposed arrays are NULL; `EXCLUDED.__dirty` is also set by additions past the
+    /// values a row keeps).
+    fn retracted_in_update(&self) -> Option<String> {
+        self.kept_in_row()
+            .first()
+            .map(|n| format!("EXCLUDED.m{n}_vals IS NULL"))
+    }
+
     /// How `up` adds a group delta (`EXCLUDED`) into each measure's stored columns (`t`).
     ///
     /// ```sql
@@ -1905,6 +1991,9 @@ delta_rows AS (
     /// ```
     fn measure_updates(&self) -> Vec<String> {
         let mut sets = Vec::new();
+        let retracted = self
+            .retracted_in_update()
+            .unwrap_or_else(|| "EXCLUDED.__dirty".into());
         let add = |col: String| format!("{col} = t.{col} + EXCLUDED.{col}");
         for (n, m) in self.numbered_measures() {
             match m.kind {
@@ -1923,7 +2012,7 @@ delta_rows AS (
                     // Only additions: the extreme can only move outwards. A retraction defers
                     // to the fix-up, which reads the group's multiset.
                     sets.push(format!(
-                        "m{n}_val = CASE WHEN EXCLUDED.__dirty THEN t.m{n}_val ELSE {pick}(t.m{n}_val, EXCLUDED.m{n}_val) END"
+                        "m{n}_val = CASE WHEN {retracted} THEN t.m{n}_val ELSE {pick}(t.m{n}_val, EXCLUDED.m{n}_val) END"
                     ));
                 }
                 // The change `d` takes from the multiset upsert: +1 per value whose count rose
@@ -2057,22 +2146,30 @@ delta_rows AS (
     /// SELECT <consumed> AS consumed,
     ///        (SELECT count(*) FROM up) AS groups_written, ...
     /// ```
-    fn apply_result(mode: Mode) -> String {
+    fn apply_result(&self, mode: Mode) -> String {
         let consumed = if mode == Mode::Full {
             "0::bigint"
         } else {
             batch::CONSUMED
         };
+        let retracted = if self.kept_in_row().is_empty() {
+            "(SELECT count(*) FROM up WHERE __dirty)"
+        } else {
+            "(SELECT count(*) FROM up WHERE __retracted)"
+        };
         Self::result_row(
             consumed,
             "(SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1)",
+            retracted,
         )
     }
 
-    /// The row an apply returns, with its count of what it consumed and its first type error.
-    fn result_row(consumed: &str, first_error: &str) -> String {
+    /// The row an apply returns, with its count of what it consumed, its first type error and
+    /// its count of the groups that took a retraction (`retracted`; the other dirty groups only
+    /// passed the values a row keeps).
+    fn result_row(consumed: &str, first_error: &str, retracted: &str) -> String {
         format!(
-            "SELECT {consumed} AS consumed,\n       (SELECT count(*) FROM up) AS groups_written,\n       (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,\n       {first_error} AS first_error,\n       (SELECT extremes_logged FROM st) AS extremes_logged"
+            "SELECT {consumed} AS consumed,\n       (SELECT count(*) FROM up) AS groups_written,\n       (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,\n       {first_error} AS first_error,\n       (SELECT extremes_logged FROM st) AS extremes_logged,\n       {retracted} AS retracted_groups"
         )
     }
 
@@ -2578,13 +2675,33 @@ mod tests {
         assert!(apply.contains(
             "coalesce(array_agg(m1) FILTER (WHERE sign > 0 AND m1 IS NOT NULL), '{}') AS m1_vals"
         ));
-        assert!(apply.contains("(bool_or(sign < 0) OR count(m1) FILTER (WHERE sign > 0) > 8 OR count(m3) FILTER (WHERE sign > 0) > 8) AS __dirty"));
-        assert!(apply.contains("m1_vals = CASE WHEN t.m1_vals IS NULL OR EXCLUDED.__dirty OR (t.m1_vals IS NOT NULL AND cardinality(t.m1_vals) + cardinality(EXCLUDED.m1_vals) > 8)"));
-        assert!(apply.contains("THEN t.m1_vals ELSE t.m1_vals || EXCLUDED.m1_vals END"));
-        assert!(apply.contains("t.m1_vals IS NULL AS m1_out, t.m3_vals IS NULL AS m3_out"));
-        // The log takes the values of groups outside the row only; the text measure's, all.
-        assert!(apply.contains("AND (up.__dirty OR up.m1_out))"));
+        // `d`'s __dirty is a retraction, which proposes NULL arrays; the insert's __dirty also
+        // counts additions past the row's limit.
+        assert!(apply.contains("bool_or(sign < 0) AS __dirty\n"));
+        assert!(apply.contains("CASE WHEN __dirty THEN NULL ELSE m1_vals END, CASE WHEN __dirty THEN NULL ELSE m3_vals END, __dirty OR cardinality(m1_vals) > 8 OR cardinality(m3_vals) > 8 FROM d"));
+        assert!(apply.contains("m1_vals = CASE WHEN t.m1_vals IS NULL OR EXCLUDED.m1_vals IS NULL THEN t.m1_vals ELSE t.m1_vals || EXCLUDED.m1_vals END"));
+        assert!(apply.contains("m3_vals = CASE WHEN t.m3_vals IS NULL OR EXCLUDED.m1_vals IS NULL THEN t.m3_vals ELSE t.m3_vals || EXCLUDED.m3_vals END"));
+        // Every extreme moves outwards unless the group took a retraction, text ones too.
+        assert!(apply.contains("m2_val = CASE WHEN EXCLUDED.m1_vals IS NULL THEN t.m2_val ELSE GREATEST(t.m2_val, EXCLUDED.m2_val) END"));
+        assert!(apply.contains("__dirty = EXCLUDED.m1_vals IS NULL OR (t.m1_vals IS NOT NULL AND cardinality(t.m1_vals) + cardinality(EXCLUDED.m1_vals) > 8) OR (t.m3_vals IS NOT NULL"));
+        assert!(apply.contains("t.__dirty AND coalesce(cardinality(t.m1_vals), 0) <= 8 AND coalesce(cardinality(t.m3_vals), 0) <= 8 AS __retracted, t.m1_vals IS NULL AS m1_out, t.m3_vals IS NULL AS m3_out"));
+        // The log takes the values of groups outside the row or that took a retraction; the
+        // text measure's, all; the writes that read `up` follow it.
+        assert!(apply.contains("AND (up.__retracted OR up.m1_out))"));
         assert!(!apply.contains("m2_out"));
+        assert!(apply.find("up AS (").unwrap() < apply.find("a1 AS (").unwrap());
+        assert!(apply.find("a2 AS (").unwrap() < apply.find("up AS (").unwrap());
+        assert!(apply.ends_with("(SELECT count(*) FROM up WHERE __retracted) AS retracted_groups"));
+        // Groups that only passed the row's limit: their values go where the apply's went.
+        let past = stored.spill_past_the_row(true);
+        assert!(past[0].starts_with(
+            "WITH w1 AS (INSERT INTO eventview._v3_m1_log (__k, bucket, g1, g1_null, v, n)"
+        ));
+        assert!(past[0].ends_with("UPDATE eventview._views SET extremes_logged = extremes_logged + (SELECT count(*) FROM w1) + (SELECT count(*) FROM w3) WHERE view_id = 3"));
+        assert_eq!(past[1], "UPDATE eventview._v3_data SET m1_vals = NULL, m3_vals = NULL, __dirty = false WHERE __dirty");
+        let past = stored.spill_past_the_row(false);
+        assert!(past[0].starts_with("INSERT INTO eventview._v3_m1 AS a"));
+        assert_eq!(past.len(), 3);
         let fixup = stored.fixup();
         assert!(fixup[0]
             .starts_with("INSERT INTO eventview._v3_m1 AS a (__k, bucket, g1, g1_null, v, n)"));

@@ -516,7 +516,11 @@ WHERE c.xid < (SELECT min(LEAST(pg_catalog.pg_snapshot_xmin(r.applied_snapshot),
         format!(
             "WITH {}\n{}",
             ctes.join(",\n"),
-            Self::result_row(consumed, "NULL::text")
+            Self::result_row(
+                consumed,
+                "NULL::text",
+                "(SELECT count(*) FROM up WHERE __dirty)"
+            )
         )
     }
 

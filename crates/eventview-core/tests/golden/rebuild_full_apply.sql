@@ -66,7 +66,7 @@ d0 AS (
            max(m6) FILTER (WHERE sign > 0) AS m6_val,
            coalesce(array_agg(m5) FILTER (WHERE sign > 0 AND m5 IS NOT NULL), '{}') AS m5_vals,
            coalesce(array_agg(m6) FILTER (WHERE sign > 0 AND m6 IS NOT NULL), '{}') AS m6_vals,
-           (bool_or(sign < 0) OR count(m5) FILTER (WHERE sign > 0) > 8 OR count(m6) FILTER (WHERE sign > 0) > 8) AS __dirty
+           bool_or(sign < 0) AS __dirty
     FROM good
     GROUP BY 1, 2, 3, 4, 5, 6
 ),
@@ -82,7 +82,7 @@ dd7 AS (SELECT __k, bucket, g1, g1_null, g2, g2_null, sum(dd)::bigint AS dd FROM
 d AS (SELECT d0.*, coalesce(dd7.dd, 0) AS m7_val FROM d0 LEFT JOIN dd7 USING (__k, bucket, g1, g1_null, g2, g2_null)),
 up AS (
     INSERT INTO eventview._v3_data AS t (__k, bucket, g1, g1_null, g2, g2_null, __count, m2_n, m3_n, m3_sum, m4_n, m4_sum, m5_val, m6_val, m7_val, m5_vals, m6_vals, __dirty)
-    SELECT __k, bucket, g1, g1_null, g2, g2_null, __count, m2_n, m3_n, m3_sum, m4_n, m4_sum, m5_val, m6_val, m7_val, CASE WHEN __dirty THEN NULL ELSE m5_vals END, CASE WHEN __dirty THEN NULL ELSE m6_vals END, __dirty FROM d
+    SELECT __k, bucket, g1, g1_null, g2, g2_null, __count, m2_n, m3_n, m3_sum, m4_n, m4_sum, m5_val, m6_val, m7_val, CASE WHEN __dirty THEN NULL ELSE m5_vals END, CASE WHEN __dirty THEN NULL ELSE m6_vals END, __dirty OR cardinality(m5_vals) > 8 OR cardinality(m6_vals) > 8 FROM d
     ON CONFLICT (__k, bucket, g1, g1_null, g2, g2_null) DO UPDATE SET
         __count = t.__count + EXCLUDED.__count,
         m2_n = t.m2_n + EXCLUDED.m2_n,
@@ -90,20 +90,20 @@ up AS (
         m3_sum = t.m3_sum + EXCLUDED.m3_sum,
         m4_n = t.m4_n + EXCLUDED.m4_n,
         m4_sum = t.m4_sum + EXCLUDED.m4_sum,
-        m5_val = CASE WHEN EXCLUDED.__dirty THEN t.m5_val ELSE LEAST(t.m5_val, EXCLUDED.m5_val) END,
-        m6_val = CASE WHEN EXCLUDED.__dirty THEN t.m6_val ELSE GREATEST(t.m6_val, EXCLUDED.m6_val) END,
+        m5_val = CASE WHEN EXCLUDED.m5_vals IS NULL THEN t.m5_val ELSE LEAST(t.m5_val, EXCLUDED.m5_val) END,
+        m6_val = CASE WHEN EXCLUDED.m5_vals IS NULL THEN t.m6_val ELSE GREATEST(t.m6_val, EXCLUDED.m6_val) END,
         m7_val = t.m7_val + EXCLUDED.m7_val,
-        m5_vals = CASE WHEN t.m5_vals IS NULL OR EXCLUDED.__dirty OR (t.m5_vals IS NOT NULL AND cardinality(t.m5_vals) + cardinality(EXCLUDED.m5_vals) > 8) OR (t.m6_vals IS NOT NULL AND cardinality(t.m6_vals) + cardinality(EXCLUDED.m6_vals) > 8) THEN t.m5_vals ELSE t.m5_vals || EXCLUDED.m5_vals END,
-        m6_vals = CASE WHEN t.m6_vals IS NULL OR EXCLUDED.__dirty OR (t.m5_vals IS NOT NULL AND cardinality(t.m5_vals) + cardinality(EXCLUDED.m5_vals) > 8) OR (t.m6_vals IS NOT NULL AND cardinality(t.m6_vals) + cardinality(EXCLUDED.m6_vals) > 8) THEN t.m6_vals ELSE t.m6_vals || EXCLUDED.m6_vals END,
-        __dirty = EXCLUDED.__dirty OR (t.m5_vals IS NOT NULL AND cardinality(t.m5_vals) + cardinality(EXCLUDED.m5_vals) > 8) OR (t.m6_vals IS NOT NULL AND cardinality(t.m6_vals) + cardinality(EXCLUDED.m6_vals) > 8)
-    RETURNING t.__dirty, t.__k, t.bucket, t.g1, t.g1_null, t.g2, t.g2_null, t.m5_vals IS NULL AS m5_out, t.m6_vals IS NULL AS m6_out
+        m5_vals = CASE WHEN t.m5_vals IS NULL OR EXCLUDED.m5_vals IS NULL THEN t.m5_vals ELSE t.m5_vals || EXCLUDED.m5_vals END,
+        m6_vals = CASE WHEN t.m6_vals IS NULL OR EXCLUDED.m5_vals IS NULL THEN t.m6_vals ELSE t.m6_vals || EXCLUDED.m6_vals END,
+        __dirty = EXCLUDED.m5_vals IS NULL OR (t.m5_vals IS NOT NULL AND cardinality(t.m5_vals) + cardinality(EXCLUDED.m5_vals) > 8) OR (t.m6_vals IS NOT NULL AND cardinality(t.m6_vals) + cardinality(EXCLUDED.m6_vals) > 8)
+    RETURNING t.__dirty, t.__k, t.bucket, t.g1, t.g1_null, t.g2, t.g2_null, t.__dirty AND coalesce(cardinality(t.m5_vals), 0) <= 8 AND coalesce(cardinality(t.m6_vals), 0) <= 8 AS __retracted, t.m5_vals IS NULL AS m5_out, t.m6_vals IS NULL AS m6_out
 ),
 a5 AS (
     INSERT INTO eventview._v3_m5 AS t (__k, bucket, g1, g1_null, g2, g2_null, v, n)
     SELECT * FROM (SELECT true AS __k, bucket, coalesce(g1, ''::text) AS g1, (g1 IS NULL) AS g1_null, coalesce(g2, ''::text) AS g2, (g2 IS NULL) AS g2_null, m5 AS v, sum(sign)::bigint AS n
     FROM good WHERE m5 IS NOT NULL
     GROUP BY 1, 2, 3, 4, 5, 6, 7) w
-    WHERE EXISTS (SELECT 1 FROM up WHERE up.__k = w.__k AND up.bucket = w.bucket AND up.g1 = w.g1 AND up.g1_null = w.g1_null AND up.g2 = w.g2 AND up.g2_null = w.g2_null AND (up.__dirty OR up.m5_out))
+    WHERE EXISTS (SELECT 1 FROM up WHERE up.__k = w.__k AND up.bucket = w.bucket AND up.g1 = w.g1 AND up.g1_null = w.g1_null AND up.g2 = w.g2 AND up.g2_null = w.g2_null AND (up.__retracted OR up.m5_out))
     ON CONFLICT (__k, bucket, g1, g1_null, g2, g2_null, v) DO UPDATE SET n = t.n + EXCLUDED.n
     RETURNING 1
 ),
@@ -112,7 +112,7 @@ a6 AS (
     SELECT * FROM (SELECT true AS __k, bucket, coalesce(g1, ''::text) AS g1, (g1 IS NULL) AS g1_null, coalesce(g2, ''::text) AS g2, (g2 IS NULL) AS g2_null, m6 AS v, sum(sign)::bigint AS n
     FROM good WHERE m6 IS NOT NULL
     GROUP BY 1, 2, 3, 4, 5, 6, 7) w
-    WHERE EXISTS (SELECT 1 FROM up WHERE up.__k = w.__k AND up.bucket = w.bucket AND up.g1 = w.g1 AND up.g1_null = w.g1_null AND up.g2 = w.g2 AND up.g2_null = w.g2_null AND (up.__dirty OR up.m6_out))
+    WHERE EXISTS (SELECT 1 FROM up WHERE up.__k = w.__k AND up.bucket = w.bucket AND up.g1 = w.g1 AND up.g1_null = w.g1_null AND up.g2 = w.g2 AND up.g2_null = w.g2_null AND (up.__retracted OR up.m6_out))
     ON CONFLICT (__k, bucket, g1, g1_null, g2, g2_null, v) DO UPDATE SET n = t.n + EXCLUDED.n
     RETURNING 1
 ),
@@ -140,4 +140,5 @@ SELECT 0::bigint AS consumed,
        (SELECT count(*) FROM up) AS groups_written,
        (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,
        (SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1) AS first_error,
-       (SELECT extremes_logged FROM st) AS extremes_logged;
+       (SELECT extremes_logged FROM st) AS extremes_logged,
+       (SELECT count(*) FROM up WHERE __retracted) AS retracted_groups;

@@ -184,4 +184,5 @@ SELECT (SELECT coalesce(sum(CASE WHEN op = 'I' THEN pg_catalog.cardinality(event
        (SELECT count(*) FROM up) AS groups_written,
        (SELECT count(*) FROM up WHERE __dirty) AS dirty_groups,
        (SELECT bad || ' (event_id ' || event_id || ')' FROM bad_rows ORDER BY event_id LIMIT 1) AS first_error,
-       (SELECT extremes_logged FROM st) AS extremes_logged;
+       (SELECT extremes_logged FROM st) AS extremes_logged,
+       (SELECT count(*) FROM up WHERE __dirty) AS retracted_groups;
