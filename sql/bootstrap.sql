@@ -32,11 +32,8 @@ $$;
 -- Whether a position (an applied snapshot, an own xid) names only transactions this cluster has
 -- given out: the opposite of what eventview._positions_from_elsewhere finds in positions restored
 -- from another cluster, under the same bound (a later check runs under a later snapshot, so a
--- position this accepts never reads as from elsewhere). A view's refresh records its position
--- with its owner's rights, so each owner may write the position of their own views (row-level
--- security keeps them to those); this keeps them to positions a refresh could have written: one
--- from the future would have the next capture trigger made on the table renumber its changelog
--- as a superuser (eventview._rebase_positions). A superuser writes any: a restore does.
+-- position this accepts never reads as from elsewhere). A superuser writes any: a restore does.
+-- See eventview._check_position.
 CREATE FUNCTION eventview._position_given_out(s pg_snapshot, own xid8) RETURNS boolean
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -106,8 +103,6 @@ CREATE TABLE eventview._views (
     applied_snapshot pg_snapshot NOT NULL,
     applied_own_xid  xid8,
     applied_own_seq  bigint,
-    CONSTRAINT _views_position_given_out
-        CHECK (eventview._position_given_out(applied_snapshot, applied_own_xid)),
     last_refresh_at  timestamptz,
     last_refresh_ms  double precision,
     skipped          bigint NOT NULL DEFAULT 0,
@@ -135,6 +130,32 @@ CREATE TABLE eventview._views (
     data_relation    regclass
 );
 COMMENT ON TABLE eventview._views IS 'pg_eventview: incremental views (see eventview.views)';
+
+-- A view's refresh records its position with its owner's rights, so each owner may write the
+-- position of their own views (row-level security keeps them to those); this keeps them to
+-- positions a refresh could have written. One from the future would read as restored from
+-- another cluster, and the next capture trigger made on the table, by whichever role, would have
+-- a superuser renumber its changelog (eventview._rebase_positions). Only a change of position is
+-- checked: the other columns of a row restored from another cluster (and not renumbered yet)
+-- stay writable.
+CREATE FUNCTION eventview._check_position() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT eventview._position_given_out(NEW.applied_snapshot, NEW.applied_own_xid) THEN
+        RAISE EXCEPTION 'position % of view % names transactions this cluster has not given out',
+            NEW.applied_snapshot, NEW.relid
+            USING ERRCODE = 'check_violation',
+                  HINT = 'A view''s position is written by its refresh; a superuser may write another one (a restore does).';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER _views_position_given_out
+    BEFORE UPDATE OF applied_snapshot, applied_own_xid ON eventview._views
+    FOR EACH ROW
+    WHEN (NEW.applied_snapshot::text IS DISTINCT FROM OLD.applied_snapshot::text
+          OR NEW.applied_own_xid IS DISTINCT FROM OLD.applied_own_xid)
+    EXECUTE FUNCTION eventview._check_position();
 
 -- Event tables distributed by Citus (API.md section 10), on the coordinator. Each shard is an
 -- event table of its own node, with that node's capture, changelog and views (src/citus.rs);

@@ -5,8 +5,7 @@
 -- owner's rights); from this release only positions a refresh could have written: one naming
 -- transactions this cluster has not given out would have the next capture trigger made on the
 -- table renumber its changelog as a superuser (eventview._rebase_positions). A superuser (a
--- restore) writes any, so the rows there pass the check as the update (run by a superuser) makes
--- it, a catalog restored from another cluster and not renumbered yet included.
+-- restore) writes any; only a change of position is checked.
 CREATE FUNCTION eventview._position_given_out(s pg_snapshot, own xid8) RETURNS boolean
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -17,5 +16,21 @@ BEGIN
         OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user);
 END
 $$;
-ALTER TABLE eventview._views ADD CONSTRAINT _views_position_given_out
-    CHECK (eventview._position_given_out(applied_snapshot, applied_own_xid));
+CREATE FUNCTION eventview._check_position() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT eventview._position_given_out(NEW.applied_snapshot, NEW.applied_own_xid) THEN
+        RAISE EXCEPTION 'position % of view % names transactions this cluster has not given out',
+            NEW.applied_snapshot, NEW.relid
+            USING ERRCODE = 'check_violation',
+                  HINT = 'A view''s position is written by its refresh; a superuser may write another one (a restore does).';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER _views_position_given_out
+    BEFORE UPDATE OF applied_snapshot, applied_own_xid ON eventview._views
+    FOR EACH ROW
+    WHEN (NEW.applied_snapshot::text IS DISTINCT FROM OLD.applied_snapshot::text
+          OR NEW.applied_own_xid IS DISTINCT FROM OLD.applied_own_xid)
+    EXECUTE FUNCTION eventview._check_position();

@@ -16,9 +16,10 @@
 //!   3. whether anything is pending (`eventview_core::batch::pending_check`): when nothing is, only the
 //!      logs are merged (if they hold values) and the refresh goes on at 6;
 //!   4. the apply statement (see `eventview_core::sqlgen`);
-//!   5. when a group took a retraction (or passed the min/max values its row keeps) or the logs
-//!      passed `eventview.extreme_log_limit`: the logs merged into the multisets; when a group
-//!      took a retraction or passed those values, the fix-up statements;
+//!   5. when a group took a retraction or the logs passed `eventview.extreme_log_limit`: the
+//!      logs merged into the multisets; when a group took a retraction, the fix-up statements;
+//!      otherwise, when groups passed the min/max values a row keeps, their values moved to
+//!      the logs (`ViewSql::spill_past_the_row`);
 //!   6. bookkeeping (last_refresh_at, last_refresh_ms).
 
 use crate::catalog::{self, ViewRecord};

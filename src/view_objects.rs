@@ -49,12 +49,8 @@ pub fn values_in_row(shard_or_rollup: bool, read_from_multisets: bool) -> Values
 /// first when it was made by an earlier release. The caller holds the view's row lock.
 pub fn spill_values_in_row(view: &ViewRecord) -> EvResult<()> {
     let sql = sql_of(view);
-    let Some(columns) = sql.add_value_array_columns() else {
-        return Ok(());
-    };
-    let mut statements = vec![columns];
-    statements.extend(sql.spill_values_in_row(false));
-    roles::as_role(view.owner, || spi::run_all(&statements))
+    value_array_columns(view, &sql)?;
+    roles::as_role(view.owner, || spi::run_all(&sql.spill_values_in_row(false)))
 }
 
 /// The view's storage table, qualified.
@@ -71,8 +67,9 @@ pub fn storage_of(view: &ViewRecord) -> String {
 /// form that reads them. One catalog lookup when nothing is missing (two with sketches).
 /// Returns whether it reinstalled the user relation.
 pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
-    let migrated = sketches_into_storage(view, sql)?;
+    // First: the user relation reinstalled below reads them (a realtime view's).
     value_array_columns(view, sql)?;
+    let migrated = sketches_into_storage(view, sql)?;
     Ok(logs_and_read_index(view, sql)? || migrated)
 }
 

@@ -2202,8 +2202,8 @@ def test_realtime_read_with_a_snapshot_older_than_turning_realtime(db):
                      SELECT 'e', jsonb_build_object('k', CASE WHEN i <= 10 THEN i % 2 ELSE 2 END, 'p', i)
                      FROM generate_series(1, 20) i""")
         assert _refresh(a, "v") == 20
-        # Groups 0 and 1 keep their five values in their rows; group 2 (ten values) in the log
-        # (it took them in two refreshes: the first values went to the multiset).
+        # Groups 0 and 1 keep their five values in their rows; group 2 (ten values, then two
+        # more) its values in the log.
         a.execute("""INSERT INTO ev (event_type, payload)
                      SELECT 'e', jsonb_build_object('k', 2, 'p', i) FROM generate_series(21, 22) i""")
         assert _refresh(a, "v") == 2

@@ -8,7 +8,8 @@
 //!   are NOT NULL, the unique index is plain and ON CONFLICT and joins on keys are hashable;
 //!   `__count` (events counted), then per measure `m<i>_n` (non-NULL inputs), `m<i>_sum`,
 //!   `m<i>_val` (min/max, or the distinct count), `m<i>_sk` (approx_percentile's sketch,
-//!   `sketch`); `__dirty` marks groups that took a retraction in this refresh.
+//!   `sketch`); `__dirty` marks groups that took a retraction, or passed the min/max values a
+//!   row keeps, in this refresh.
 //! Value multisets (`eventview._v<id>_m<i>`, one per min, max, count_distinct or percentile
 //! measure):
 //!   (keys, v, n), how many counted events of the group have value v. A retracted extreme is
@@ -132,7 +133,8 @@ pub enum ValuesInRow {
 }
 
 /// The most values of one min/max measure a group keeps in its storage row. A group past it
-/// moves them to the measure's multiset (the fix-up), for good. Values in the row cost the apply
+/// moves them to the measure's value log (its multiset when the view keeps no log), for good
+/// (`ViewSql::spill_past_the_row`). Values in the row cost the apply
 /// an array append where the multiset costs an index probe and a row per value (merged from the
 /// value log later); the row grows by about 8 to 16 bytes per value kept.
 pub const MAX_VALUES_IN_ROW: usize = 8;
@@ -217,6 +219,16 @@ impl<'a> ViewSql<'a> {
     /// `__k, bucket, g1, g1_null, ...`: the key columns as a list.
     fn key_list(&self) -> String {
         self.key_columns().join(", ")
+    }
+
+    /// `<alias>.__k, <alias>.bucket, ...`: the key columns of the row `alias` as a list.
+    fn key_list_of(&self, alias: &str) -> String {
+        let columns: Vec<String> = self
+            .key_columns()
+            .iter()
+            .map(|k| format!("{alias}.{k}"))
+            .collect();
+        columns.join(", ")
     }
 
     /// `l.__k = r.__k AND l.bucket = r.bucket AND ...`: rows `left` and `right` are of one group.
@@ -338,23 +350,13 @@ impl<'a> ViewSql<'a> {
         }
         let data = self.data();
         let keys = self.key_list();
-        let t_keys: Vec<String> = self
-            .key_columns()
-            .iter()
-            .map(|k| format!("t.{k}"))
-            .collect();
-        let dirty = if dirty_only { " WHERE t.__dirty" } else { "" };
         let mut out: Vec<String> = columns
             .iter()
             .map(|(n, column)| {
                 format!(
-                    "INSERT INTO {} AS a ({keys}, v, n)
-SELECT {t_keys}, u.v, count(*)
-FROM {data} t CROSS JOIN LATERAL pg_catalog.unnest(t.{column}) AS u(v){dirty}
-GROUP BY {t_keys}, u.v
-ON CONFLICT ({keys}, v) DO UPDATE SET n = a.n + EXCLUDED.n",
+                    "INSERT INTO {} AS a ({keys}, v, n)\n{}\nON CONFLICT ({keys}, v) DO UPDATE SET n = a.n + EXCLUDED.n",
                     names::view_values(self.view_id, *n),
-                    t_keys = t_keys.join(", "),
+                    self.values_in_rows(column, dirty_only),
                 )
             })
             .collect();
@@ -395,18 +397,13 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = a.n + EXCLUDED.n",
         let data = self.data();
         let mut out = if to_log {
             let keys = self.key_list();
-            let t_keys: Vec<String> = self
-                .key_columns()
-                .iter()
-                .map(|k| format!("t.{k}"))
-                .collect();
-            let t_keys = t_keys.join(", ");
             let writes: Vec<String> = columns
                 .iter()
                 .map(|(n, column)| {
                     format!(
-                        "w{n} AS (INSERT INTO {} ({keys}, v, n)\n    SELECT {t_keys}, u.v, count(*)\n    FROM {data} t CROSS JOIN LATERAL pg_catalog.unnest(t.{column}) AS u(v) WHERE t.__dirty\n    GROUP BY {t_keys}, u.v\n    RETURNING 1)",
-                        names::view_values_log(self.view_id, *n)
+                        "w{n} AS (INSERT INTO {} ({keys}, v, n)\n{}\nRETURNING 1)",
+                        names::view_values_log(self.view_id, *n),
+                        self.values_in_rows(column, true)
                     )
                 })
                 .collect();
@@ -429,6 +426,17 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = a.n + EXCLUDED.n",
             sets.join(", ")
         ));
         out
+    }
+
+    /// The values in the row of array column `column`, of every group (`dirty_only`: of the
+    /// groups marked `__dirty`), as the (keys, v, n) rows of a multiset.
+    fn values_in_rows(&self, column: &str, dirty_only: bool) -> String {
+        let t_keys = self.key_list_of("t");
+        let dirty = if dirty_only { " WHERE t.__dirty" } else { "" };
+        format!(
+            "SELECT {t_keys}, u.v, count(*)\nFROM {} t CROSS JOIN LATERAL pg_catalog.unnest(t.{column}) AS u(v){dirty}\nGROUP BY {t_keys}, u.v",
+            self.data()
+        )
     }
 
     /// Whether measures of `kind` keep a per-group value multiset (`multiset_measures`).
@@ -1260,7 +1268,8 @@ delta_rows AS (
         let (key_exprs, mut d_cols) = self.group_delta_columns();
         let in_row = self.kept_in_row();
         if !in_row.is_empty() {
-            let dirty = d_cols.pop().expect("__dirty");
+            let dirty = d_cols.pop().filter(|c| c.ends_with(" AS __dirty"));
+            let dirty = dirty.expect("group_delta_columns ends with __dirty");
             d_cols.extend(in_row.iter().map(|n| {
                 format!("coalesce(array_agg(m{n}) FILTER (WHERE sign > 0 AND m{n} IS NOT NULL), '{{}}') AS m{n}_vals")
             }));

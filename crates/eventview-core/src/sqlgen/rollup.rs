@@ -385,14 +385,9 @@ WHERE c.xid < (SELECT min(LEAST(pg_catalog.pg_snapshot_xmin(r.applied_snapshot),
         stored: Option<&str>,
     ) -> [String; 2] {
         let keys = self.key_list();
-        let r_keys: Vec<String> = self
-            .key_columns()
-            .iter()
-            .map(|k| format!("r.{k}"))
-            .collect();
         let mut rows = format!(
             "SELECT {}, u.v, u.n FROM r CROSS JOIN LATERAL unnest(r.m{n}_vs, r.m{n}_ns) AS u(v, n)",
-            r_keys.join(", ")
+            self.key_list_of("r")
         );
         if let Some(cond) = stored {
             let mut conds = vec!["c.n <> 0".to_string()];
