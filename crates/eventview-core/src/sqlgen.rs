@@ -2185,7 +2185,13 @@ delta_rows AS (
     /// Statements run after an apply that left groups with retractions (`__dirty`).
     pub fn fixup(&self) -> Vec<String> {
         let data = self.data();
-        let mut out = self.spill_values_in_row(true);
+        // Only a view that keeps values in its rows has any there to move (a realtime view's,
+        // or a rollup source's, went to the multisets when it turned so).
+        let mut out = if self.values_in_row == ValuesInRow::Kept {
+            self.spill_values_in_row(true)
+        } else {
+            Vec::new()
+        };
         // Emptied multiset entries can only be in groups that took a retraction: find them
         // through the dirty groups and the multiset's key index. (No partial index on n = 0:
         // it would make every update of n a non-HOT update.)
@@ -2730,7 +2736,8 @@ mod tests {
         };
         assert!(realtime.add_value_array_columns().is_some());
         assert!(!realtime.apply(Mode::Delta).contains("_vals"));
-        assert!(realtime.fixup()[0].contains("unnest(t.m1_vals)"));
+        assert!(!realtime.fixup()[0].contains("_vals"));
+        assert!(realtime.fixup().last().unwrap().contains("m1_vals = NULL"));
         // A shard's view has none.
         let shard = ViewSql {
             values_in_row: ValuesInRow::No,

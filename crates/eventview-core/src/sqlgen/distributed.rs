@@ -836,11 +836,7 @@ SELECT pg_catalog.json_build_object(
                 SqlType::Jsonb => "pv.v".to_string(),
                 other => format!("(pv.v #>> '{{}}')::{}", other.name()),
             };
-            let ms_keys: Vec<String> = self
-                .key_columns()
-                .iter()
-                .map(|k| format!("ms.{k}"))
-                .collect();
+            let ms_keys = self.key_list_of("ms");
             value_ctes.push(format!(
                 "vals{n} AS MATERIALIZED (
     SELECT {keys}, w.v, sum(w.n) AS n FROM (
@@ -849,7 +845,7 @@ SELECT pg_catalog.json_build_object(
         SELECT {}, ms.v, ms.n FROM {multiset} ms JOIN ({touched_keys}) k ON {}
         WHERE {}) w
     GROUP BY {keys}, w.v HAVING sum(w.n) > 0)",
-                ms_keys.join(", "),
+                ms_keys,
                 self.keys_equal("ms", "k"),
                 self.not_answered("ms")
             ));
@@ -887,15 +883,10 @@ SELECT pg_catalog.json_build_object(
     /// subplan, one probe per row (a NOT EXISTS is planned as a nested loop on the estimate of
     /// a JSON record set); no key column is ever NULL (NULL keys are a placeholder and a flag).
     fn not_answered(&self, alias: &str) -> String {
-        let keys = self.key_columns();
-        let own: Vec<String> = keys.iter().map(|k| format!("{alias}.{k}")).collect();
         format!(
             "({alias}.__shard, {}) NOT IN (SELECT p.__shard, {} FROM p)",
-            own.join(", "),
-            keys.iter()
-                .map(|k| format!("p.{k}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            self.key_list_of(alias),
+            self.key_list_of("p")
         )
     }
 
@@ -947,11 +938,7 @@ merged AS (
             record.join(", "),
             stored.join(", "),
             self.data(),
-            self.key_columns()
-                .iter()
-                .map(|k| format!("s.{k}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            self.key_list_of("s"),
             self.key_list(),
             touched.join(", ")
         )

@@ -184,11 +184,7 @@ impl<'a> ViewSql<'a> {
     /// group changelog; the apply then writes the groups recomputed. The min/max logs must be
     /// merged first (the multisets give the values retracted).
     pub fn retract_into_changes(&self, window: bool) -> String {
-        let mut values: Vec<String> = self
-            .key_columns()
-            .iter()
-            .map(|k| format!("s.{k}"))
-            .collect();
+        let mut values = vec![self.key_list_of("s")];
         let mut joins = String::new();
         for (c, t) in self.change_columns() {
             let n = c.trim_start_matches('m').split('_').next().unwrap_or("");
