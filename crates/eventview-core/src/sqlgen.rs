@@ -2185,8 +2185,8 @@ delta_rows AS (
     /// Statements run after an apply that left groups with retractions (`__dirty`).
     pub fn fixup(&self) -> Vec<String> {
         let data = self.data();
-        // Only a view that keeps values in its rows has any there to move (a realtime view's,
-        // or a rollup source's, went to the multisets when it turned so).
+        // Only a view that keeps values in its rows has any there to move: a realtime view, or
+        // a view rollups read, keeps every value in the multisets (turning so moves them there).
         let mut out = if self.values_in_row == ValuesInRow::Kept {
             self.spill_values_in_row(true)
         } else {
