@@ -361,7 +361,7 @@ impl<'a> ViewSql<'a> {
             })
             .collect();
         if !dirty_only {
-            let sets: Vec<String> = columns.iter().map(|(_, c)| format!("{c} = NULL")).collect();
+            let sets = self.value_arrays_emptied();
             let any: Vec<String> = columns
                 .iter()
                 .map(|(_, c)| format!("{c} IS NOT NULL"))
@@ -419,13 +419,22 @@ impl<'a> ViewSql<'a> {
         } else {
             self.spill_values_in_row(true)
         };
-        let mut sets: Vec<String> = columns.iter().map(|(_, c)| format!("{c} = NULL")).collect();
+        let mut sets = self.value_arrays_emptied();
         sets.push("__dirty = false".into());
         out.push(format!(
             "UPDATE {data} SET {} WHERE __dirty",
             sets.join(", ")
         ));
         out
+    }
+
+    /// `m<n>_vals = NULL, ...`: the assignments that leave no value in any row's arrays (once
+    /// the values are in the multisets or logs).
+    fn value_arrays_emptied(&self) -> Vec<String> {
+        self.value_array_columns()
+            .into_iter()
+            .map(|(_, c)| format!("{c} = NULL"))
+            .collect()
     }
 
     /// The values in the row of array column `column`, of every group (`dirty_only`: of the
@@ -2216,11 +2225,7 @@ delta_rows AS (
                 "m{n}_val = (SELECT a.v FROM {values} a WHERE {key_match} ORDER BY a.v {dir} LIMIT 1)"
             ));
         }
-        sets.extend(
-            self.value_array_columns()
-                .into_iter()
-                .map(|(_, c)| format!("{c} = NULL")),
-        );
+        sets.extend(self.value_arrays_emptied());
         sets.push("__dirty = false".into());
         out.push(format!(
             "UPDATE {data} AS t SET {} WHERE t.__dirty",
