@@ -257,14 +257,48 @@ pub struct ShapeRow {
 /// counted one by one.
 const MAX_SHAPES: usize = 1024;
 
+/// What the walk knows of one path in one group (event type and version). Events are numbered
+/// from 1 per group, in the order walked; arrays are by kind.
+#[derive(Clone)]
+struct PathState {
+    group: u32,
+    path: u32,
+    /// Events with the path and kind.
+    counts: [i64; KINDS.len()],
+    /// The first and the last event with the path and kind (0: none).
+    firsts: [i64; KINDS.len()],
+    lasts: [i64; KINDS.len()],
+    /// The kinds (a bit per kind) the path had in the latest event walked that had it; by kind,
+    /// those of the event before the first with that kind (`ShapeRow::before`).
+    latest: u16,
+    befores: [u16; KINDS.len()],
+    /// How many of the group's first events all had the path (the first event without it is
+    /// the next one), and the kinds it had in the last of them (`ShapeRow::before_without`).
+    prefix: i64,
+    prefix_kinds: u16,
+}
+
+/// Consecutive events of one group with one shape, not yet applied to the paths' states: as
+/// the shape, the ordinal of its first event, its events, and the shape's path states in the
+/// group (an index into `ShapeCounter::slot_lists`).
+#[derive(Clone, Copy)]
+struct Run {
+    shape: u32,
+    start: i64,
+    events: i64,
+    slots: u32,
+}
+
 /// Counts, over many events, how many events had each (type, version, path, JSON type).
 ///
 /// Events of one type and version mostly share their shape (the same members with the same
 /// JSON types; jsonb even stores an object's keys in one canonical order): each event's
 /// payload is first walked into a fingerprint (`Fingerprint`), and only an event of a shape not
-/// seen yet is walked again to name its paths; the others add one to their shape's count,
-/// spread over its paths at the end. When most events have shapes of their own (arrays of
-/// varying lengths, keys that are data), fingerprints stop being taken.
+/// seen yet is walked again to name its paths; the others extend their group's run of one
+/// shape, applied to the paths' states when the shape changes, through the states of the
+/// shape's paths found once per group and shape (`slot_lists`): no hash lookup per path. When
+/// most events have shapes of their own (arrays of varying lengths, keys that are data),
+/// fingerprints stop being taken.
 #[derive(Default)]
 pub struct ShapeCounter {
     groups: Vec<(String, i32)>,
@@ -273,38 +307,28 @@ pub struct ShapeCounter {
     path_ids: FastMap<String, u32>,
     /// Events walked per group.
     events: Vec<i64>,
-    /// Events per (group, path), by kind: sparse, since event types rarely share their paths.
-    counts: FastMap<(u32, u32), [i64; KINDS.len()]>,
+    /// Per (group, path) that some event had: its state, found by `state_ids`. Sparse, since
+    /// event types rarely share their paths.
+    states: Vec<PathState>,
+    state_ids: FastMap<(u32, u32), u32>,
     /// (path id, kind) of the event being walked; deduplicated when it ends.
     event: Vec<(u32, Kind)>,
     path: String,
-    /// Fingerprint of the event being walked; shapes by fingerprint; each shape's records;
-    /// events per (group, shape).
+    /// Fingerprint of the event being walked; shapes by fingerprint; each shape's records
+    /// (sorted by path, then kind).
     fingerprint: Vec<u8>,
     shape_ids: FastMap<Vec<u8>, u32>,
     shapes: Vec<Vec<(u32, Kind)>>,
+    /// Per (group, shape): the states of the shape's distinct paths in the group, in record
+    /// order (an index into `slot_lists`), and events counted through the shape.
+    shape_slots: FastMap<(u32, u32), u32>,
+    slot_lists: Vec<Vec<u32>>,
     shape_events: FastMap<(u32, u32), i64>,
     /// Events whose fingerprint was known, and not.
     hits: u64,
     misses: u64,
-    /// Order within the walk, which drift follows (see `rows`). Per (group, path), by kind: the
-    /// ordinal among the group's events (from 1) of the first event that had it, 0 for none.
-    firsts: FastMap<(u32, u32), [i64; KINDS.len()]>,
-    /// The same, of the last event that had it.
-    lasts: FastMap<(u32, u32), [i64; KINDS.len()]>,
-    /// Per (group, path): the JSON types (a bit per kind) it had in the latest event walked that
-    /// had it; by kind, those of the event before the first with that kind (`ShapeRow::before`);
-    /// those of the last event of its prefix (`ShapeRow::before_without`).
-    latest_kinds: FastMap<(u32, u32), u16>,
-    befores: FastMap<(u32, u32), [u16; KINDS.len()]>,
-    prefix_kinds: FastMap<(u32, u32), u16>,
-    /// Per (group, path): how many of the group's first events all had the path; the first
-    /// event without it is the next one.
-    prefix: FastMap<(u32, u32), i64>,
-    /// Per group: consecutive events of one shape, not yet in `firsts` and `prefix`, as (shape,
-    /// ordinal of the first, events): applied when the shape changes, so a stable shape costs
-    /// nothing per event.
-    runs: Vec<Option<(u32, i64, i64)>>,
+    /// Per group: its current run, if any.
+    runs: Vec<Option<Run>>,
 }
 
 impl ShapeCounter {
@@ -351,53 +375,74 @@ impl ShapeCounter {
                 shape
             }
         };
-        *self.shape_events.entry((group, shape)).or_insert(0) += 1;
         let ordinal = self.events[group as usize];
-        match self.runs[group as usize] {
-            Some((s, _, ref mut events)) if s == shape => *events += 1,
+        match &mut self.runs[group as usize] {
+            Some(run) if run.shape == shape => run.events += 1,
             _ => {
-                if let Some(run) = self.runs[group as usize].replace((shape, ordinal, 1)) {
-                    self.apply_run(group, run);
+                let slots = self.slots_of(group, shape);
+                let run = Run {
+                    shape,
+                    start: ordinal,
+                    events: 1,
+                    slots,
+                };
+                if let Some(ended) = self.runs[group as usize].replace(run) {
+                    self.apply_run(group, ended);
                 }
             }
         }
     }
 
-    /// Puts a run of events of one shape into `firsts` and `prefix`. Runs of a group are
-    /// applied in the order of their events.
-    fn apply_run(&mut self, group: u32, (shape, start, events): (u32, i64, i64)) {
+    /// The states of the paths of `records` (sorted by path) in `group`, one per distinct
+    /// path, in order; created for paths the group has not had.
+    fn states_of(&mut self, group: u32, records: &[(u32, Kind)]) -> Vec<u32> {
+        records
+            .chunk_by(|a, b| a.0 == b.0)
+            .map(|same_path| {
+                let path = same_path[0].0;
+                *self.state_ids.entry((group, path)).or_insert_with(|| {
+                    self.states.push(PathState {
+                        group,
+                        path,
+                        counts: [0; KINDS.len()],
+                        firsts: [0; KINDS.len()],
+                        lasts: [0; KINDS.len()],
+                        latest: 0,
+                        befores: [0; KINDS.len()],
+                        prefix: 0,
+                        prefix_kinds: 0,
+                    });
+                    (self.states.len() - 1) as u32
+                })
+            })
+            .collect()
+    }
+
+    /// `states_of` a shape's records, kept per (group, shape): an index into `slot_lists`.
+    fn slots_of(&mut self, group: u32, shape: u32) -> u32 {
+        if let Some(&slots) = self.shape_slots.get(&(group, shape)) {
+            return slots;
+        }
         let records = std::mem::take(&mut self.shapes[shape as usize]);
-        self.apply_records(group, &records, start, events);
+        let states = self.states_of(group, &records);
         self.shapes[shape as usize] = records;
+        self.slot_lists.push(states);
+        let slots = (self.slot_lists.len() - 1) as u32;
+        self.shape_slots.insert((group, shape), slots);
+        slots
     }
 
-    /// `records` (sorted by path, then kind) are those of the group's events `start` to
-    /// `start + events - 1`.
-    fn apply_records(&mut self, group: u32, records: &[(u32, Kind)], start: i64, events: i64) {
-        let end = start + events - 1;
-        for same_path in records.chunk_by(|a, b| a.0 == b.0) {
-            let path = same_path[0].0;
-            let key = (group, path);
-            let kinds = same_path
-                .iter()
-                .fold(0u16, |mask, &(_, kind)| mask | (1 << kind));
-            let latest = self.latest_kinds.insert(key, kinds).unwrap_or(0);
-            let firsts = self.firsts.entry(key).or_insert([0; KINDS.len()]);
-            let lasts = self.lasts.entry(key).or_insert([0; KINDS.len()]);
-            for &(_, kind) in same_path {
-                if firsts[kind as usize] == 0 {
-                    firsts[kind as usize] = start;
-                    self.befores.entry(key).or_insert([0; KINDS.len()])[kind as usize] = latest;
-                }
-                // Runs of a group come in the order of their events: the latest is the last.
-                lasts[kind as usize] = end;
-            }
-            let prefix = self.prefix.entry(key).or_insert(0);
-            if *prefix == start - 1 {
-                *prefix = end;
-                self.prefix_kinds.insert(key, kinds);
-            }
-        }
+    /// Applies a run of events of one shape to its paths' states, and counts its events. Runs
+    /// of a group are applied in the order of their events.
+    fn apply_run(&mut self, group: u32, run: Run) {
+        apply_records(
+            &mut self.states,
+            &self.shapes[run.shape as usize],
+            &self.slot_lists[run.slots as usize],
+            run.start,
+            run.events,
+        );
+        *self.shape_events.entry((group, run.shape)).or_insert(0) += run.events;
     }
 
     /// Walks a payload into `event`: the (path id, kind) it has.
@@ -416,14 +461,18 @@ impl ShapeCounter {
     fn count_event(&mut self, group: u32) {
         self.event.sort_unstable();
         self.event.dedup();
-        for &(path, kind) in &self.event {
-            self.counts.entry((group, path)).or_insert([0; KINDS.len()])[kind as usize] += 1;
+        let records = std::mem::take(&mut self.event);
+        let slots = self.states_of(group, &records);
+        for (same_path, &slot) in records.chunk_by(|a, b| a.0 == b.0).zip(&slots) {
+            for &(_, kind) in same_path {
+                self.states[slot as usize].counts[kind as usize] += 1;
+            }
         }
         if let Some(run) = self.runs[group as usize].take() {
             self.apply_run(group, run);
         }
-        let records = std::mem::take(&mut self.event);
-        self.apply_records(group, &records, self.events[group as usize], 1);
+        let ordinal = self.events[group as usize];
+        apply_records(&mut self.states, &records, &slots, ordinal, 1);
         self.event = records;
     }
 
@@ -457,8 +506,12 @@ impl ShapeCounter {
             }
         }
         for (&(group, shape), &n) in &self.shape_events {
-            for &(path, kind) in &self.shapes[shape as usize] {
-                self.counts.entry((group, path)).or_insert([0; KINDS.len()])[kind as usize] += n;
+            let records = &self.shapes[shape as usize];
+            let slots = &self.slot_lists[self.shape_slots[&(group, shape)] as usize];
+            for (same_path, &slot) in records.chunk_by(|a, b| a.0 == b.0).zip(slots) {
+                for &(_, kind) in same_path {
+                    self.states[slot as usize].counts[kind as usize] += n;
+                }
             }
         }
         let mut out = Vec::new();
@@ -476,46 +529,27 @@ impl ShapeCounter {
                 before_without: "",
             });
         }
-        for ((group, path), per_kind) in &self.counts {
-            let (t, v) = &self.groups[*group as usize];
-            let events = self.events[*group as usize];
-            let prefix = self.prefix.get(&(*group, *path)).copied().unwrap_or(0);
-            let first_without = if prefix < events { prefix + 1 } else { 0 };
-            let firsts = self
-                .firsts
-                .get(&(*group, *path))
-                .copied()
-                .unwrap_or([0; KINDS.len()]);
-            let lasts = self
-                .lasts
-                .get(&(*group, *path))
-                .copied()
-                .unwrap_or([0; KINDS.len()]);
-            let befores = self
-                .befores
-                .get(&(*group, *path))
-                .copied()
-                .unwrap_or([0; KINDS.len()]);
+        for st in &self.states {
+            let (t, v) = &self.groups[st.group as usize];
+            let events = self.events[st.group as usize];
+            let first_without = if st.prefix < events { st.prefix + 1 } else { 0 };
             let before_without = if first_without > 1 {
-                self.prefix_kinds
-                    .get(&(*group, *path))
-                    .copied()
-                    .unwrap_or(0)
+                st.prefix_kinds
             } else {
                 0
             };
-            for (kind, &n) in per_kind.iter().enumerate() {
+            for (kind, &n) in st.counts.iter().enumerate() {
                 if n > 0 {
                     out.push(ShapeRow {
                         event_type: t.clone(),
                         event_version: *v,
-                        path: self.paths[*path as usize].clone(),
+                        path: self.paths[st.path as usize].clone(),
                         kind: KINDS[kind],
                         events: n,
-                        first: firsts[kind],
+                        first: st.firsts[kind],
                         first_without,
-                        last: lasts[kind],
-                        before: kind_named(befores[kind]),
+                        last: st.lasts[kind],
+                        before: kind_named(st.befores[kind]),
                         before_without: kind_named(before_without),
                     });
                 }
@@ -523,6 +557,38 @@ impl ShapeCounter {
         }
         out.sort();
         out
+    }
+}
+
+/// Applies `records` (sorted by path, then kind), those of the group's events `start` to
+/// `start + events - 1`, to the states of their paths (`slots`: one per distinct path, in
+/// order): firsts, lasts, the kinds before and the prefix.
+fn apply_records(
+    states: &mut [PathState],
+    records: &[(u32, Kind)],
+    slots: &[u32],
+    start: i64,
+    events: i64,
+) {
+    let end = start + events - 1;
+    for (same_path, &slot) in records.chunk_by(|a, b| a.0 == b.0).zip(slots) {
+        let kinds = same_path
+            .iter()
+            .fold(0u16, |mask, &(_, kind)| mask | (1 << kind));
+        let st = &mut states[slot as usize];
+        let latest = std::mem::replace(&mut st.latest, kinds);
+        for &(_, kind) in same_path {
+            if st.firsts[kind as usize] == 0 {
+                st.firsts[kind as usize] = start;
+                st.befores[kind as usize] = latest;
+            }
+            // Runs of a group come in the order of their events: the latest is the last.
+            st.lasts[kind as usize] = end;
+        }
+        if st.prefix == start - 1 {
+            st.prefix = end;
+            st.prefix_kinds = kinds;
+        }
     }
 }
 
@@ -919,6 +985,103 @@ mod tests {
         assert_eq!(many.shapes.len(), MAX_SHAPES);
         assert!(many.hits > many.misses);
         assert_eq!(many.rows(), plain.rows());
+    }
+
+    /// The walk's numbering against its definitions, computed event by event from the
+    /// reference walk: per group, for each path and JSON type its events, first and last
+    /// event, the first event without the path, the type before the first event with the type,
+    /// and the type before the first event without the path; counted through shapes and one by
+    /// one, with groups interleaved and shapes alternating within a group.
+    #[test]
+    fn numbering_meets_its_definitions() {
+        let mut rng = crate::fuzz::Rng(0x0d3f_1e55_a11e);
+        // Objects of a few common members, each present in most documents, with values of
+        // varying JSON types: paths come and go, and change types, within a group.
+        let docs: Vec<Value> = (0..12)
+            .map(|_| {
+                let mut members = Vec::new();
+                for k in ["a", "b", "c", "d"] {
+                    if rng.below(4) > 0 {
+                        members.push(format!("\"{k}\": {}", random_json(&mut rng, 5)));
+                    }
+                }
+                serde_json::from_str(&format!("{{{}}}", members.join(", "))).unwrap()
+            })
+            .collect();
+        let order: Vec<(usize, usize)> = (0..2000)
+            .map(|_| (rng.below(3), rng.below(docs.len())))
+            .collect();
+        let bit = |name: &str| 1u16 << KINDS.iter().position(|k| *k == name).unwrap();
+        let mut expected_rows = Vec::new();
+        for group in 0..3 {
+            // Per event of the group, in order: each path's kinds.
+            let events: Vec<std::collections::BTreeMap<String, u16>> = order
+                .iter()
+                .filter(|(g, _)| *g == group)
+                .map(|&(_, d)| {
+                    let mut kinds = std::collections::BTreeMap::new();
+                    for (path, kind) in expected(&docs[d]) {
+                        *kinds.entry(path).or_insert(0) |= bit(kind);
+                    }
+                    kinds
+                })
+                .collect();
+            let t = ["a", "b", "c"][group];
+            expected_rows.push(ShapeRow {
+                event_type: t.into(),
+                event_version: 1,
+                path: String::new(),
+                kind: "",
+                events: events.len() as i64,
+                first: 0,
+                first_without: 0,
+                last: 0,
+                before: "",
+                before_without: "",
+            });
+            let paths: std::collections::BTreeSet<&String> =
+                events.iter().flat_map(|e| e.keys()).collect();
+            for path in paths {
+                let has = |i: usize| events[i].get(path).copied().unwrap_or(0);
+                let first_without = (0..events.len()).find(|&i| has(i) == 0);
+                let before_without = match first_without {
+                    Some(i) if i > 0 => has(i - 1),
+                    _ => 0,
+                };
+                for (k, kind) in KINDS.iter().enumerate() {
+                    let with: Vec<usize> = (0..events.len())
+                        .filter(|&i| has(i) & (1 << k) != 0)
+                        .collect();
+                    let Some(&first) = with.first() else { continue };
+                    let before = (0..first).rev().map(has).find(|&m| m != 0).unwrap_or(0);
+                    expected_rows.push(ShapeRow {
+                        event_type: t.into(),
+                        event_version: 1,
+                        path: path.clone(),
+                        kind,
+                        events: with.len() as i64,
+                        first: first as i64 + 1,
+                        first_without: first_without.map_or(0, |i| i as i64 + 1),
+                        last: *with.last().unwrap() as i64 + 1,
+                        before: kind_named(before),
+                        before_without: kind_named(before_without),
+                    });
+                }
+            }
+        }
+        expected_rows.sort();
+        for shaped in [true, false] {
+            let mut counter = ShapeCounter::default();
+            for &(g, d) in &order {
+                let t = ["a", "b", "c"][g];
+                if shaped {
+                    counter.add_shaped(t, 1, || ValueTokens::new(&docs[d]));
+                } else {
+                    counter.add(t, 1, &mut ValueTokens::new(&docs[d]));
+                }
+            }
+            assert_eq!(counter.rows(), expected_rows, "shaped {shaped}");
+        }
     }
 
     #[test]
