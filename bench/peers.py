@@ -50,6 +50,8 @@ BUCKET = "date_bin('1 hour', occurred_at, '2000-01-01 00:00:00+00')"
 QTY = "(payload ->> 'qty')::numeric"
 PRICE = "(payload ->> 'price')::numeric"
 # The view, as pg_eventview, pg_ivm, the materialized view and the hand-written apply compute it.
+# Suffix of a subject read with `plan_cache_mode = force_generic_plan` (see `Peers.reads`).
+GENERIC = ", generic plan"
 AGGREGATE = (f"SELECT {BUCKET} AS bucket, {SKU} AS sku, count(*) AS events, sum({QTY}) AS qty, "
              f"max({PRICE}) AS max_price FROM {{table}} GROUP BY {SKU}, {BUCKET}")
 VIEW_ARGS = dict(group_by='{"sku": "$.sku"}',
@@ -162,10 +164,9 @@ class Peers:
         self.keys = rows
 
     # ------------------------------------------------------------------------------- reads
-    def read_round(self, relation, sql, params_list):
+    def read_round(self, relation, sql, params_list, conn):
         """Median client round trip of one read, over `params_list`, on one connection (psycopg
         prepares a statement after its fifth execution, as an application's driver does)."""
-        conn = self.reader
         statement = sql.format(relation=relation)
         times = []
         for params in params_list:
@@ -175,8 +176,13 @@ class Peers:
         return statistics.median(times)
 
     def reads(self, label, subjects, keys, rounds):
-        """The reads of #1 over `subjects` [(name, relation)]; the first is the baseline."""
+        """The reads of #1 over `subjects` [(name, relation)]; the first is the baseline. A subject
+        named with GENERIC reads on a connection of its own with `plan_cache_mode =
+        force_generic_plan`: the tuning docs/reference.md suggests for prepared realtime reads."""
         self.reader = self.connect()
+        generic_reader = self.connect()
+        q(generic_reader, "SET plan_cache_mode = force_generic_plan")
+        readers = {name: generic_reader if name.endswith(GENERIC) else self.reader for name, _ in subjects}
         sample = keys[:self.a.reads]
         kinds = [
             ("point read: sku = $1 AND bucket = $2",
@@ -190,7 +196,8 @@ class Peers:
         ]
         for measure, sql, params in kinds:
             log(f"reads ({label}): {measure}")
-            fns = [(name, (lambda rel: lambda i: self.read_round(rel, sql, params))(rel)) for name, rel in subjects]
+            fns = [(name, (lambda rel, conn: lambda i: self.read_round(rel, sql, params, conn))(rel, readers[name]))
+                   for name, rel in subjects]
             t = self.pairs(fns, rounds)
             self.report(f"Reads, {label}", measure, t, subjects[0][0],
                         {"pg_eventview (stored)": "<= 1.5x", "pg_eventview (realtime, nothing pending)": "<= 2x"},
@@ -202,6 +209,7 @@ class Peers:
         self.notes.append(f"Point read of {subjects[1][0]} ({label}), how it reads the storage: "
                           + ("; ".join(scans) if scans else " / ".join(plan)))
         self.reader.close()
+        generic_reader.close()
 
     def scenario_reads(self):
         subjects = [("plain table + btree", "read_floor"), ("pg_eventview (stored)", "v")]
@@ -211,7 +219,8 @@ class Peers:
         self.reads(f"{self.groups // 1000}k groups", subjects, self.keys, self.a.rounds)
         q(self.conn, "SELECT eventview.alter_view('v', realtime => true)")
         self.reads(f"{self.groups // 1000}k groups", [("plain table + btree", "read_floor"),
-                                                      ("pg_eventview (realtime, nothing pending)", "v")],
+                                                      ("pg_eventview (realtime, nothing pending)", "v"),
+                                                      ("pg_eventview (realtime, nothing pending)" + GENERIC, "v")],
                    self.keys, self.a.rounds)
         q(self.conn, "SELECT eventview.alter_view('v', realtime => false)")
 
