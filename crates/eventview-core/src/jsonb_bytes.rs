@@ -35,6 +35,12 @@ pub enum Token<'a> {
 /// value (after `Key`, or an array element). The first step yields the document's root.
 pub trait Tokens {
     fn next(&mut self, descend: bool) -> Token<'_>;
+
+    /// The stored jsonb bytes of the whole document, when the tokens come from them and none
+    /// was read yet (see `structure`).
+    fn stored(&self) -> Option<&[u8]> {
+        None
+    }
 }
 
 /// A stored jsonb document read in place, in PostgreSQL's on-disk jsonb format (`utils/jsonb.h`,
@@ -248,6 +254,10 @@ impl<'a> JsonbBytes<'a> {
 }
 
 impl Tokens for JsonbBytes<'_> {
+    fn stored(&self) -> Option<&[u8]> {
+        (!self.started).then_some(self.doc)
+    }
+
     fn next(&mut self, descend: bool) -> Token<'_> {
         match self.step(descend) {
             Some(token) => token,
@@ -258,6 +268,94 @@ impl Tokens for JsonbBytes<'_> {
             }
         }
     }
+}
+
+/// The structure of a stored document, read straight from its bytes: for each container, its
+/// header word (member count, object or array), for an object its keys (their JEntries and their
+/// bytes, as stored), the kind of each member, then the members that are containers, in order.
+/// Scalar values are not in it. Equal structures give equal encodings, and an encoding can be
+/// read back into its structure: two documents with equal encodings have the same keys, kinds
+/// and nesting. Appended to `out`; None, with `out` in any state, for a scalar document, a
+/// container with more than `max_members` members, a container nested deeper than `max_depth`
+/// levels (the root is level 1), and a malformed document.
+///
+/// A few copies per container where a token walk takes several steps per member: the field
+/// observer fingerprints every payload it walks with it (see `shapes`).
+pub fn structure(doc: &[u8], max_depth: u32, max_members: u32, out: &mut Vec<u8>) -> Option<()> {
+    let (root, scalar) = open(doc, 0, doc.len())?;
+    if scalar || max_depth == 0 {
+        return None;
+    }
+    container_structure(doc, &root, 1, max_depth, max_members, out)
+}
+
+/// `structure` of one opened container at nesting level `depth` (see `structure`).
+fn container_structure(
+    doc: &[u8],
+    level: &Level,
+    depth: u32,
+    max_depth: u32,
+    max_members: u32,
+    out: &mut Vec<u8>,
+) -> Option<()> {
+    if level.count > max_members as usize {
+        return None;
+    }
+    out.extend_from_slice(doc.get(level.entries - 4..level.entries)?);
+    // An object's values follow its keys among its children.
+    let first_value = if level.object {
+        // The keys: their JEntries, then their bytes (the data area up to the first value),
+        // each key checked as a token walk reads it.
+        let mut key_at = 0;
+        for i in 0..level.count {
+            (_, key_at) = child(doc, level, i, key_at)?;
+        }
+        out.extend_from_slice(doc.get(level.entries..level.entries + 4 * level.count)?);
+        out.extend_from_slice(doc.get(level.data..level.data.checked_add(level.value_at)?)?);
+        level.count
+    } else {
+        0
+    };
+    // The kind of each member.
+    let mut containers = false;
+    let mut start = level.value_at;
+    for i in 0..level.count {
+        let (entry, end) = child(doc, level, first_value + i, start)?;
+        let kind = match entry & JENTRY_TYPEMASK {
+            JENTRY_ISSTRING => STRING,
+            JENTRY_ISNUMERIC => NUMBER,
+            JENTRY_ISBOOL_FALSE | JENTRY_ISBOOL_TRUE => BOOLEAN,
+            JENTRY_ISCONTAINER => {
+                containers = true;
+                if word(doc, level.data + start.next_multiple_of(4))? & JB_FOBJECT != 0 {
+                    OBJECT
+                } else {
+                    ARRAY
+                }
+            }
+            _ => NULL,
+        };
+        out.push(kind);
+        start = end;
+    }
+    if !containers {
+        return Some(());
+    }
+    // Members at level depth + 1, which a walk descends into only up to max_depth.
+    if depth >= max_depth {
+        return None;
+    }
+    let mut start = level.value_at;
+    for i in 0..level.count {
+        let (entry, end) = child(doc, level, first_value + i, start)?;
+        if entry & JENTRY_TYPEMASK == JENTRY_ISCONTAINER {
+            let at = level.data + start.next_multiple_of(4);
+            let (nested, _) = open(doc, at, level.data + end)?;
+            container_structure(doc, &nested, depth + 1, max_depth, max_members, out)?;
+        }
+        start = end;
+    }
+    Some(())
 }
 
 /// A stored numeric (`utils/numeric.c`): sign, weight and display scale, and its base-10000
@@ -578,6 +676,170 @@ pub(crate) mod tests {
             let _ = text_len(&doc, 1 << 20);
             let _ = Numeric::read(&doc).map(|n| (n.text_len(), n.as_integer()));
             let _ = crate::envelope_check::check(&doc, 1 << 20);
+            let _ = structure(&doc, 32, 1000, &mut Vec::new());
         }
+    }
+
+    /// A document in PostgreSQL's stored jsonb format (`convertToJsonb` in `utils/adt/jsonb_util.c`),
+    /// as the root container without its varlena header: object keys sorted by length, then
+    /// bytes; every JB_OFFSET_STRIDE-th child (from the first) with its end offset, the others
+    /// with their length; numbers and containers aligned to 4 bytes, the padding counted in their
+    /// length. Every number is stored as 7: readers of structure look at kinds only.
+    pub(crate) fn encode(v: &serde_json::Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        match v {
+            serde_json::Value::Object(_) | serde_json::Value::Array(_) => {
+                encode_container(v, false, &mut out)
+            }
+            scalar => encode_container(
+                &serde_json::Value::Array(vec![scalar.clone()]),
+                true,
+                &mut out,
+            ),
+        }
+        out
+    }
+
+    fn encode_container(v: &serde_json::Value, scalar: bool, out: &mut Vec<u8>) {
+        use serde_json::Value;
+        const JB_FARRAY: u32 = 0x4000_0000;
+        const JENTRY_ISNULL: u32 = 0x4000_0000;
+        const JB_OFFSET_STRIDE: usize = 32;
+        enum Child<'a> {
+            Key(&'a str),
+            Value(&'a Value),
+        }
+        let (header, children) = match v {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort_by(|a, b| a.len().cmp(&b.len()).then(a.as_bytes().cmp(b.as_bytes())));
+                let mut children: Vec<Child> = keys.iter().map(|k| Child::Key(k)).collect();
+                children.extend(keys.iter().map(|k| Child::Value(&map[k.as_str()])));
+                (JB_FOBJECT | keys.len() as u32, children)
+            }
+            Value::Array(items) => (
+                JB_FARRAY | if scalar { JB_FSCALAR } else { 0 } | items.len() as u32,
+                items.iter().map(Child::Value).collect(),
+            ),
+            _ => unreachable!("containers only"),
+        };
+        let base = out.len();
+        out.extend_from_slice(&header.to_ne_bytes());
+        out.resize(base + 4 + 4 * children.len(), 0);
+        let mut total = 0usize;
+        for (i, child) in children.iter().enumerate() {
+            let before = out.len();
+            let pad = |out: &mut Vec<u8>| out.resize(out.len().next_multiple_of(4), 0);
+            let type_bits = match child {
+                Child::Key(k) => {
+                    out.extend_from_slice(k.as_bytes());
+                    JENTRY_ISSTRING
+                }
+                Child::Value(Value::String(t)) => {
+                    out.extend_from_slice(t.as_bytes());
+                    JENTRY_ISSTRING
+                }
+                Child::Value(Value::Number(_)) => {
+                    pad(out);
+                    out.extend_from_slice(&long_numeric(false, 0, 0, &[7]));
+                    JENTRY_ISNUMERIC
+                }
+                Child::Value(Value::Bool(true)) => JENTRY_ISBOOL_TRUE,
+                Child::Value(Value::Bool(false)) => JENTRY_ISBOOL_FALSE,
+                Child::Value(Value::Null) => JENTRY_ISNULL,
+                Child::Value(container) => {
+                    pad(out);
+                    encode_container(container, false, out);
+                    JENTRY_ISCONTAINER
+                }
+            };
+            let len = out.len() - before;
+            total += len;
+            let entry = if i % JB_OFFSET_STRIDE == 0 {
+                type_bits | total as u32 | JENTRY_HAS_OFF
+            } else {
+                type_bits | len as u32
+            };
+            out[base + 4 + 4 * i..base + 8 + 4 * i].copy_from_slice(&entry.to_ne_bytes());
+        }
+    }
+
+    /// Documents encoded as PostgreSQL stores them read back token by token as they were.
+    #[test]
+    fn encoded_documents_read_back() {
+        let doc: serde_json::Value = serde_json::from_str(
+            r#"{"bb": [1, "x", null, true, {"c": false}], "a": {"d": []}, "e": 2.5}"#,
+        )
+        .unwrap();
+        let bytes = encode(&doc);
+        let mut tokens = JsonbBytes::new(&bytes);
+        let mut seen = Vec::new();
+        while let Some(token) = tokens.next_token(true) {
+            seen.push(match token {
+                Token::Begin(k) => format!("begin {}", KINDS[k as usize]),
+                Token::Key(k) => format!("key {}", String::from_utf8_lossy(k)),
+                Token::Value(k, _) => KINDS[k as usize].to_string(),
+                Token::End => "end".into(),
+            });
+        }
+        // Keys by length, then bytes.
+        assert_eq!(
+            seen.join(", "),
+            "begin object, key a, begin object, key d, begin array, end, end, key e, number, \
+             key bb, begin array, number, string, null, boolean, begin object, key c, boolean, \
+             end, end, end"
+        );
+    }
+
+    /// A document's structure against its walk: equal for equal structures, none past the
+    /// bounds or for a scalar document; keys past JB_OFFSET_STRIDE members read too.
+    #[test]
+    fn structure_follows_keys_kinds_and_nesting() {
+        let of = |text: &str, depth: u32, members: u32| {
+            let mut out = Vec::new();
+            structure(
+                &encode(&serde_json::from_str(text).unwrap()),
+                depth,
+                members,
+                &mut out,
+            )
+            .map(|()| out)
+        };
+        // Values other than kinds do not count; keys, kinds and nesting do.
+        assert_eq!(
+            of(r#"{"a": 1, "b": "x"}"#, 32, 1000),
+            of(r#"{"b": "yy", "a": 200}"#, 32, 1000)
+        );
+        assert_ne!(of(r#"{"a": 1}"#, 32, 1000), of(r#"{"a": "1"}"#, 32, 1000));
+        assert_ne!(of(r#"{"a": 1}"#, 32, 1000), of(r#"{"b": 1}"#, 32, 1000));
+        assert_ne!(
+            of(r#"{"a": [1]}"#, 32, 1000),
+            of(r#"{"a": [[1]]}"#, 32, 1000)
+        );
+        assert_ne!(
+            of(r#"{"a": {"b": 1}, "c": 2}"#, 32, 1000),
+            of(r#"{"a": {"b": 1, "c": 2}}"#, 32, 1000)
+        );
+        assert_eq!(
+            of(r#"{"a": true}"#, 32, 1000),
+            of(r#"{"a": false}"#, 32, 1000)
+        );
+        // Bounds: nesting (the root is level 1) and members; scalar documents.
+        assert!(of(r#"{"a": {"b": 1}}"#, 2, 1000).is_some());
+        assert!(of(r#"{"a": {"b": {}}}"#, 2, 1000).is_none());
+        assert!(of(r#"[1, 2, 3]"#, 32, 3).is_some());
+        assert!(of(r#"[1, 2, 3]"#, 32, 2).is_none());
+        assert!(of(r#""scalar""#, 32, 1000).is_none());
+        let wide: serde_json::Map<String, serde_json::Value> = (0..70)
+            .map(|i| (format!("k{i}"), serde_json::json!(i)))
+            .collect();
+        let wide = serde_json::Value::Object(wide);
+        let mut out = Vec::new();
+        assert!(structure(&encode(&wide), 32, 1000, &mut out).is_some());
+        let mut wider = wide.clone();
+        wider["k69"] = serde_json::json!("text");
+        let mut other = Vec::new();
+        assert!(structure(&encode(&wider), 32, 1000, &mut other).is_some());
+        assert_ne!(out, other);
     }
 }

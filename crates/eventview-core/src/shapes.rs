@@ -231,6 +231,19 @@ impl Sink for Fingerprint<'_> {
     }
 }
 
+/// The fingerprint of a payload read from stored jsonb: its structure (`jsonb_bytes::structure`:
+/// keys, kinds and nesting, which are all its walk records), tagged so that it never equals a
+/// `Fingerprint` (whose first call is `root`, 1). Taken when the walk would visit every member
+/// of every container (no more than MAX_MEMBERS members, no deeper than MAX_DEPTH); false
+/// otherwise, and for tokens that do not come from stored bytes.
+fn stored_fingerprint<T: Tokens>(tokens: &T, out: &mut Vec<u8>) -> bool {
+    let Some(doc) = tokens.stored() else {
+        return false;
+    };
+    out.push(0);
+    crate::jsonb_bytes::structure(doc, MAX_DEPTH, MAX_MEMBERS, out).is_some()
+}
+
 /// One row of `ShapeCounter::rows` (fields in sort order).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ShapeRow {
@@ -293,8 +306,9 @@ struct Run {
 ///
 /// Events of one type and version mostly share their shape (the same members with the same
 /// JSON types; jsonb even stores an object's keys in one canonical order): each event's
-/// payload is first walked into a fingerprint (`Fingerprint`), and only an event of a shape not
-/// seen yet is walked again to name its paths; the others extend their group's run of one
+/// payload is first fingerprinted (a stored payload by its structure read from its bytes,
+/// `stored_fingerprint`; else by a walk into `Fingerprint`), and only an event of a shape not
+/// seen yet is walked to name its paths; the others extend their group's run of one
 /// shape, applied to the paths' states when the shape changes, through the states of the
 /// shape's paths found once per group and shape (`slot_lists`): no hash lookup per path. When
 /// most events have shapes of their own (arrays of varying lengths, keys that are data),
@@ -355,7 +369,11 @@ impl ShapeCounter {
         let group = self.group_id(event_type, event_version);
         self.events[group as usize] += 1;
         self.fingerprint.clear();
-        walk(&mut payload(), &mut Fingerprint(&mut self.fingerprint));
+        let mut tokens = payload();
+        if !stored_fingerprint(&tokens, &mut self.fingerprint) {
+            self.fingerprint.clear();
+            walk(&mut tokens, &mut Fingerprint(&mut self.fingerprint));
+        }
         let shape = match self.shape_ids.get(self.fingerprint.as_slice()) {
             Some(&shape) => {
                 self.hits += 1;
@@ -1082,6 +1100,71 @@ mod tests {
             }
             assert_eq!(counter.rows(), expected_rows, "shaped {shaped}");
         }
+    }
+
+    /// Stored payloads fingerprinted by their structure (`jsonb_bytes::structure`): documents
+    /// of one structure have the same walk records, and counting through those fingerprints
+    /// gives the counts of walking every event, for documents past the walk's bounds too (which
+    /// are fingerprinted by their walk).
+    #[test]
+    fn stored_structures_count_as_walking_every_event() {
+        use crate::jsonb_bytes::tests::encode;
+        let mut rng = crate::fuzz::Rng(0x0057_00ed_5eed);
+        let mut docs: Vec<Value> = (0..300)
+            .map(|_| {
+                serde_json::from_str(&format!("{{\"root\": {}}}", random_json(&mut rng, 0)))
+                    .unwrap()
+            })
+            .collect();
+        for i in 0..50 {
+            docs.push(
+                serde_json::json!({"sku": format!("s{i}"), "qty": i, "tags": vec!["t"; i % 3]}),
+            );
+        }
+        let mut deep = serde_json::json!(1);
+        for _ in 0..MAX_DEPTH + 3 {
+            deep = serde_json::json!({ "d": deep });
+        }
+        docs.push(deep);
+        let wide: serde_json::Map<String, Value> = (0..MAX_MEMBERS + 1)
+            .map(|i| (format!("k{i}"), serde_json::json!(i)))
+            .collect();
+        docs.push(Value::Object(wide));
+        docs.push(serde_json::json!("scalar"));
+        let stored: Vec<Vec<u8>> = docs.iter().map(encode).collect();
+        let mut by_structure: HashMap<Vec<u8>, Seen> = HashMap::new();
+        let mut structured = 0;
+        for (doc, bytes) in docs.iter().zip(&stored) {
+            let seen = expected(doc);
+            let mut walked = ShapeCounter::default();
+            walked.add("t", 1, &mut JsonbBytes::new(bytes));
+            let from_bytes: Seen = walked
+                .rows()
+                .into_iter()
+                .filter(|r| !r.path.is_empty())
+                .map(|r| (r.path, r.kind))
+                .collect();
+            assert_eq!(from_bytes, seen, "{doc}");
+            let mut s = Vec::new();
+            if crate::jsonb_bytes::structure(bytes, MAX_DEPTH, MAX_MEMBERS, &mut s).is_some() {
+                structured += 1;
+                assert_eq!(
+                    by_structure.entry(s).or_insert_with(|| seen.clone()),
+                    &seen,
+                    "{doc}"
+                );
+            }
+        }
+        assert!(structured >= docs.len() - 3 && by_structure.len() < structured);
+        let order: Vec<usize> = (0..4 * docs.len()).map(|_| rng.below(docs.len())).collect();
+        let (mut shaped, mut plain) = (ShapeCounter::default(), ShapeCounter::default());
+        for &i in &order {
+            let (t, v) = (["a", "b"][i % 2], (i % 3) as i32);
+            shaped.add_shaped(t, v, || JsonbBytes::new(&stored[i]));
+            plain.add(t, v, &mut JsonbBytes::new(&stored[i]));
+        }
+        assert!(shaped.hits > shaped.misses);
+        assert_eq!(shaped.rows(), plain.rows());
     }
 
     #[test]
