@@ -180,8 +180,10 @@ class Peers:
         named with GENERIC reads on a connection of its own with `plan_cache_mode =
         force_generic_plan`: the tuning docs/reference.md suggests for prepared realtime reads."""
         self.reader = self.connect()
-        generic_reader = self.connect()
-        q(generic_reader, "SET plan_cache_mode = force_generic_plan")
+        generic_reader = None
+        if any(name.endswith(GENERIC) for name, _ in subjects):
+            generic_reader = self.connect()
+            q(generic_reader, "SET plan_cache_mode = force_generic_plan")
         readers = {name: generic_reader if name.endswith(GENERIC) else self.reader for name, _ in subjects}
         sample = keys[:self.a.reads]
         kinds = [
@@ -209,7 +211,8 @@ class Peers:
         self.notes.append(f"Point read of {subjects[1][0]} ({label}), how it reads the storage: "
                           + ("; ".join(scans) if scans else " / ".join(plan)))
         self.reader.close()
-        generic_reader.close()
+        if generic_reader:
+            generic_reader.close()
 
     def scenario_reads(self):
         subjects = [("plain table + btree", "read_floor"), ("pg_eventview (stored)", "v")]

@@ -321,12 +321,17 @@ fn container_structure(
     let mut start = level.value_at;
     for i in 0..level.count {
         let (entry, end) = child(doc, level, first_value + i, start)?;
+        // The same bounds a token walk checks of each value (see `JsonbBytes::value`).
         let kind = match entry & JENTRY_TYPEMASK {
             JENTRY_ISSTRING => STRING,
-            JENTRY_ISNUMERIC => NUMBER,
+            JENTRY_ISNUMERIC => {
+                doc.get(level.data + start.next_multiple_of(4)..level.data + end)?;
+                NUMBER
+            }
             JENTRY_ISBOOL_FALSE | JENTRY_ISBOOL_TRUE => BOOLEAN,
             JENTRY_ISCONTAINER => {
                 containers = true;
+                doc.get(level.data + start.next_multiple_of(4)..level.data + end)?;
                 if word(doc, level.data + start.next_multiple_of(4))? & JB_FOBJECT != 0 {
                     OBJECT
                 } else {
@@ -680,6 +685,65 @@ pub(crate) mod tests {
         }
     }
 
+    /// Whether a token walk that descends into every container reads `doc` to the end of its
+    /// root (None, a malformed document, before that: false).
+    fn walks_to_the_end(doc: &[u8]) -> bool {
+        let mut tokens = JsonbBytes::new(doc);
+        let mut open = 0;
+        loop {
+            match tokens.next_token(true) {
+                None => return false,
+                Some(Token::Begin(_)) => open += 1,
+                Some(Token::End) => {
+                    open -= 1;
+                    if open == 0 {
+                        return true;
+                    }
+                }
+                Some(Token::Key(_)) => {}
+                Some(Token::Value(..)) if open == 0 => return true, // a scalar document
+                Some(Token::Value(..)) => {}
+            }
+        }
+    }
+
+    /// A structure is taken only of a document a token walk reads to the end: a malformed
+    /// document whose walk stops early never shares a well-formed one's structure. Checked over
+    /// malformed documents, and over well-formed ones with one word of their JEntries changed.
+    #[test]
+    fn structures_are_taken_of_whole_documents_only() {
+        let mut rng = crate::fuzz::Rng(0x5eed_0f57_0c7e);
+        let whole: Vec<Vec<u8>> = [
+            r#"{"a": 5, "bb": [1, "x", {"c": null}], "d": {"e": [true, 2.5]}}"#,
+            r#"[1, [2, [3, {"k": "v"}]], "s", false]"#,
+        ]
+        .iter()
+        .map(|t| encode(&serde_json::from_str(t).unwrap()))
+        .collect();
+        let mut taken = 0;
+        for case in 0..40_000 {
+            let doc = if case % 2 == 0 {
+                malformed_document(&mut rng)
+            } else {
+                let mut doc = whole[rng.below(whole.len())].clone();
+                let at = 4 * rng.below(doc.len() / 4);
+                let w = u32::from_ne_bytes(doc[at..at + 4].try_into().unwrap());
+                let changed = match rng.below(3) {
+                    0 => w ^ (1 << rng.below(32)),
+                    1 => (w & !JENTRY_OFFLENMASK) | rng.below(64) as u32,
+                    _ => rng.next_u64() as u32,
+                };
+                doc[at..at + 4].copy_from_slice(&changed.to_ne_bytes());
+                doc
+            };
+            if structure(&doc, 32, 1000, &mut Vec::new()).is_some() {
+                taken += 1;
+                assert!(walks_to_the_end(&doc), "case {case}: {doc:?}");
+            }
+        }
+        assert!(taken > 1000, "{taken}");
+    }
+
     /// A document in PostgreSQL's stored jsonb format (`convertToJsonb` in `utils/adt/jsonb_util.c`),
     /// as the root container without its varlena header: object keys sorted by length, then
     /// bytes; every JB_OFFSET_STRIDE-th child (from the first) with its end offset, the others
@@ -792,7 +856,7 @@ pub(crate) mod tests {
     }
 
     /// A document's structure against its walk: equal for equal structures, none past the
-    /// bounds or for a scalar document; keys past JB_OFFSET_STRIDE members read too.
+    /// bounds or for a scalar document; keys past the JB_OFFSET_STRIDE-th member count too.
     #[test]
     fn structure_follows_keys_kinds_and_nesting() {
         let of = |text: &str, depth: u32, members: u32| {
@@ -836,10 +900,17 @@ pub(crate) mod tests {
         let wide = serde_json::Value::Object(wide);
         let mut out = Vec::new();
         assert!(structure(&encode(&wide), 32, 1000, &mut out).is_some());
-        let mut wider = wide.clone();
-        wider["k69"] = serde_json::json!("text");
+        // Another key of the same length, past the 32nd member.
+        let mut renamed = wide.clone();
+        let value = renamed.as_object_mut().unwrap().remove("k50").unwrap();
+        renamed["x50"] = value;
         let mut other = Vec::new();
-        assert!(structure(&encode(&wider), 32, 1000, &mut other).is_some());
+        assert!(structure(&encode(&renamed), 32, 1000, &mut other).is_some());
         assert_ne!(out, other);
+        let mut same = Vec::new();
+        let mut revalued = wide.clone();
+        revalued["k50"] = serde_json::json!(-1);
+        assert!(structure(&encode(&revalued), 32, 1000, &mut same).is_some());
+        assert_eq!(out, same);
     }
 }
