@@ -155,6 +155,22 @@ fn child(doc: &[u8], level: &Level, index: usize, start: usize) -> Option<(u32, 
     Some((entry, end))
 }
 
+/// The bytes of a child stored aligned to 4 bytes within the data area at `data` (a numeric
+/// varlena, a nested container), which starts at offset `start` (before its padding) and ends
+/// at `end`.
+fn aligned(doc: &[u8], data: usize, start: usize, end: usize) -> Option<&[u8]> {
+    doc.get(data + start.next_multiple_of(4)..data + end)
+}
+
+/// OBJECT or ARRAY: the kind of the container whose header is at `at`.
+fn container_kind(doc: &[u8], at: usize) -> Option<Kind> {
+    Some(if word(doc, at)? & JB_FOBJECT != 0 {
+        OBJECT
+    } else {
+        ARRAY
+    })
+}
+
 impl<'a> JsonbBytes<'a> {
     /// `doc`: the root container (a jsonb value without its varlena header).
     pub fn new(doc: &'a [u8]) -> Self {
@@ -178,25 +194,15 @@ impl<'a> JsonbBytes<'a> {
         let doc = self.doc;
         Some(match entry & JENTRY_TYPEMASK {
             JENTRY_ISSTRING => Token::Value(STRING, doc.get(data + start..data + end)?),
-            // Numerics (varlenas) are aligned to 4 bytes within the data area.
-            JENTRY_ISNUMERIC => Token::Value(
-                NUMBER,
-                doc.get(data + start.next_multiple_of(4)..data + end)?,
-            ),
+            JENTRY_ISNUMERIC => Token::Value(NUMBER, aligned(doc, data, start, end)?),
             JENTRY_ISBOOL_FALSE => Token::Value(BOOLEAN, b"false"),
             JENTRY_ISBOOL_TRUE => Token::Value(BOOLEAN, b"true"),
             JENTRY_ISCONTAINER => {
-                // Nested containers are aligned to 4 bytes within the data area, and lie
-                // within their entry's range.
+                let bytes = aligned(doc, data, start, end)?;
                 let at = data + start.next_multiple_of(4);
-                let header = word(doc, at)?;
-                let kind = if header & JB_FOBJECT != 0 {
-                    OBJECT
-                } else {
-                    ARRAY
-                };
+                let kind = container_kind(doc, at)?;
                 if !descend {
-                    return Some(Token::Value(kind, doc.get(at..data + end)?));
+                    return Some(Token::Value(kind, bytes));
                 }
                 let (level, _) = open(doc, at, data + end)?;
                 self.levels.push(level);
@@ -325,18 +331,14 @@ fn container_structure(
         let kind = match entry & JENTRY_TYPEMASK {
             JENTRY_ISSTRING => STRING,
             JENTRY_ISNUMERIC => {
-                doc.get(level.data + start.next_multiple_of(4)..level.data + end)?;
+                aligned(doc, level.data, start, end)?;
                 NUMBER
             }
             JENTRY_ISBOOL_FALSE | JENTRY_ISBOOL_TRUE => BOOLEAN,
             JENTRY_ISCONTAINER => {
                 containers = true;
-                doc.get(level.data + start.next_multiple_of(4)..level.data + end)?;
-                if word(doc, level.data + start.next_multiple_of(4))? & JB_FOBJECT != 0 {
-                    OBJECT
-                } else {
-                    ARRAY
-                }
+                aligned(doc, level.data, start, end)?;
+                container_kind(doc, level.data + start.next_multiple_of(4))?
             }
             _ => NULL,
         };

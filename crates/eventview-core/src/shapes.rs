@@ -481,11 +481,7 @@ impl ShapeCounter {
         self.event.dedup();
         let records = std::mem::take(&mut self.event);
         let slots = self.states_of(group, &records);
-        for (same_path, &slot) in records.chunk_by(|a, b| a.0 == b.0).zip(&slots) {
-            for &(_, kind) in same_path {
-                self.states[slot as usize].counts[kind as usize] += 1;
-            }
-        }
+        add_counts(&mut self.states, &records, &slots, 1);
         if let Some(run) = self.runs[group as usize].take() {
             self.apply_run(group, run);
         }
@@ -526,11 +522,7 @@ impl ShapeCounter {
         for (&(group, shape), &n) in &self.shape_events {
             let records = &self.shapes[shape as usize];
             let slots = &self.slot_lists[self.shape_slots[&(group, shape)] as usize];
-            for (same_path, &slot) in records.chunk_by(|a, b| a.0 == b.0).zip(slots) {
-                for &(_, kind) in same_path {
-                    self.states[slot as usize].counts[kind as usize] += n;
-                }
-            }
+            add_counts(&mut self.states, records, slots, n);
         }
         let mut out = Vec::new();
         for ((t, v), &n) in self.groups.iter().zip(&self.events) {
@@ -575,6 +567,16 @@ impl ShapeCounter {
         }
         out.sort();
         out
+    }
+}
+
+/// Adds `events` to the count of each (path, kind) of `records` (sorted by path, then kind), in
+/// the states of their paths (`slots`: one per distinct path, in order).
+fn add_counts(states: &mut [PathState], records: &[(u32, Kind)], slots: &[u32], events: i64) {
+    for (same_path, &slot) in records.chunk_by(|a, b| a.0 == b.0).zip(slots) {
+        for &(_, kind) in same_path {
+            states[slot as usize].counts[kind as usize] += events;
+        }
     }
 }
 
