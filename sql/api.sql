@@ -171,6 +171,23 @@ CREATE AGGREGATE eventview._shapes_agg(text, integer, anyelement) (
     FINALFUNC_MODIFY = READ_WRITE
 );
 
+-- The refresh pass in Rust (see eventview_core::group_deltas): one transition call per signed
+-- event row of a batch; its value is a token under which eventview._group_delta_rows reads the
+-- result, in parts, in the same statement. READ_WRITE: the final function takes the state.
+CREATE AGGREGATE eventview._group_deltas(text, interval, integer, bigint, text, integer, text,
+                                         timestamptz, anyelement) (
+    SFUNC = eventview._group_deltas_step,
+    STYPE = internal,
+    FINALFUNC = eventview._group_deltas_final,
+    FINALFUNC_MODIFY = READ_WRITE
+);
+
+-- The rows of one part of the refresh pass's result (crate::pg::group_deltas), in the columns
+-- of the call's column definition list.
+CREATE FUNCTION eventview._group_delta_rows(token bytea, part integer) RETURNS SETOF record
+LANGUAGE c STRICT VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'group_delta_rows';
+
 -- The sum of sketches of approx_percentile (eventview_core::sketch): a rollup adds up the sketch
 -- changes of the source groups that make one of its groups.
 CREATE AGGREGATE eventview._sketch_sum(bigint[]) (

@@ -31,6 +31,9 @@ pub static CHANGELOG_SEGMENT_MIN: GucSetting<i32> = GucSetting::<i32>::new(1000)
 pub static CHANGELOG_SEGMENT_MAX: GucSetting<i32> = GucSetting::<i32>::new(i32::MAX);
 /// Whether the worker runs maintenance at all.
 pub static WORKER_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// `eventview.one_pass_refresh`: a refresh of a view the pass in Rust covers reads its events
+/// in that pass (`ViewSql::apply_in_one_pass`); off, in the apply statement's SQL stages.
+pub static ONE_PASS_REFRESH: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 pub fn define(preloading: bool) {
     GucRegistry::define_int_guc(
@@ -119,6 +122,14 @@ pub fn define(preloading: bool) {
         c"off leaves scheduling to pg_cron or to manual calls. Takes effect on reload.",
         &WORKER_ENABLED,
         GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"eventview.one_pass_refresh",
+        c"Whether a refresh reads its events in one pass in Rust, for the views that pass covers.",
+        c"off reads them in the SQL stages of the apply statement, as for every other view. The two give the same result.",
+        &ONE_PASS_REFRESH,
+        GucContext::Userset,
         GucFlags::default(),
     );
     if preloading {

@@ -132,10 +132,14 @@ fn apply_with(
         })?;
     }
     let hand_back = mode == Mode::Delta && sql.hands_back_changes() && collecting_for(view.view_id);
+    let one_pass = || {
+        let on = mode == Mode::Delta && crate::gucs::ONE_PASS_REFRESH.get();
+        on.then(|| sql.apply_in_one_pass()).flatten()
+    };
     let statement = if hand_back {
         sql.apply_handing_back_changes()
     } else {
-        sql.apply(mode)
+        one_pass().unwrap_or_else(|| sql.apply(mode))
     };
     if mode == Mode::Full {
         start_progress(view)?;

@@ -594,6 +594,46 @@ LOGICAL_VIEWS = [
         policy="quarantine",
         source=LOGICAL_EV,
     ),
+    # Views the refresh pass in Rust covers (eventview_core::group_deltas): keys and measures of
+    # member paths and of logical fields declared per type and version, text and numeric.
+    ViewSpec(
+        "v_lpass",
+        """SELECT eventview.create_view('v_lpass', 'ev',
+             group_by => '{"sku": "sku", "item": "$.item.sku"}',
+             measures => '{"n": "count(*)", "revenue": "sum(price)", "avg_price": "avg(price)",
+                           "lo": "min(price)", "hi": "max(price)", "priced": "count(price)",
+                           "qty_n": "count($.qty)", "skus": "count(sku)"}',
+             time_bucket => '1 day',
+             on_type_error => 'quarantine')""",
+        scope="true",
+        bad=f"{L_SKU_BAD} OR {KEYBAD(P_ITEM_SKU)} OR {L_PRICE_BAD}",
+        select=f"""{BUCKET('1 day')} AS bucket,
+       {L_SKU} AS sku,
+       payload #>> '{{item,sku}}' AS item,
+       count(*) AS n,
+       sum({L_PRICE}) AS revenue,
+       avg({L_PRICE}) AS avg_price,
+       min({L_PRICE}) AS lo,
+       max({L_PRICE}) AS hi,
+       count({L_PRICE}) AS priced,
+       {NONNULL_COUNT("payload -> 'qty'")} AS qty_n,
+       count({L_SKU}) AS skus""",
+        group="1, 2, 3",
+        policy="quarantine",
+        source=LOGICAL_EV,
+    ),
+    ViewSpec(
+        "v_pass_all",
+        """SELECT eventview.create_view('v_pass_all', 'ev',
+             measures => '{"n": "count(*)", "top": "max($.price)", "q": "sum($.item.quantity)"}',
+             event_types => ARRAY['purchase', 'refund'],
+             on_type_error => 'skip')""",
+        scope="event_type IN ('purchase', 'refund')",
+        bad=f"{NUMBAD(P_PRICE)} OR {NUMBAD(P_ITEM_QTY)}",
+        select=f"""count(*) AS n, max({NUM(P_PRICE)}) AS top, sum({NUM(P_ITEM_QTY)}) AS q""",
+        group=None,
+        policy="skip",
+    ),
 ]
 # Scheduled, so that run_maintenance() refreshes it when due.
 SCHEDULED_VIEW = "v_ldist"
@@ -715,7 +755,8 @@ ROLLUP_VIEWS = [
 # min/max under retraction (v_sku, v_env, v_lsku), count_distinct (v_total, v_lsku), a rich path
 # (v_tags), logical fields (v_lsku), filters and buckets.
 REALTIME_VIEWS = [realtime_twin(v) for v in VIEWS + LOGICAL_VIEWS
-                  if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku", "v_local_hour", "v_pct", "v_apct", "v_unnest")]
+                  if v.name in ("v_sku", "v_total", "v_env", "v_tags", "v_lsku", "v_local_hour", "v_pct", "v_apct", "v_unnest",
+                                "v_lpass")]
 ROLLUP_VIEWS += [realtime_twin(v) for v in ROLLUP_VIEWS if v.name in ("v_roll_2day", "v_roll_unnest")]
 
 # --------------------------------------------------------------------------------------------
@@ -1277,6 +1318,10 @@ class Workload:
             self.note(f"truncate ({n}) + insert {m} in one txn")
 
     def refresh(self, conn, view):
+        # The views the refresh pass in Rust covers are refreshed through it or through the SQL
+        # stages, in turn at random: both must give the same view.
+        one_pass = self.rng.random() < 0.7
+        conn.execute(f"SET eventview.one_pass_refresh = {'on' if one_pass else 'off'}")
         got = conn.execute("SELECT eventview.refresh(%s)", [view.name]).fetchone()[0]
         self.refreshes += 1
         exp = self.pending[view.name]

@@ -118,3 +118,101 @@ def test_an_index_selects_only_array_elements(db):
         assert _one(a, "SELECT count(*) FROM eventview.quarantine") == 0
         a.execute("SELECT eventview.refresh('f')")
         assert _one(a, "SELECT n FROM f") == 1
+
+
+def test_the_refresh_pass_in_rust_gives_what_the_sql_stages_give(db):
+    """Two views of one definition the refresh pass in Rust covers, one refreshed through it and
+    one through the SQL stages (eventview.one_pass_refresh off): the same groups, sums (scales
+    included), extremes, counts and quarantine entries (reasons included), after additions,
+    changes and deletions of events with every kind of key, number and type error, and keys and
+    values at the size limit. The pass is seen to run: its row function is called."""
+    views = ("v_pass", "v_sql")
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('ev')")
+        a.execute("SELECT eventview.define_field('ev', 'region', '$.region', version => 1)")
+        a.execute("SELECT eventview.define_field('ev', 'region', '$.ship.region', version => 2)")
+        a.execute("SELECT eventview.define_field('ev', 'amount', '$.amount', type => 'numeric')")
+        for view in views:
+            a.execute(f"""SELECT eventview.create_view('{view}', 'ev',
+                group_by => '{{"sku": "$.item.sku", "region": "region"}}',
+                measures => '{{"n": "count(*)", "qty": "sum($.qty)", "avg_qty": "avg($.qty)",
+                              "lo": "min(amount)", "hi": "max(amount)", "priced": "count(amount)",
+                              "tagged": "count($.tag)", "regions": "count(region)"}}',
+                time_bucket => '1 hour', on_type_error => 'quarantine')""")
+        payloads = [
+            '{"item": {"sku": "A"}, "region": "EU", "qty": 2, "amount": 1.50, "tag": null}',
+            '{"item": {"sku": "A"}, "region": "EU", "qty": 2.250, "amount": 1.5, "tag": [1]}',
+            '{"item": {"sku": 12.50}, "ship": {"region": "US"}, "qty": -3, "amount": 100}',
+            '{"item": {"sku": true}, "qty": 1e3, "amount": -0.001}',
+            '{"item": {"sku": "ünï \\"q\\""}, "region": null, "qty": null}',
+            '{"item": {}, "amount": 7}',
+            '{"item": "A", "region": "EU"}',
+            '{"item": {"sku": {"x": 1}}, "qty": 1}',
+            '{"item": {"sku": "B"}, "qty": "4"}',
+            '{"item": {"sku": "B"}, "amount": true}',
+            '{"item": {"sku": "B"}, "region": ["EU"]}',
+            '{"item": {"sku": "B"}, "ship": {"region": {"r": 1}}}',
+            '{"item": {"sku": "%s"}, "amount": 1}' % ("k" * 1988),
+            '{"item": {"sku": "%s"}, "amount": 1}' % ("k" * 1989),
+            '{"item": {"sku": "%s"}}' % ("k" * 1996),
+            '{"item": {"sku": "%s"}}' % ("k" * 1997),
+        ]
+        for i, p in enumerate(payloads):
+            a.execute("INSERT INTO ev (event_type, event_version, occurred_at, payload) VALUES ('t', %s, %s, %s)",
+                      [1 + i % 2, f"2026-01-01 {i % 3:02}:30+00", p])
+
+        def refresh_both():
+            for view, one_pass in zip(views, ("on", "off")):
+                with a.transaction():
+                    a.execute("SET LOCAL track_functions = 'all'")
+                    a.execute(f"SET LOCAL eventview.one_pass_refresh = {one_pass}")
+                    # Calls counted and not yet reported (of this transaction and earlier ones).
+                    calls = ("SELECT coalesce(pg_stat_get_xact_function_calls("
+                             "'eventview._group_delta_rows(bytea, integer)'::regprocedure), 0)")
+                    before = _one(a, calls)
+                    a.execute("SELECT eventview.refresh(%s)", [view])
+                    called = _one(a, calls) - before
+                    assert (called > 0) == (one_pass == "on"), (view, called)
+            rows = [a.execute(f"SELECT bucket, sku, region, n, qty::text, avg_qty::text, lo::text, hi::text, "
+                              f"priced, tagged, regions FROM {view} ORDER BY 1, 2, 3").fetchall() for view in views]
+            assert rows[0] == rows[1]
+            quarantined = [a.execute("SELECT event_id, reason FROM eventview.quarantine "
+                                     "WHERE view_name = %s ORDER BY 1", [f"public.{view}"]).fetchall()
+                           for view in views]
+            assert quarantined[0] == quarantined[1]
+            return rows[0], quarantined[0]
+
+        rows, quarantined = refresh_both()
+        assert len(quarantined) == 7 and len(rows) == 9, (rows, quarantined)
+        assert ("12.50" in [r[1] for r in rows]) and ("true" in [r[1] for r in rows])
+        # Changes and deletions retract what the views hold, corrections leave the quarantine.
+        a.execute("""UPDATE ev SET payload = jsonb_set(payload, '{qty}', '5.0') WHERE event_id IN (1, 3, 9)""")
+        a.execute("DELETE FROM ev WHERE event_id IN (2, 8)")
+        a.execute("""INSERT INTO ev (event_type, event_version, occurred_at, payload)
+                     VALUES ('t', 1, '2026-01-01 00:10+00', '{"item": {"sku": "A"}, "region": "EU", "amount": 0.50}')""")
+        rows, quarantined = refresh_both()
+        assert len(quarantined) == 5, quarantined
+
+
+def test_the_rows_of_the_refresh_pass_are_read_in_the_statement_that_made_them(db):
+    """eventview._group_delta_rows reads a result of the pass by its token during the statement
+    that made it; any other token (a made-up one, or one of a statement that ended) finds
+    nothing and says so."""
+    with psycopg.connect(db, autocommit=True) as a:
+        a.execute("SELECT eventview.create_event_table('ev')")
+        a.execute("""INSERT INTO ev (event_type, payload) VALUES ('t', '{"k": "a"}'), ('t', '{"k": "b"}')""")
+        plan = ('{"bucketed":false,"references":[[{"event_type":null,"version":null,"members":["k"]}]],'
+                '"keys":[0],"measures":["CountStar"],"in_row":[]}')
+        deltas = ("SELECT eventview._group_deltas(%s, NULL, 1, event_id, event_type, event_version, producer, "
+                  "occurred_at, payload) FROM ev")
+        rows = a.execute(f"SELECT g1, __count FROM eventview._group_delta_rows(({deltas}), 0) "
+                         "AS t(__k boolean, g1 text, g1_null boolean, __count bigint, __dirty boolean) ORDER BY 1",
+                         [plan]).fetchall()
+        assert rows == [("a", 1), ("b", 1)]
+        token = _one(a, deltas, [plan])
+        for stale in (token, b"\x00" * 16, b"short"):
+            try:
+                a.execute("SELECT * FROM eventview._group_delta_rows(%s, 0) AS t(__k boolean)", [stale])
+                raise AssertionError("a token outside its statement was read")
+            except psycopg.errors.ObjectNotInPrerequisiteState as e:
+                assert "no result of eventview._group_deltas has this token" in str(e)

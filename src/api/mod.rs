@@ -12,6 +12,7 @@ mod capture;
 mod citus;
 pub mod event_tables;
 mod fields;
+mod group_deltas;
 pub mod ingest;
 mod jsonpath;
 mod observer;

@@ -47,7 +47,9 @@ fn shapes_step(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Result<pgrx::Internal, ErrorReport> {
     crate::errors::at_boundary(|| {
-        let Some(counter) = crate::pg::aggregate::shape_counter(fcinfo, &mut state) else {
+        let Some(counter) = crate::pg::aggregate::aggregate_state::<
+            eventview_core::shapes::ShapeCounter,
+        >(fcinfo, &mut state) else {
             return Err(crate::errors::EvError::invalid(
                 "eventview._shapes_step is the transition function of eventview._shapes_agg",
             ));
@@ -71,7 +73,10 @@ fn shapes_step(
 /// the events walked (NULL when no event was walked).
 #[pg_extern(name = "_shapes_final", immutable, parallel_safe)]
 fn shapes_final(mut state: pgrx::Internal) -> Option<String> {
-    let rows = crate::pg::aggregate::take_shape_counter(&mut state)?.rows();
+    let rows = crate::pg::aggregate::take_aggregate_state::<eventview_core::shapes::ShapeCounter>(
+        &mut state,
+    )?
+    .rows();
     let json: Vec<serde_json::Value> = rows
         .into_iter()
         .map(|r| {

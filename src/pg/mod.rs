@@ -6,6 +6,7 @@
 pub mod aggregate;
 pub mod capture_trigger;
 pub mod drop_extension;
+pub mod group_deltas;
 pub mod guc;
 pub mod locks;
 pub mod node_local;

@@ -171,6 +171,80 @@ fn container_kind(doc: &[u8], at: usize) -> Option<Kind> {
     })
 }
 
+/// A child's kind and bytes, as `Token::Value` gives them (`entry`, starting at offset `start`
+/// of the data area at `data` and ending at `end`).
+fn child_value(
+    doc: &[u8],
+    data: usize,
+    entry: u32,
+    start: usize,
+    end: usize,
+) -> Option<(Kind, &[u8])> {
+    Some(match entry & JENTRY_TYPEMASK {
+        JENTRY_ISSTRING => (STRING, doc.get(data + start..data + end)?),
+        JENTRY_ISNUMERIC => (NUMBER, aligned(doc, data, start, end)?),
+        JENTRY_ISBOOL_FALSE => (BOOLEAN, b"false"),
+        JENTRY_ISBOOL_TRUE => (BOOLEAN, b"true"),
+        JENTRY_ISCONTAINER => {
+            let bytes = aligned(doc, data, start, end)?;
+            (
+                container_kind(doc, data + start.next_multiple_of(4))?,
+                bytes,
+            )
+        }
+        _ => (NULL, b"null"),
+    })
+}
+
+/// The value that `->` with each of `members` in turn selects from a stored document (the
+/// root for no members), as `Token::Value` gives it: None when a member is missing, when a
+/// step meets anything but an object, and for a malformed document. Keys are compared as
+/// bytes, as jsonb compares them.
+pub fn select<'a, M: AsRef<[u8]>>(doc: &'a [u8], members: &[M]) -> Option<(Kind, &'a [u8])> {
+    let (mut level, scalar) = open(doc, 0, doc.len())?;
+    if scalar {
+        if !members.is_empty() {
+            return None;
+        }
+        let (entry, end) = child(doc, &level, 0, 0)?;
+        return child_value(doc, level.data, entry, 0, end);
+    }
+    if members.is_empty() {
+        return Some((container_kind(doc, 0)?, doc));
+    }
+    for (step, name) in members.iter().enumerate() {
+        if !level.object {
+            return None;
+        }
+        let mut key_at = 0;
+        let mut found = None;
+        for k in 0..level.count {
+            let (_, end) = child(doc, &level, k, key_at)?;
+            if doc.get(level.data + key_at..level.data + end)? == name.as_ref() {
+                found = Some(k);
+                break;
+            }
+            key_at = end;
+        }
+        let index = level.count + found?;
+        let start = start_of(doc, &level, index)?;
+        let (entry, end) = child(doc, &level, index, start)?;
+        if step + 1 == members.len() {
+            return child_value(doc, level.data, entry, start, end);
+        }
+        if entry & JENTRY_TYPEMASK != JENTRY_ISCONTAINER {
+            return None;
+        }
+        level = open(
+            doc,
+            level.data + start.next_multiple_of(4),
+            level.data + end,
+        )?
+        .0;
+    }
+    None
+}
+
 impl<'a> JsonbBytes<'a> {
     /// `doc`: the root container (a jsonb value without its varlena header).
     pub fn new(doc: &'a [u8]) -> Self {
@@ -192,24 +266,13 @@ impl<'a> JsonbBytes<'a> {
         descend: bool,
     ) -> Option<Token<'a>> {
         let doc = self.doc;
-        Some(match entry & JENTRY_TYPEMASK {
-            JENTRY_ISSTRING => Token::Value(STRING, doc.get(data + start..data + end)?),
-            JENTRY_ISNUMERIC => Token::Value(NUMBER, aligned(doc, data, start, end)?),
-            JENTRY_ISBOOL_FALSE => Token::Value(BOOLEAN, b"false"),
-            JENTRY_ISBOOL_TRUE => Token::Value(BOOLEAN, b"true"),
-            JENTRY_ISCONTAINER => {
-                let bytes = aligned(doc, data, start, end)?;
-                let at = data + start.next_multiple_of(4);
-                let kind = container_kind(doc, at)?;
-                if !descend {
-                    return Some(Token::Value(kind, bytes));
-                }
-                let (level, _) = open(doc, at, data + end)?;
-                self.levels.push(level);
-                Token::Begin(kind)
-            }
-            _ => Token::Value(NULL, b"null"),
-        })
+        let (kind, bytes) = child_value(doc, data, entry, start, end)?;
+        if descend && entry & JENTRY_TYPEMASK == JENTRY_ISCONTAINER {
+            let (level, _) = open(doc, data + start.next_multiple_of(4), data + end)?;
+            self.levels.push(level);
+            return Some(Token::Begin(kind));
+        }
+        Some(Token::Value(kind, bytes))
     }
 
     /// The next token, its bytes borrowed from the document (not from the reader, as through
@@ -388,7 +451,7 @@ const NUMERIC_SHORT_WEIGHT_MASK: u16 = 0x003F;
 const NUMERIC_DSCALE_MASK: u16 = 0x3FFF;
 
 /// The payload of a varlena (`bytes` starts at its header, 1 or 4 bytes), within `bytes`.
-fn varlena_data(bytes: &[u8]) -> Option<&[u8]> {
+pub fn varlena_data(bytes: &[u8]) -> Option<&[u8]> {
     let b0 = *bytes.first()?;
     let (header, total) = if cfg!(target_endian = "little") {
         if b0 & 0x01 == 0x01 {
@@ -416,7 +479,11 @@ fn half(bytes: &[u8], at: usize) -> Option<u16> {
 impl<'a> Numeric<'a> {
     /// Reads the numeric varlena of a `Token::Value(NUMBER, bytes)`.
     pub fn read(bytes: &'a [u8]) -> Option<Numeric<'a>> {
-        let data = varlena_data(bytes)?;
+        Numeric::from_data(varlena_data(bytes)?)
+    }
+
+    /// Reads a numeric from its varlena's payload (the bytes after the header).
+    pub fn from_data(data: &'a [u8]) -> Option<Numeric<'a>> {
         let header = half(data, 0)?;
         let flags = header & NUMERIC_SIGN_MASK;
         if flags == NUMERIC_SPECIAL {
@@ -502,6 +569,114 @@ impl<'a> Numeric<'a> {
             } else {
                 0
             }
+    }
+
+    /// Appends its text as `numeric_out` writes it (see `text_len`).
+    pub fn write_text(&self, out: &mut Vec<u8>) {
+        if let Some(special) = self.special {
+            out.extend_from_slice(special.as_bytes());
+            return;
+        }
+        if self.negative {
+            out.push(b'-');
+        }
+        // Digit positions from the first of the integer part (or the first after the point).
+        let mut d: i64 = if self.weight < 0 {
+            out.push(b'0');
+            i64::from(self.weight) + 1
+        } else {
+            for i in 0..=self.weight as usize {
+                let digit = self.digit(i);
+                if i == 0 {
+                    out.extend_from_slice(digit.to_string().as_bytes());
+                } else {
+                    out.extend_from_slice(format!("{digit:04}").as_bytes());
+                }
+            }
+            i64::from(self.weight) + 1
+        };
+        if self.dscale == 0 {
+            return;
+        }
+        out.push(b'.');
+        let end = out.len() + self.dscale as usize;
+        while out.len() < end {
+            let digit = usize::try_from(d).map_or(0, |i| self.digit(i));
+            out.extend_from_slice(format!("{digit:04}").as_bytes());
+            d += 1;
+        }
+        out.truncate(end);
+    }
+
+    /// Its digits (stored bytes, two a digit) without leading and trailing zero digits, and the
+    /// weight of the first: the same for equal values whatever their display scale (zero has no
+    /// digits).
+    fn significant(&self) -> (i32, &[u8]) {
+        let mut digits = self.digits;
+        let mut weight = self.weight;
+        while digits.len() >= 2 && digits[..2] == [0, 0] {
+            digits = &digits[2..];
+            weight -= 1;
+        }
+        while digits.len() >= 2 && digits[digits.len() - 2..] == [0, 0] {
+            digits = &digits[..digits.len() - 2];
+        }
+        if digits.is_empty() {
+            weight = 0;
+        }
+        (weight, digits)
+    }
+
+    /// Numeric order (`cmp_numerics`): display scale aside, so 1.0 equals 1.00. NaN sorts
+    /// above every number, as in PostgreSQL, and the infinities at the ends.
+    pub fn cmp_value(&self, other: &Numeric) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        let rank = |n: &Numeric| match n.special {
+            Some("-Infinity") => 0,
+            None => 1,
+            Some("Infinity") => 2,
+            Some(_) => 3,
+        };
+        let order = rank(self).cmp(&rank(other));
+        if order != Ordering::Equal || self.special.is_some() {
+            return order;
+        }
+        let (wa, da) = self.significant();
+        let (wb, db) = other.significant();
+        let sign = |negative: bool, digits: &[u8]| match (digits.is_empty(), negative) {
+            (true, _) => 0,
+            (false, true) => -1,
+            (false, false) => 1,
+        };
+        let (sa, sb) = (sign(self.negative, da), sign(other.negative, db));
+        if sa != sb || sa == 0 {
+            return sa.cmp(&sb);
+        }
+        // Digit by digit (the stored bytes are native-endian), a shorter prefix first.
+        let magnitude = wa.cmp(&wb).then_with(|| {
+            let digit = |c: &[u8]| u16::from_ne_bytes([c[0], c[1]]);
+            da.chunks_exact(2)
+                .map(digit)
+                .cmp(db.chunks_exact(2).map(digit))
+        });
+        if sa < 0 {
+            magnitude.reverse()
+        } else {
+            magnitude
+        }
+    }
+
+    /// Bytes equal for equal values (as `cmp_value` says), whatever the display scale.
+    pub fn value_key(&self, out: &mut Vec<u8>) {
+        if let Some(special) = self.special {
+            out.push(2);
+            out.extend_from_slice(special.as_bytes());
+            return;
+        }
+        let (weight, digits) = self.significant();
+        out.push(u8::from(self.negative && !digits.is_empty()));
+        out.extend_from_slice(&weight.to_ne_bytes());
+        out.extend_from_slice(digits);
     }
 
     /// The value when it is an integer within i64 (so 2.0 is 2), else None.
@@ -617,6 +792,168 @@ pub(crate) mod tests {
             out.extend_from_slice(&d.to_ne_bytes());
         }
         out
+    }
+
+    /// The numeric varlena of a decimal text (`-12.50`, `1.5e3`), normalized as `numeric_in`
+    /// makes it: no leading or trailing zero digits, the display scale as written (of the
+    /// mantissa, less the exponent).
+    pub(crate) fn numeric_of(text: &str) -> Vec<u8> {
+        let (negative, unsigned) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        if let Some((mantissa, exponent)) = unsigned.split_once(['e', 'E']) {
+            // The point moved by the exponent, as numeric_in reads it.
+            let exponent: i64 = exponent.parse().unwrap();
+            let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+            let digits = format!("{integer}{fraction}");
+            let point = integer.len() as i64 + exponent;
+            let padded = if point <= 0 {
+                format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+            } else if point as usize >= digits.len() {
+                format!("{digits}{}", "0".repeat(point as usize - digits.len()))
+            } else {
+                format!(
+                    "{}.{}",
+                    &digits[..point as usize],
+                    &digits[point as usize..]
+                )
+            };
+            let sign = if negative { "-" } else { "" };
+            return numeric_of(&format!("{sign}{padded}"));
+        }
+        let (integer, fraction) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+        let integer = integer.trim_start_matches('0');
+        let mut decimals = "0".repeat((4 - integer.len() % 4) % 4) + integer;
+        let integer_digits = decimals.len() / 4;
+        decimals.push_str(fraction);
+        decimals.push_str(&"0".repeat((4 - fraction.len() % 4) % 4));
+        let mut digits: Vec<u16> = decimals
+            .as_bytes()
+            .chunks(4)
+            .map(|c| std::str::from_utf8(c).unwrap().parse().unwrap())
+            .collect();
+        let mut weight = integer_digits as i16 - 1;
+        while digits.first() == Some(&0) {
+            digits.remove(0);
+            weight -= 1;
+        }
+        while digits.last() == Some(&0) {
+            digits.pop();
+        }
+        if digits.is_empty() {
+            weight = 0;
+        }
+        let negative = negative && !digits.is_empty();
+        long_numeric(negative, weight, fraction.len() as u16, &digits)
+    }
+
+    fn text_of(bytes: &[u8]) -> String {
+        let mut out = Vec::new();
+        Numeric::read(bytes).unwrap().write_text(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn numbers_are_written_as_numeric_out_writes_them() {
+        for text in [
+            "0",
+            "7",
+            "-7",
+            "10000",
+            "123456789",
+            "-123456.78",
+            "0.0001",
+            "0.00001",
+            "1.50",
+            "0.000",
+            "12345678.000000001",
+            "-0.5",
+            "99990000",
+            "1.0000000000000000000001",
+        ] {
+            let numeric = numeric_of(text);
+            assert_eq!(text_of(&numeric), text);
+            assert_eq!(
+                Numeric::read(&numeric).unwrap().text_len(),
+                text.len() as u64
+            );
+        }
+        assert_eq!(text_of(&long_numeric(false, 250, 0, &[1])).len(), 1001);
+        assert_eq!(text_of(&numeric_of("-0.00")), "0.00");
+        assert_eq!(text_of(&numeric_of("-1.5e+3")), "-1500");
+        assert_eq!(text_of(&numeric_of("25E-3")), "0.025");
+    }
+
+    #[test]
+    fn numbers_compare_by_value_whatever_their_scale() {
+        use std::cmp::Ordering;
+        let sorted = [
+            "-1000", "-2.5", "-2.25", "-0.0001", "0", "0.00001", "0.5", "1", "1.0001", "2", "9999",
+            "10000", "12345678",
+        ];
+        for (i, a) in sorted.iter().enumerate() {
+            for (j, b) in sorted.iter().enumerate() {
+                let (na, nb) = (numeric_of(a), numeric_of(b));
+                let (x, y) = (Numeric::read(&na).unwrap(), Numeric::read(&nb).unwrap());
+                assert_eq!(x.cmp_value(&y), i.cmp(&j), "{a} against {b}");
+                let (mut ka, mut kb) = (Vec::new(), Vec::new());
+                x.value_key(&mut ka);
+                y.value_key(&mut kb);
+                assert_eq!(ka == kb, i == j, "{a} against {b}");
+            }
+        }
+        let (one, one_00) = (numeric_of("1"), numeric_of("1.00"));
+        let (x, y) = (
+            Numeric::read(&one).unwrap(),
+            Numeric::read(&one_00).unwrap(),
+        );
+        assert_eq!(x.cmp_value(&y), Ordering::Equal);
+        let (mut ka, mut kb) = (Vec::new(), Vec::new());
+        x.value_key(&mut ka);
+        y.value_key(&mut kb);
+        assert_eq!(ka, kb);
+    }
+
+    #[test]
+    fn select_follows_members_as_the_arrow_operator_does() {
+        let doc = encode(
+            &serde_json::from_str(
+                r#"{"item": {"sku": "A-1", "qty": 2.50, "tags": [1]}, "n": null, "t": true}"#,
+            )
+            .unwrap(),
+        );
+        let at = |path: &[&str]| select(&doc, path).map(|(k, b)| (KINDS[k as usize], b.to_vec()));
+        assert_eq!(at(&["item", "sku"]), Some(("string", b"A-1".to_vec())));
+        assert_eq!(
+            at(&["item", "qty"]).map(|(k, b)| (k, text_of(&b))),
+            Some(("number", "2.50".into()))
+        );
+        assert_eq!(at(&["n"]).map(|(k, _)| k), Some("null"));
+        assert_eq!(at(&["t"]), Some(("boolean", b"true".to_vec())));
+        assert_eq!(at(&["item", "tags"]).map(|(k, _)| k), Some("array"));
+        assert_eq!(at(&["item"]).map(|(k, _)| k), Some("object"));
+        assert_eq!(at(&[]).map(|(k, _)| k), Some("object"));
+        assert_eq!(at(&["item", "tags", "0"]), None);
+        assert_eq!(at(&["item", "sku", "x"]), None);
+        assert_eq!(at(&["missing"]), None);
+        assert_eq!(at(&["ite"]), None);
+        let scalar = encode(&serde_json::json!("x"));
+        assert_eq!(select(&scalar, &[] as &[&str]), Some((STRING, &b"x"[..])));
+        assert_eq!(select(&scalar, &["x"]), None);
+        // Past JB_OFFSET_STRIDE members, where children are found from stored end offsets.
+        let wide: serde_json::Map<String, serde_json::Value> = (0..100)
+            .map(|i| (format!("k{i}"), serde_json::json!(format!("v{i}"))))
+            .collect();
+        let wide = encode(&serde_json::Value::Object(wide));
+        for i in 0..100 {
+            let key = format!("k{i}");
+            assert_eq!(
+                select(&wide, &[key.as_str()]),
+                Some((STRING, format!("v{i}").as_bytes())),
+                "{key}"
+            );
+        }
     }
 
     #[test]
@@ -750,7 +1087,7 @@ pub(crate) mod tests {
     /// as the root container without its varlena header: object keys sorted by length, then
     /// bytes; every JB_OFFSET_STRIDE-th child (from the first) with its end offset, the others
     /// with their length; numbers and containers aligned to 4 bytes, the padding counted in their
-    /// length. Every number is stored as 7: readers of structure look at kinds only.
+    /// length. Numbers are stored as `numeric_in` reads their text (see `numeric_of`).
     pub(crate) fn encode(v: &serde_json::Value) -> Vec<u8> {
         let mut out = Vec::new();
         match v {
@@ -805,9 +1142,9 @@ pub(crate) mod tests {
                     out.extend_from_slice(t.as_bytes());
                     JENTRY_ISSTRING
                 }
-                Child::Value(Value::Number(_)) => {
+                Child::Value(Value::Number(n)) => {
                     pad(out);
-                    out.extend_from_slice(&long_numeric(false, 0, 0, &[7]));
+                    out.extend_from_slice(&numeric_of(&n.to_string()));
                     JENTRY_ISNUMERIC
                 }
                 Child::Value(Value::Bool(true)) => JENTRY_ISBOOL_TRUE,

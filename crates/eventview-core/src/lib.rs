@@ -10,6 +10,7 @@ pub mod definition;
 pub mod envelope_check;
 pub mod envelope_sql;
 pub mod fuzz;
+pub mod group_deltas;
 pub mod json_text;
 pub mod jsonb_bytes;
 pub mod jsonpath;

@@ -60,6 +60,7 @@
 use super::definition::{
     AggKind, FieldRef, FieldVariant, Measure, SqlType, TypePolicy, ViewDefinition,
 };
+use super::group_deltas::{self, Plan};
 use super::values::{value_sql, Use};
 use super::{batch, jsonpath, names, quote, sketch};
 
@@ -74,10 +75,7 @@ mod rollup;
 /// instead of about half).
 pub const STORAGE_FILLFACTOR: u32 = 70;
 
-/// Most bytes the variable-length parts of a group key (and of a multiset value with its key)
-/// may take: a btree entry takes at most 2704 bytes (8 kB pages), and the rest of an entry
-/// (flags, bucket, headers, alignment) fits in what this leaves. See `oversize_check`.
-pub const MAX_KEY_BYTES: u32 = 2000;
+pub use super::values::MAX_KEY_BYTES;
 
 /// Where the rows of an apply come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1269,11 +1267,70 @@ delta_rows AS (
         self.apply_statement(Mode::Delta, true)
     }
 
+    /// The plan of the refresh pass in Rust (`group_deltas`) of this view's refresh: Some when
+    /// the pass covers the view (`Plan::of`) and the refresh writes nothing else (a view that
+    /// rollups read writes its group changes from `good`; a shard's view hands them back).
+    pub fn one_pass_plan(&self) -> Option<Plan> {
+        if self.feeds_rollups || self.rollup_source.is_some() || self.data_table.is_some() {
+            return None;
+        }
+        Plan::of(self.def, &self.kept_in_row())
+    }
+
+    /// The refresh's apply (`apply(Mode::Delta)`) with the per-event work done by the pass in
+    /// Rust (`group_deltas`), when `one_pass_plan` gives a plan: the aggregate
+    /// `eventview._group_deltas` reads the batch's rows into `gd`, whose parts stand for `d0`
+    /// and the rows of `a<n>`; the SQL stages read only the events it found a type error in, to
+    /// give `bad_rows` their reasons. Same result row.
+    ///
+    /// ```sql
+    /// WITH snap ..., delta_rows ...,
+    /// gd AS MATERIALIZED (SELECT eventview._group_deltas(<plan>, $1::interval, r.sign, ...) AS rows FROM delta_rows r),
+    /// type_error_rows AS (SELECT * FROM eventview._group_delta_rows((SELECT rows FROM gd), -1) AS t(...)),
+    /// f ..., c ..., bad_rows ...,                          -- over type_error_rows
+    /// d0 AS (SELECT * FROM eventview._group_delta_rows((SELECT rows FROM gd), 0) AS t(...)),
+    /// a<n> AS (INSERT INTO ... SELECT * FROM eventview._group_delta_rows((SELECT rows FROM gd), <n>) AS t(...)),
+    /// d ..., up ..., ...                                   -- as in apply
+    /// ```
+    pub fn apply_in_one_pass(&self) -> Option<String> {
+        let plan = self.one_pass_plan()?;
+        Some(self.apply_with(Mode::Delta, false, Some(&plan)))
+    }
+
     fn apply_statement(&self, mode: Mode, hand_back: bool) -> String {
         if self.rollup_source.is_some() {
             return self.rollup_apply(mode);
         }
-        let mut ctes = self.delta_input(mode, WIDTH_PARAM, true);
+        self.apply_with(mode, hand_back, None)
+    }
+
+    /// The CTEs of the pass in Rust through `bad_rows` (see `apply_in_one_pass`).
+    fn one_pass_input(&self, plan: &Plan) -> Vec<String> {
+        let mode = Mode::Delta;
+        let (mut ctes, rows) = self.input_rows(mode, true);
+        ctes.push(format!(
+            "gd AS MATERIALIZED (\n    SELECT eventview._group_deltas({}, {WIDTH_PARAM}, r.sign, r.event_id, r.event_type, r.event_version, r.producer, r.occurred_at, r.payload) AS rows\n    FROM {rows} r{}\n)",
+            quote::literal(&plan.to_text()),
+            self.row_filter(mode, WIDTH_PARAM)
+        ));
+        ctes.push(format!(
+            "type_error_rows AS (SELECT * FROM {} AS t({}))",
+            Self::pass_part(-1),
+            group_deltas::TYPE_ERROR_COLUMNS
+        ));
+        self.checked_rows(ctes, "type_error_rows", mode, WIDTH_PARAM, false)
+    }
+
+    /// The rows of part `part` of the pass's result (see `group_deltas`).
+    fn pass_part(part: i32) -> String {
+        format!("eventview._group_delta_rows((SELECT rows FROM gd), {part})")
+    }
+
+    fn apply_with(&self, mode: Mode, hand_back: bool, plan: Option<&Plan>) -> String {
+        let mut ctes = match plan {
+            Some(plan) => self.one_pass_input(plan),
+            None => self.delta_input(mode, WIDTH_PARAM, true),
+        };
         let (key_exprs, mut d_cols) = self.group_delta_columns();
         let in_row = self.kept_in_row();
         if !in_row.is_empty() {
@@ -1284,15 +1341,29 @@ delta_rows AS (
             }));
             d_cols.push(dirty);
         }
-        ctes.push(Self::group_delta(&d_cols, key_exprs.len()));
+        ctes.push(match plan {
+            Some(plan) => format!(
+                "d0 AS (SELECT * FROM {} AS t({}))",
+                Self::pass_part(0),
+                plan.group_columns()
+            ),
+            None => Self::group_delta(&d_cols, key_exprs.len()),
+        });
         let mut logged = Vec::new();
         // The writes of values kept in the row read `up`, so they follow it.
         let mut after_upsert = Vec::new();
         for (n, m) in self.multiset_measures() {
             let (select, positions) = Self::value_counts(n, &key_exprs);
-            let mut rows = format!(
-                "SELECT {select}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {positions}"
-            );
+            let mut rows = match plan {
+                Some(plan) => format!(
+                    "SELECT * FROM {} AS t({})",
+                    Self::pass_part(n as i32),
+                    plan.value_columns()
+                ),
+                None => format!(
+                    "SELECT {select}\n    FROM good WHERE m{n} IS NOT NULL\n    GROUP BY {positions}"
+                ),
+            };
             if in_row.contains(&n) {
                 // Only the values of groups that do not keep them in the row (`up`).
                 rows = format!(
@@ -1352,8 +1423,21 @@ delta_rows AS (
     /// good AS NOT MATERIALIZED (...)
     /// ```
     fn delta_input(&self, mode: Mode, width: &str, by_runs: bool) -> Vec<String> {
+        let (ctes, rows) = self.input_rows(mode, by_runs);
+        self.checked_rows(ctes, rows, mode, width, true)
+    }
+
+    /// The CTEs after `input_rows` (`ctes`, whose `rows` they read) of `delta_input`, through
+    /// `bad_rows`, and `good` when `with_good`.
+    fn checked_rows(
+        &self,
+        mut ctes: Vec<String>,
+        rows: &str,
+        mode: Mode,
+        width: &str,
+        with_good: bool,
+    ) -> Vec<String> {
         let refs = self.refs();
-        let (mut ctes, rows) = self.input_rows(mode, by_runs);
         let too_deep: Vec<(String, String)> = refs
             .iter()
             .filter_map(|r| Self::too_deep_check(r, &self.raw_column(&refs, r)))
@@ -1378,6 +1462,13 @@ delta_rows AS (
             "ft"
         };
         ctes.extend(Self::checked(&c_cols, from, &c_where, oversize));
+        if !with_good {
+            ctes.push(
+                "bad_rows AS (SELECT event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0)"
+                    .into(),
+            );
+            return ctes;
+        }
         if self.def.unnest.is_some() {
             // An event is one input row per element: a type error in any of them (or an array
             // that is no array) leaves the whole event out, as one quarantine entry.

@@ -9,6 +9,12 @@
 use super::definition::{Envelope, FieldRef, SqlType};
 use super::quote;
 
+/// Most bytes the variable-length parts of a group key (and of a multiset value with its key)
+/// may take: a btree entry takes at most 2704 bytes (8 kB pages), and the rest of an entry
+/// (flags, bucket, headers, alignment) fits in what this leaves. See
+/// `ViewSql::oversize_check`.
+pub const MAX_KEY_BYTES: u32 = 2000;
+
 /// How a value is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Use {

@@ -62,6 +62,16 @@ fn representative() -> ViewDefinition {
     .unwrap()
 }
 
+/// A view the refresh pass in Rust covers (`group_deltas`): the representative view without
+/// its filter, rich JSONPath and count_distinct.
+fn one_pass() -> ViewDefinition {
+    let mut def = representative();
+    def.filter.clear();
+    def.measures
+        .retain(|m| !matches!(m.name.as_str(), "coupons" | "buyers"));
+    def
+}
+
 fn view(def: &ViewDefinition, log_extremes: bool) -> ViewSql<'_> {
     ViewSql {
         def,
@@ -146,6 +156,12 @@ fn statement_kinds() -> Kinds {
         "refresh_apply_delta_realtime",
         [realtime.apply(Mode::Delta)],
     );
+    let one_pass = one_pass();
+    k.add(
+        "refresh_apply_one_pass",
+        [view(&one_pass, true).apply_in_one_pass().unwrap()],
+    );
+    assert!(stored.apply_in_one_pass().is_none());
     k.add("refresh_fixup", stored.fixup());
     k.add("refresh_merge_logs", stored.merge_logs());
     let mut rebuild_full = vec![stored.forget_type_errors()];

@@ -1,0 +1,344 @@
+//! The refresh pass in Rust (`eventview_core::group_deltas`) as PostgreSQL calls it: the state
+//! of the aggregate `eventview._group_deltas`, the bucket of an event as `date_bin` gives it,
+//! numeric sums, and the set-returning function `eventview._group_delta_rows` that reads the
+//! pass's result in parts.
+//!
+//! The aggregate's final function hands its result over to this backend's registry under a
+//! random token, which it returns as its value (bytea); `_group_delta_rows(token, part)` reads
+//! the rows of a part from there. The result stays until the aggregate's memory context goes
+//! (the end of the statement, or its abort), whose reset callback removes it: no copy of the
+//! rows into a value (which could not pass 1 GB), and nothing left behind.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use eventview_core::group_deltas::{Added, Cell, Deltas, Plan, TypeErrorEvent};
+use pgrx::prelude::*;
+
+use crate::errors::{EvError, EvResult};
+
+/// The transition state of `eventview._group_deltas`: the pass, once its plan is read.
+#[derive(Default)]
+pub struct PassState {
+    pass: Option<Pass>,
+}
+
+struct Pass {
+    deltas: Deltas,
+    /// The bucket width (the view's), when the view is bucketed.
+    width: Option<pg_sys::Interval>,
+}
+
+/// One signed event row of the batch, as the aggregate takes it.
+pub struct EventRow<'a> {
+    pub sign: i32,
+    pub event_id: i64,
+    pub event_type: &'a str,
+    pub event_version: i32,
+    pub producer: &'a str,
+    pub occurred_at: i64,
+}
+
+/// The bucket width the aggregate was given: months, days, microseconds.
+pub type Width = (i32, i32, i64);
+
+impl PassState {
+    /// Adds an event row with its payload's stored jsonb root; the first call reads the plan.
+    pub fn add(
+        &mut self,
+        plan: &str,
+        width: Option<Width>,
+        row: &EventRow,
+        payload: &[u8],
+    ) -> EvResult<()> {
+        if self.pass.is_none() {
+            let plan = Plan::from_text(plan).map_err(EvError::invalid)?;
+            let width = width.map(|(month, day, time)| pg_sys::Interval { time, day, month });
+            self.pass = Some(Pass {
+                deltas: Deltas::new(plan),
+                width,
+            });
+        }
+        let pass = self.pass.as_mut().expect("made above");
+        let bucket = if pass.deltas.plan().bucketed() {
+            let Some(width) = &pass.width else {
+                return Err(EvError::invalid(
+                    "eventview._group_deltas needs the bucket width of a bucketed view",
+                ));
+            };
+            Some(bucket(width, row.occurred_at))
+        } else {
+            None
+        };
+        match pass
+            .deltas
+            .add(row.sign, row.event_type, row.event_version, bucket, payload)
+        {
+            Added::Counted => {}
+            Added::TypeError if row.sign > 0 => pass.deltas.keep_type_error(TypeErrorEvent {
+                event_id: row.event_id,
+                event_type: row.event_type.to_string(),
+                event_version: row.event_version,
+                producer: row.producer.to_string(),
+                occurred_at: row.occurred_at,
+                payload: payload.to_vec(),
+            }),
+            Added::TypeError => {}
+            Added::Unreadable => {
+                return Err(EvError::new(
+                    pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                    format!(
+                        "the payload of event {} is not readable jsonb",
+                        row.event_id
+                    ),
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+unsafe extern "C-unwind" {
+    /// `date_bin(interval, timestamptz, timestamptz)`, as a function pointer for
+    /// DirectFunctionCall3Coll (pgrx's binding is a Rust wrapper).
+    #[link_name = "timestamptz_bin"]
+    fn timestamptz_bin_fn(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
+}
+
+/// `date_bin(width, ts, '2000-01-01 00:00:00+00')`, by PostgreSQL's own function (its errors
+/// included), as the SQL stages compute the bucket.
+fn bucket(width: &pg_sys::Interval, occurred_at: i64) -> i64 {
+    // SAFETY: timestamptz_bin reads an interval pointer and two timestamps and returns a
+    // timestamp by value; the interval outlives the call. The origin, 2000-01-01 00:00 UTC, is
+    // PostgreSQL's epoch: 0.
+    unsafe {
+        pg_sys::DirectFunctionCall3Coll(
+            Some(timestamptz_bin_fn),
+            pg_sys::InvalidOid,
+            pg_sys::Datum::from(width as *const pg_sys::Interval),
+            pg_sys::Datum::from(occurred_at),
+            pg_sys::Datum::from(0i64),
+        )
+        .value() as i64
+    }
+}
+
+thread_local! {
+    /// The results of the passes of the statements running in this backend, by token.
+    static RESULTS: RefCell<HashMap<[u8; 16], Deltas>> = RefCell::new(HashMap::new());
+}
+
+/// Hands the pass's result over to the registry (see the module's doc) and returns its token;
+/// None when no row was added. `fcinfo`: the final function's call, whose aggregate context
+/// removes the result when it goes.
+pub fn hand_over(fcinfo: pg_sys::FunctionCallInfo, state: PassState) -> EvResult<Option<Vec<u8>>> {
+    let Some(pass) = state.pass else {
+        return Ok(None);
+    };
+    let mut token = [0u8; 16];
+    let mut context: pg_sys::MemoryContext = std::ptr::null_mut();
+    // SAFETY: fills the token from the strong random source; asks for the aggregate's context;
+    // registers, in that context, a callback whose argument (a copy of the token) is allocated
+    // there too, so both go with the context.
+    unsafe {
+        if !pg_sys::pg_strong_random(token.as_mut_ptr().cast(), token.len()) {
+            return Err(EvError::new(
+                pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "could not generate a random token",
+            ));
+        }
+        if pg_sys::AggCheckCallContext(fcinfo, &mut context) == 0 {
+            return Err(EvError::invalid(
+                "eventview._group_deltas_final is the final function of eventview._group_deltas",
+            ));
+        }
+        let kept = pg_sys::MemoryContextAlloc(context, token.len()).cast::<[u8; 16]>();
+        kept.write(token);
+        let callback = pg_sys::MemoryContextAlloc(
+            context,
+            std::mem::size_of::<pg_sys::MemoryContextCallback>(),
+        )
+        .cast::<pg_sys::MemoryContextCallback>();
+        callback.write(pg_sys::MemoryContextCallback {
+            func: Some(forget_result),
+            arg: kept.cast(),
+            next: std::ptr::null_mut(),
+        });
+        pg_sys::MemoryContextRegisterResetCallback(context, callback);
+    }
+    RESULTS.with_borrow_mut(|results| results.insert(token, pass.deltas));
+    Ok(Some(token.to_vec()))
+}
+
+/// The reset callback of `hand_over`: removes the result of the token at `arg`.
+unsafe extern "C-unwind" fn forget_result(arg: *mut std::ffi::c_void) {
+    // SAFETY: `arg` is the token `hand_over` allocated in the context being reset.
+    let token = unsafe { *arg.cast::<[u8; 16]>() };
+    // Never panics: at an abort, a borrow could still be held by an unwound reader.
+    RESULTS.with(|results| {
+        if let Ok(mut results) = results.try_borrow_mut() {
+            results.remove(&token);
+        }
+    });
+}
+
+/// Tells Postgres that `group_delta_rows` uses the version-1 calling convention.
+#[unsafe(no_mangle)]
+#[doc(hidden)]
+pub extern "C" fn pg_finfo_group_delta_rows() -> &'static pg_sys::Pg_finfo_record {
+    const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1_API
+}
+
+/// `eventview._group_delta_rows(token bytea, part integer) RETURNS SETOF record`, STRICT: the
+/// rows of part `part` of the pass's result of `token`, in the columns of the column definition
+/// list the call gives (`Plan::group_columns`, `value_columns`, `TYPE_ERROR_COLUMNS`).
+///
+/// # Safety
+/// Called by Postgres' function manager with a valid `fcinfo`.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn group_delta_rows(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: the function is STRICT, so both arguments are non-null: a bytea and an integer.
+    let (token, part) = unsafe {
+        let args = (*fcinfo).args.as_slice(2);
+        let value = pg_sys::pg_detoast_datum_packed(args[0].value.cast_mut_ptr());
+        let len = pgrx::varsize_any_exhdr(value);
+        let bytes = std::slice::from_raw_parts(pgrx::vardata_any(value).cast::<u8>(), len);
+        (
+            <[u8; 16]>::try_from(bytes).ok(),
+            args[1].value.value() as i32,
+        )
+    };
+    // SAFETY: makes the call's result a tuplestore in the column definition list's shape.
+    let (store, desc) = unsafe {
+        pg_sys::InitMaterializedSRF(fcinfo, pg_sys::MAT_SRF_USE_EXPECTED_DESC);
+        let rsinfo = (*fcinfo).resultinfo.cast::<pg_sys::ReturnSetInfo>();
+        ((*rsinfo).setResult, (*rsinfo).setDesc)
+    };
+    // SAFETY: the descriptor InitMaterializedSRF made, with natts attributes.
+    let types: Vec<pg_sys::Oid> = unsafe {
+        (*desc)
+            .attrs
+            .as_slice((*desc).natts as usize)
+            .iter()
+            .map(|a| a.atttypid)
+            .collect()
+    };
+    let found = RESULTS.with_borrow(|results| {
+        let deltas = token.and_then(|t| results.get(&t))?;
+        let mut values: Vec<pg_sys::Datum> = vec![pg_sys::Datum::from(0); types.len()];
+        let mut nulls: Vec<bool> = vec![false; types.len()];
+        deltas.rows(part, numeric_sum, |row| {
+            if row.len() != types.len() {
+                error!(
+                    "eventview._group_delta_rows: part {part} has {} columns, not {}",
+                    row.len(),
+                    types.len()
+                );
+            }
+            for (i, (cell, &type_oid)) in row.iter().zip(&types).enumerate() {
+                (values[i], nulls[i]) = datum(cell, type_oid, i);
+            }
+            // SAFETY: one value and null flag per column of the store's descriptor.
+            unsafe {
+                pg_sys::tuplestore_putvalues(store, desc, values.as_mut_ptr(), nulls.as_mut_ptr())
+            };
+        });
+        Some(())
+    });
+    if found.is_none() {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "no result of eventview._group_deltas has this token",
+            "eventview._group_delta_rows reads a result in the statement that made it, as a refresh does."
+        );
+    }
+    pg_sys::Datum::from(0)
+}
+
+/// The datum of a cell for a column of type `type_oid` (the `i`th), and whether it is NULL.
+fn datum(cell: &Cell, type_oid: pg_sys::Oid, i: usize) -> (pg_sys::Datum, bool) {
+    let fits = match cell {
+        Cell::Null => true,
+        Cell::Bool(_) => type_oid == pg_sys::BOOLOID,
+        Cell::Int4(_) => type_oid == pg_sys::INT4OID,
+        Cell::Int8(_) => type_oid == pg_sys::INT8OID || type_oid == pg_sys::TIMESTAMPTZOID,
+        Cell::Bytes(_) => {
+            [pg_sys::TEXTOID, pg_sys::NUMERICOID, pg_sys::JSONBOID].contains(&type_oid)
+        }
+        Cell::Array(_) => type_oid == pg_sys::NUMERICARRAYOID,
+    };
+    if !fits {
+        error!(
+            "eventview._group_delta_rows: column {} cannot be of type {type_oid:?}",
+            i + 1
+        );
+    }
+    match cell {
+        Cell::Null => (pg_sys::Datum::from(0), true),
+        Cell::Bool(v) => (pg_sys::Datum::from(*v), false),
+        Cell::Int4(v) => (pg_sys::Datum::from(*v), false),
+        Cell::Int8(v) => (pg_sys::Datum::from(*v), false),
+        Cell::Bytes(bytes) => (varlena(bytes), false),
+        Cell::Array(items) => {
+            let mut datums: Vec<pg_sys::Datum> = items.iter().map(|b| varlena(b)).collect();
+            // SAFETY: an array of numeric datums (varlena, 4-byte aligned), copied into it.
+            let array = unsafe {
+                pg_sys::construct_array(
+                    datums.as_mut_ptr(),
+                    datums.len() as i32,
+                    pg_sys::NUMERICOID,
+                    -1,
+                    false,
+                    pg_sys::TYPALIGN_INT as std::ffi::c_char,
+                )
+            };
+            (pg_sys::Datum::from(array), false)
+        }
+    }
+}
+
+/// A varlena with a 4-byte header holding `payload`, in the current memory context.
+fn varlena(payload: &[u8]) -> pg_sys::Datum {
+    // SAFETY: a fresh palloc of the header and payload (MAXALIGNed), its header set, the
+    // payload copied after it.
+    unsafe {
+        let total = payload.len() + pg_sys::VARHDRSZ;
+        let value = pg_sys::palloc(total).cast::<pg_sys::varlena>();
+        pgrx::set_varsize_4b(value, total as i32);
+        std::ptr::copy_nonoverlapping(
+            payload.as_ptr(),
+            value.cast::<u8>().add(pg_sys::VARHDRSZ),
+            payload.len(),
+        );
+        pg_sys::Datum::from(value)
+    }
+}
+
+/// The payload of the numeric sum of the signed values (numeric payloads), 0 for none: as
+/// `coalesce(sum(sign * value), 0)` gives it (its display scale the largest of the values').
+fn numeric_sum(signed: &[(bool, &[u8])]) -> Vec<u8> {
+    // SAFETY: numeric arithmetic on numeric datums made here; the result is read as a varlena.
+    unsafe {
+        let mut sum = pg_sys::int64_to_numeric(0);
+        for (added, value) in signed {
+            let value = varlena(value).cast_mut_ptr::<pg_sys::NumericData>();
+            // No error flag: an overflow raises PostgreSQL's own error, as sum() would.
+            sum = if *added {
+                pg_sys::numeric_add_opt_error(sum, value, std::ptr::null_mut())
+            } else {
+                pg_sys::numeric_sub_opt_error(sum, value, std::ptr::null_mut())
+            };
+        }
+        let sum = sum.cast::<pg_sys::varlena>();
+        std::slice::from_raw_parts(
+            pgrx::vardata_any(sum).cast::<u8>(),
+            pgrx::varsize_any_exhdr(sum),
+        )
+        .to_vec()
+    }
+}
