@@ -83,6 +83,8 @@ pub struct Pending {
     pub applied_xmax: Option<i64>,
     /// The check's extra column (a view's `extremes_logged`), 0 when NULL.
     pub extra: i64,
+    /// The event rows of the batch, when the check counts them (`ViewSql::pending_check`).
+    pub batch_rows: Option<i64>,
 }
 
 /// Runs a `eventview_core::batch::pending_check` statement. Read without the consumer's lock: a
@@ -95,6 +97,10 @@ pub fn pending(sql: &str, plans: crate::pg::plan_cache::Plans) -> EvResult<Pendi
             any: row.get::<bool>(1)?.unwrap_or(true),
             applied_xmax: row.get::<i64>(2)?,
             extra: row.get::<i64>(3)?.unwrap_or(0),
+            batch_rows: match row.columns()? {
+                4 => row.get::<i64>(4)?,
+                _ => None,
+            },
         })
     })?)
 }

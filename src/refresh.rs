@@ -114,11 +114,17 @@ fn apply_with(
     let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
     forget_type_errors(&sql, mode, &args)?;
     view_objects::create_missing_objects(view, &sql)?;
-    if mode == Mode::Delta && nothing_pending(view, &sql, idle_logs)? {
-        return Ok(Applied {
-            consumed: 0,
-            groups_written: 0,
-        });
+    let mut batch_rows = None;
+    if mode == Mode::Delta {
+        match pending_batch(view, &sql, idle_logs)? {
+            None => {
+                return Ok(Applied {
+                    consumed: 0,
+                    groups_written: 0,
+                })
+            }
+            Some(rows) => batch_rows = rows,
+        }
     }
     if view.source_view.is_none() {
         lock_and_check_event_table(view)?;
@@ -132,8 +138,12 @@ fn apply_with(
         })?;
     }
     let hand_back = mode == Mode::Delta && sql.hands_back_changes() && collecting_for(view.view_id);
+    // The pass in Rust keeps the batch's groups in memory: not for a batch past
+    // ONE_PASS_MAX_ROWS (counted by the pending check of a view it covers).
     let one_pass = || {
-        let on = mode == Mode::Delta && crate::gucs::ONE_PASS_REFRESH.get();
+        let small =
+            batch_rows.is_some_and(|rows| rows <= eventview_core::sqlgen::ONE_PASS_MAX_ROWS);
+        let on = mode == Mode::Delta && small && crate::gucs::ONE_PASS_REFRESH.get();
         on.then(|| sql.apply_in_one_pass()).flatten()
     };
     let statement = if hand_back {
@@ -159,7 +169,7 @@ fn apply_with(
         }
     }
     // The fix-up reads the multisets, so the logs go into them first; so does a refresh that
-    // finds them past the limit. (An idle refresh merges them in `nothing_pending`; an apply
+    // finds them past the limit. (An idle refresh merges them in `pending_batch`; an apply
     // that consumed nothing counts as idle too.)
     let idle = mode == Mode::Delta && result.consumed == 0 && idle_logs == IdleLogs::Merge;
     if result.logged > 0
@@ -220,18 +230,24 @@ fn forget_type_errors(sql: &ViewSql, mode: Mode, args: &[DatumWithOid; 3]) -> Ev
     }
 }
 
-/// Whether a delta has nothing pending: the apply statement would change nothing but the
-/// view's position. An idle refresh still merges the min/max logs when they hold values.
-fn nothing_pending(view: &ViewRecord, sql: &ViewSql, idle_logs: IdleLogs) -> EvResult<bool> {
+/// The batch of a delta: None when nothing is pending (the apply statement would change
+/// nothing but the view's position; an idle refresh still merges the min/max logs when they
+/// hold values), else Some of its event rows when the check counts them (see
+/// `ViewSql::pending_check`).
+fn pending_batch(
+    view: &ViewRecord,
+    sql: &ViewSql,
+    idle_logs: IdleLogs,
+) -> EvResult<Option<Option<i64>>> {
     let plans = crate::pg::plan_cache::Plans::PerSize(view.source.plan_sizes());
     let pending = catalog::pending(&sql.pending_check(), plans)?;
     if pending.any {
-        return Ok(false);
+        return Ok(Some(pending.batch_rows));
     }
     if pending.extra > 0 && idle_logs == IdleLogs::Merge {
         view_objects::merge_logs(view)?;
     }
-    Ok(true)
+    Ok(None)
 }
 
 /// The event table is read as the view's owner: not one whose owner gave an envelope column a

@@ -196,8 +196,8 @@ def test_the_refresh_pass_in_rust_gives_what_the_sql_stages_give(db):
 
 def test_the_rows_of_the_refresh_pass_are_read_in_the_statement_that_made_them(db):
     """eventview._group_delta_rows reads a result of the pass by its token during the statement
-    that made it; any other token (a made-up one, or one of a statement that ended) finds
-    nothing and says so."""
+    that made it, into columns of the types its cells have; any other token (a made-up one, or
+    one of a statement that ended) finds nothing and says so."""
     with psycopg.connect(db, autocommit=True) as a:
         a.execute("SELECT eventview.create_event_table('ev')")
         a.execute("""INSERT INTO ev (event_type, payload) VALUES ('t', '{"k": "a"}'), ('t', '{"k": "b"}')""")
@@ -209,6 +209,13 @@ def test_the_rows_of_the_refresh_pass_are_read_in_the_statement_that_made_them(d
                          "AS t(__k boolean, g1 text, g1_null boolean, __count bigint, __dirty boolean) ORDER BY 1",
                          [plan]).fetchall()
         assert rows == [("a", 1), ("b", 1)]
+        # Its columns are checked against what each part holds: a key read as jsonb is refused.
+        try:
+            a.execute(f"SELECT * FROM eventview._group_delta_rows(({deltas}), 0) "
+                      "AS t(__k boolean, g1 jsonb, g1_null boolean, __count bigint, __dirty boolean)", [plan])
+            raise AssertionError("a text was read as jsonb")
+        except psycopg.errors.DatatypeMismatch as e:
+            assert "column 2 of eventview._group_delta_rows is of type" in str(e)
         token = _one(a, deltas, [plan])
         for stale in (token, b"\x00" * 16, b"short"):
             try:

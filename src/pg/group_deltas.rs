@@ -100,9 +100,12 @@ impl PassState {
 
 unsafe extern "C-unwind" {
     /// `date_bin(interval, timestamptz, timestamptz)`, as a function pointer for
-    /// DirectFunctionCall3Coll (pgrx's binding is a Rust wrapper).
+    /// DirectFunctionCall3Coll (pgrx's bindings are Rust wrappers).
     #[link_name = "timestamptz_bin"]
     fn timestamptz_bin_fn(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
+    /// `numeric_in(cstring, oid, integer)`, likewise.
+    #[link_name = "numeric_in"]
+    fn numeric_in_fn(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
 }
 
 /// `date_bin(width, ts, '2000-01-01 00:00:00+00')`, by PostgreSQL's own function (its errors
@@ -174,7 +177,9 @@ pub fn hand_over(fcinfo: pg_sys::FunctionCallInfo, state: PassState) -> EvResult
 unsafe extern "C-unwind" fn forget_result(arg: *mut std::ffi::c_void) {
     // SAFETY: `arg` is the token `hand_over` allocated in the context being reset.
     let token = unsafe { *arg.cast::<[u8; 16]>() };
-    // Never panics: at an abort, a borrow could still be held by an unwound reader.
+    // Called while no reader holds the registry (an error in a reader unwinds through it before
+    // any context is reset); try_borrow_mut keeps a callback from ever panicking, at the cost of
+    // an entry left for the backend's life should that change.
     RESULTS.with(|results| {
         if let Ok(mut results) = results.try_borrow_mut() {
             results.remove(&token);
@@ -261,30 +266,39 @@ pub unsafe extern "C-unwind" fn group_delta_rows(
 }
 
 /// The datum of a cell for a column of type `type_oid` (the `i`th), and whether it is NULL.
+/// Each kind of cell fills only a column of its own type: the column definition list is the
+/// caller's, and a text or numeric read as another type could be read out of its bounds.
 fn datum(cell: &Cell, type_oid: pg_sys::Oid, i: usize) -> (pg_sys::Datum, bool) {
-    let fits = match cell {
-        Cell::Null => true,
-        Cell::Bool(_) => type_oid == pg_sys::BOOLOID,
-        Cell::Int4(_) => type_oid == pg_sys::INT4OID,
-        Cell::Int8(_) => type_oid == pg_sys::INT8OID || type_oid == pg_sys::TIMESTAMPTZOID,
-        Cell::Bytes(_) => {
-            [pg_sys::TEXTOID, pg_sys::NUMERICOID, pg_sys::JSONBOID].contains(&type_oid)
-        }
-        Cell::Array(_) => type_oid == pg_sys::NUMERICARRAYOID,
+    let wanted = match cell {
+        Cell::Null => type_oid,
+        Cell::Bool(_) => pg_sys::BOOLOID,
+        Cell::Int4(_) => pg_sys::INT4OID,
+        Cell::Int8(_) => pg_sys::INT8OID,
+        Cell::Timestamptz(_) => pg_sys::TIMESTAMPTZOID,
+        Cell::Text(_) => pg_sys::TEXTOID,
+        Cell::Numeric(_) => pg_sys::NUMERICOID,
+        Cell::Jsonb(_) => pg_sys::JSONBOID,
+        Cell::NumericArray(_) => pg_sys::NUMERICARRAYOID,
     };
-    if !fits {
-        error!(
-            "eventview._group_delta_rows: column {} cannot be of type {type_oid:?}",
-            i + 1
+    if wanted != type_oid {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+            format!(
+                "column {} of eventview._group_delta_rows is of type {}, not {}",
+                i + 1,
+                type_oid.to_u32(),
+                wanted.to_u32()
+            )
         );
     }
     match cell {
         Cell::Null => (pg_sys::Datum::from(0), true),
         Cell::Bool(v) => (pg_sys::Datum::from(*v), false),
         Cell::Int4(v) => (pg_sys::Datum::from(*v), false),
-        Cell::Int8(v) => (pg_sys::Datum::from(*v), false),
-        Cell::Bytes(bytes) => (varlena(bytes), false),
-        Cell::Array(items) => {
+        Cell::Int8(v) | Cell::Timestamptz(v) => (pg_sys::Datum::from(*v), false),
+        Cell::Text(bytes) | Cell::Numeric(bytes) | Cell::Jsonb(bytes) => (varlena(bytes), false),
+        Cell::NumericArray(items) => {
             let mut datums: Vec<pg_sys::Datum> = items.iter().map(|b| varlena(b)).collect();
             // SAFETY: an array of numeric datums (varlena, 4-byte aligned), copied into it.
             let array = unsafe {
@@ -319,12 +333,22 @@ fn varlena(payload: &[u8]) -> pg_sys::Datum {
     }
 }
 
-/// The payload of the numeric sum of the signed values (numeric payloads), 0 for none: as
-/// `coalesce(sum(sign * value), 0)` gives it (its display scale the largest of the values').
-fn numeric_sum(signed: &[(bool, &[u8])]) -> Vec<u8> {
-    // SAFETY: numeric arithmetic on numeric datums made here; the result is read as a varlena.
+/// The payload of the numeric sum of `decimal` (its text) and the signed values (numeric
+/// payloads) after it: as `coalesce(sum(sign * value), 0)` gives it (its display scale the
+/// largest of the values').
+fn numeric_sum(decimal: &str, signed: &[(bool, &[u8])]) -> Vec<u8> {
+    let text = std::ffi::CString::new(decimal).expect("a decimal's text has no NUL");
+    // SAFETY: numeric_in reads a C string (alive for the call) and returns a numeric; numeric
+    // arithmetic on numeric datums made here; the result is read as a varlena.
     unsafe {
-        let mut sum = pg_sys::int64_to_numeric(0);
+        let mut sum = pg_sys::DirectFunctionCall3Coll(
+            Some(numeric_in_fn),
+            pg_sys::InvalidOid,
+            pg_sys::Datum::from(text.as_ptr()),
+            pg_sys::Datum::from(pg_sys::InvalidOid),
+            pg_sys::Datum::from(-1i32),
+        )
+        .cast_mut_ptr::<pg_sys::NumericData>();
         for (added, value) in signed {
             let value = varlena(value).cast_mut_ptr::<pg_sys::NumericData>();
             // No error flag: an overflow raises PostgreSQL's own error, as sum() would.

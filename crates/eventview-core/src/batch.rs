@@ -112,6 +112,18 @@ chg AS MATERIALIZED (
     )
 }
 
+/// The number of event rows the records of the batch in `log` name (an insert's ids, one for
+/// any other record), counted over at most `limit` records: a read of the log bounded whatever
+/// the batch, which exceeds `limit` - 1 whenever the batch has `limit` records or more. For the
+/// `also` of `log_pending_check`.
+pub fn rows_in_batch(log: &str, limit: i64) -> String {
+    let in_batch = in_batch();
+    format!(
+        "(SELECT coalesce(pg_catalog.sum(CASE WHEN c.op = 'I' THEN pg_catalog.cardinality(c.event_ids) ELSE 1 END), 0)::bigint
+        FROM (SELECT c.op, c.event_ids FROM {log} c WHERE {in_batch} LIMIT {limit}) c)"
+    )
+}
+
 /// `pending_check` over any log with `seq` and `xid` (see `log_ctes`).
 pub fn log_pending_check(log: &str, applied_sql: &str, also: &str) -> String {
     let in_batch = in_batch();

@@ -7,8 +7,9 @@
 //!
 //! A view is planned here (`Plan::of`) when every reference it reads is a JSONPath of member
 //! steps or a logical field whose declarations are such paths, declared text for group columns
-//! and numeric for measures; its measures are `count(*)`, `count`, `sum`, `avg`, `min` and
-//! `max`; it has no filter, `unnest` or time zone. Every other view keeps the SQL stages.
+//! and numeric for measures (text, numeric or integer for `count`); its measures are
+//! `count(*)`, `count`, `sum`, `avg`, `min` and `max`; it has no filter, `unnest` or time zone.
+//! Every other view keeps the SQL stages.
 //!
 //! What each reading gives is what the SQL of `values` gives for the same use (the contract's
 //! section 6): a group key is the text of a string, number (as `numeric_out` writes it) or
@@ -123,10 +124,13 @@ impl Plan {
                     let field = field?;
                     let wanted = field.declared_type().unwrap_or(SqlType::Numeric);
                     let (at, logical) = reference(field, wanted)?;
+                    // A logical field converts as declared (`values::convert`): text and
+                    // numbers (numeric, integer) only; other types keep the SQL stages.
                     let reading = match (logical, wanted) {
                         (false, _) => Reading::Present,
                         (true, SqlType::Text) => Reading::Text,
-                        (true, _) => Reading::Number,
+                        (true, SqlType::Numeric | SqlType::Integer) => Reading::Number,
+                        (true, _) => return None,
                     };
                     Input::Count(at, reading)
                 }
@@ -150,8 +154,30 @@ impl Plan {
         serde_json::to_string(self).expect("a plan serializes")
     }
 
+    /// The plan `to_text` wrote; Err for text no plan gives (references out of range, values
+    /// kept in the row of a measure that is no min or max, more than MAX_ITEMS of either).
     pub fn from_text(text: &str) -> Result<Plan, String> {
-        serde_json::from_str(text).map_err(|e| format!("invalid plan of the refresh pass: {e}"))
+        let plan: Plan = serde_json::from_str(text)
+            .map_err(|e| format!("invalid plan of the refresh pass: {e}"))?;
+        let references = plan.references.len();
+        let in_range = |r: usize| r < references;
+        let valid = references <= MAX_ITEMS
+            && plan.measures.len() <= MAX_ITEMS
+            && plan.keys.iter().all(|&r| in_range(r))
+            && plan.measures.iter().all(|m| match *m {
+                Input::CountStar => true,
+                Input::Count(r, _) | Input::Sum(r) | Input::Min(r) | Input::Max(r) => in_range(r),
+            })
+            && plan.in_row.iter().all(|&n| {
+                matches!(
+                    plan.measures.get(n.wrapping_sub(1)),
+                    Some(Input::Min(_) | Input::Max(_))
+                )
+            });
+        if !valid {
+            return Err("invalid plan of the refresh pass: it names references or measures it does not have".into());
+        }
+        Ok(plan)
     }
 
     /// The column definition list of part 0, the group deltas: the columns of the statement's
@@ -275,25 +301,50 @@ fn hash_bytes(bytes: &[u8]) -> u64 {
     add(hash, u64::from_ne_bytes(last))
 }
 
+/// The exact sum of two decimals (m / 10^d), at the larger scale; None past an i128.
+fn add_decimal((m1, d1): (i128, u32), (m2, d2): (i128, u32)) -> Option<(i128, u32)> {
+    let d = d1.max(d2);
+    let scaled = |m: i128, from: u32| m.checked_mul(10i128.checked_pow(d - from)?);
+    Some((scaled(m1, d1)?.checked_add(scaled(m2, d2)?)?, d))
+}
+
+/// The text of a decimal (m / 10^d) with d digits after the point, as numeric_out writes it.
+fn decimal_text((m, d): (i128, u32)) -> String {
+    let digits = m.unsigned_abs().to_string();
+    let d = d as usize;
+    let padded = if digits.len() <= d {
+        format!("{}{digits}", "0".repeat(d + 1 - digits.len()))
+    } else {
+        digits
+    };
+    let (integer, fraction) = padded.split_at(padded.len() - d);
+    let sign = if m < 0 { "-" } else { "" };
+    if d == 0 {
+        format!("{sign}{integer}")
+    } else {
+        format!("{sign}{integer}.{fraction}")
+    }
+}
+
 /// Bytes in one of the arenas of `Deltas` (`keys`, `values`).
 #[derive(Debug, Clone, Copy)]
 struct Span {
-    start: u32,
-    len: u32,
+    start: usize,
+    len: usize,
 }
 
 impl Span {
     /// Its bytes in `arena`.
     fn of(self, arena: &[u8]) -> &[u8] {
-        &arena[self.start as usize..(self.start + self.len) as usize]
+        &arena[self.start..self.start + self.len]
     }
 }
 
 /// Appends `data` to `arena`.
 fn keep(arena: &mut Vec<u8>, data: &[u8]) -> Span {
     let span = Span {
-        start: arena.len() as u32,
-        len: data.len() as u32,
+        start: arena.len(),
+        len: data.len(),
     };
     arena.extend_from_slice(data);
     span
@@ -304,8 +355,12 @@ fn keep(arena: &mut Vec<u8>, data: &[u8]) -> Span {
 struct MeasureDelta {
     /// Inputs counted (signed).
     n: i64,
-    /// sum/avg: each input with its sign (true: added).
+    /// sum/avg: the sum of the inputs while it fits an exact decimal (m / 10^d, d the largest
+    /// display scale of its terms, as numeric addition keeps it; see `add_decimal`), and each
+    /// input after it did not, with its sign (true: added).
+    exact: (i128, u32),
     signed: Vec<(bool, Span)>,
+    overflowed: bool,
     /// min/max: the extreme of the added values.
     extreme: Option<Span>,
     /// min/max kept in the row: the added values, in order.
@@ -550,11 +605,26 @@ impl Deltas {
                 (_, None) => {}
                 (Input::Sum(_), Some(data)) => {
                     delta.n += i64::from(sign);
+                    if !delta.overflowed {
+                        let term = Numeric::from_data(data).and_then(|n| n.as_decimal());
+                        let signed_term = term.map(|(m, d)| (if added { m } else { -m }, d));
+                        match signed_term.and_then(|t| add_decimal(delta.exact, t)) {
+                            Some(sum) => {
+                                delta.exact = sum;
+                                continue;
+                            }
+                            None => delta.overflowed = true,
+                        }
+                    }
                     let span = keep(&mut self.values, data);
                     delta.signed.push((added, span));
                 }
                 (Input::Min(_) | Input::Max(_), Some(data)) => {
-                    let span = keep(&mut self.values, data);
+                    // The value's bytes, kept when something keeps the value (so that memory
+                    // grows with the distinct values, extremes and values kept in the row).
+                    let mut span = None;
+                    let mut kept =
+                        |values: &mut Vec<u8>| *span.get_or_insert_with(|| keep(values, data));
                     let number = Numeric::from_data(data).expect("checked above");
                     let value_key = &mut self.value_key;
                     value_key.clear();
@@ -571,6 +641,7 @@ impl Deltas {
                         Some(&(_, v)) => self.value_counts[v as usize].n += i64::from(sign),
                         None => {
                             let key = keep(&mut self.value_keys, value_key);
+                            let value = kept(&mut self.values);
                             self.by_value.insert_unique(
                                 hash,
                                 (hash, self.value_counts.len() as u32),
@@ -579,7 +650,7 @@ impl Deltas {
                             self.value_counts.push(ValueCount {
                                 group: g as u32,
                                 measure: i as u32,
-                                value: span,
+                                value,
                                 key,
                                 n: i64::from(sign),
                             });
@@ -589,7 +660,7 @@ impl Deltas {
                         continue;
                     }
                     if self.plan.in_row.contains(&(i + 1)) {
-                        delta.added.push(span);
+                        delta.added.push(kept(&mut self.values));
                     }
                     // As min and max aggregates keep the later of equal values.
                     let replaces = match delta.extreme {
@@ -606,7 +677,7 @@ impl Deltas {
                         }
                     };
                     if replaces {
-                        delta.extreme = Some(span);
+                        delta.extreme = Some(kept(&mut self.values));
                     }
                 }
             }
@@ -643,12 +714,12 @@ impl Deltas {
     }
 
     /// Each row of part `part` (see the module's doc; none for another number), given to
-    /// `emit`. `sum` gives the payload of the numeric sum of the signed values (true: added)
-    /// it is given, 0 for none, as `coalesce(sum(sign * value), 0)` does.
+    /// `emit`. `sum` gives the payload of the numeric sum of a decimal (its text) and of the
+    /// signed values (true: added) after it, as `coalesce(sum(sign * value), 0)` gives it.
     pub fn rows(
         &self,
         part: i32,
-        mut sum: impl FnMut(&[(bool, &[u8])]) -> Vec<u8>,
+        mut sum: impl FnMut(&str, &[(bool, &[u8])]) -> Vec<u8>,
         mut emit: impl FnMut(&[Cell]),
     ) {
         let values = |s: Span| s.of(&self.values);
@@ -670,7 +741,7 @@ impl Deltas {
                         .map(|(_, delta)| {
                             signed.clear();
                             signed.extend(delta.signed.iter().map(|&(a, s)| (a, values(s))));
-                            sum(&signed)
+                            sum(&decimal_text(delta.exact), &signed)
                         })
                         .collect();
                     let mut sums = sums.iter();
@@ -683,17 +754,19 @@ impl Deltas {
                             Input::Count(..) => row.push(Cell::Int8(delta.n)),
                             Input::Sum(_) => {
                                 row.push(Cell::Int8(delta.n));
-                                row.push(Cell::Bytes(sums.next().expect("a sum per sum")));
+                                row.push(Cell::Numeric(sums.next().expect("a sum per sum")));
                             }
                             Input::Min(_) | Input::Max(_) => row.push(match delta.extreme {
-                                Some(span) => Cell::Bytes(values(span)),
+                                Some(span) => Cell::Numeric(values(span)),
                                 None => Cell::Null,
                             }),
                         }
                     }
                     for n in &self.plan.in_row {
                         let added = &deltas[n - 1].added;
-                        row.push(Cell::Array(added.iter().map(|&s| values(s)).collect()));
+                        row.push(Cell::NumericArray(
+                            added.iter().map(|&s| values(s)).collect(),
+                        ));
                     }
                     row.push(Cell::Bool(group.dirty));
                     emit(&row);
@@ -706,11 +779,11 @@ impl Deltas {
                         Cell::Int4(1),
                         Cell::Bool(true),
                         Cell::Int8(e.event_id),
-                        Cell::Bytes(e.event_type.as_bytes()),
+                        Cell::Text(e.event_type.as_bytes()),
                         Cell::Int4(e.event_version),
-                        Cell::Bytes(e.producer.as_bytes()),
-                        Cell::Int8(e.occurred_at),
-                        Cell::Bytes(&e.payload),
+                        Cell::Text(e.producer.as_bytes()),
+                        Cell::Timestamptz(e.occurred_at),
+                        Cell::Jsonb(&e.payload),
                     ]);
                     emit(&row);
                 }
@@ -726,7 +799,7 @@ impl Deltas {
                 for count in self.value_counts.iter().filter(|c| c.measure as usize == i) {
                     row.clear();
                     self.key_cells(self.groups[count.group as usize].key, &mut row);
-                    row.push(Cell::Bytes(values(count.value)));
+                    row.push(Cell::Numeric(values(count.value)));
                     row.push(Cell::Int8(count.n));
                     emit(&row);
                 }
@@ -740,20 +813,20 @@ impl Deltas {
         row.push(Cell::Bool(true));
         let mut at = 0;
         if self.plan.bucketed {
-            row.push(Cell::Int8(i64::from_ne_bytes(
+            row.push(Cell::Timestamptz(i64::from_ne_bytes(
                 key[..8].try_into().expect("8 bytes"),
             )));
             at = 8;
         }
         for _ in &self.plan.keys {
             if key[at] == 0 {
-                row.push(Cell::Bytes(b""));
+                row.push(Cell::Text(b""));
                 row.push(Cell::Bool(true));
                 at += 1;
             } else {
                 let len = u32::from_ne_bytes(key[at + 1..at + 5].try_into().expect("4 bytes"));
                 let end = at + 5 + len as usize;
-                row.push(Cell::Bytes(&key[at + 5..end]));
+                row.push(Cell::Text(&key[at + 5..end]));
                 row.push(Cell::Bool(false));
                 at = end;
             }
@@ -767,12 +840,17 @@ pub enum Cell<'a> {
     Null,
     Bool(bool),
     Int4(i32),
-    /// bigint, or a timestamptz's microseconds.
     Int8(i64),
-    /// The payload of a varlena: a text's bytes, a numeric's or a jsonb's.
-    Bytes(&'a [u8]),
-    /// A one-dimensional array of varlena payloads.
-    Array(Vec<&'a [u8]>),
+    /// Microseconds since 2000-01-01 00:00 UTC.
+    Timestamptz(i64),
+    /// A text's bytes (valid in the database's encoding: from a jsonb string or a text datum).
+    Text(&'a [u8]),
+    /// A numeric's varlena payload (from stored jsonb or PostgreSQL's numeric arithmetic).
+    Numeric(&'a [u8]),
+    /// A jsonb's varlena payload (a stored payload).
+    Jsonb(&'a [u8]),
+    /// A one-dimensional array of numerics' varlena payloads.
+    NumericArray(Vec<&'a [u8]>),
 }
 
 #[cfg(test)]
@@ -826,10 +904,15 @@ mod tests {
                         Cell::Null => "NULL".to_string(),
                         Cell::Bool(b) => if *b { "t" } else { "f" }.to_string(),
                         Cell::Int4(v) => v.to_string(),
-                        Cell::Int8(v) => v.to_string(),
-                        Cell::Bytes(b) if numeric_columns.contains(&i) => text(b),
-                        Cell::Bytes(b) => format!("'{}'", String::from_utf8_lossy(b)),
-                        Cell::Array(items) => format!(
+                        Cell::Int8(v) | Cell::Timestamptz(v) => v.to_string(),
+                        Cell::Numeric(b) if !numeric_columns.contains(&i) => {
+                            format!("'{}'", String::from_utf8_lossy(b))
+                        }
+                        Cell::Numeric(b) => text(b),
+                        Cell::Text(b) | Cell::Jsonb(b) => {
+                            format!("'{}'", String::from_utf8_lossy(b))
+                        }
+                        Cell::NumericArray(items) => format!(
                             "{{{}}}",
                             items.iter().map(|b| text(b)).collect::<Vec<_>>().join(",")
                         ),
@@ -841,13 +924,13 @@ mod tests {
         rows
     }
 
-    /// A sum written as the signed terms it was given, for the tests to read.
-    fn terms(signed: &[(bool, &[u8])]) -> Vec<u8> {
+    /// A sum written as its decimal and the signed terms after it, for the tests to read.
+    fn terms(decimal: &str, signed: &[(bool, &[u8])]) -> Vec<u8> {
         let terms: Vec<String> = signed
             .iter()
             .map(|(added, v)| format!("{}{}", if *added { "+" } else { "-" }, text(v)))
             .collect();
-        terms.join("").into_bytes()
+        format!("{decimal}{}", terms.join("")).into_bytes()
     }
 
     fn add(d: &mut Deltas, sign: i32, bucket: i64, doc: &str) -> Added {
@@ -919,10 +1002,46 @@ mod tests {
         assert!(Plan::of(&key(&text_field), &[]).is_some());
         assert!(Plan::of(&key(&numeric_field), &[]).is_none());
         assert!(Plan::of(&count(&numeric_field), &[]).is_some());
-        let bigint_field = field(SqlType::Bigint);
-        assert!(Plan::of(&count(&bigint_field), &[]).is_none());
+        for t in [
+            SqlType::Bigint,
+            SqlType::Boolean,
+            SqlType::Jsonb,
+            SqlType::Timestamptz,
+            SqlType::Double,
+        ] {
+            let fields = field(t);
+            let counted = def_with(
+                &fields,
+                r#"{"k": "$.k"}"#,
+                r#"{"c": "count(f)"}"#,
+                None,
+                None,
+            );
+            assert!(Plan::of(&counted, &[]).is_none(), "{t:?}");
+        }
+        let integer_field = field(SqlType::Integer);
+        let counted = def_with(
+            &integer_field,
+            r#"{"k": "$.k"}"#,
+            r#"{"c": "count(f)"}"#,
+            None,
+            None,
+        );
+        assert!(Plan::of(&counted, &[]).is_some());
         let plan = Plan::of(&peers, &[3]).unwrap();
         assert_eq!(Plan::from_text(&plan.to_text()).unwrap(), plan);
+        // Text no plan gives is refused, not read past its references.
+        let text = plan.to_text();
+        for bad in [
+            text.replace(r#""keys":[0]"#, r#""keys":[9]"#),
+            text.replace(r#"{"Sum":1}"#, r#"{"Sum":7}"#),
+            text.replace(r#""in_row":[3]"#, r#""in_row":[2]"#),
+            text.replace(r#""in_row":[3]"#, r#""in_row":[0]"#),
+            "{}".to_string(),
+        ] {
+            assert_ne!(bad, text);
+            assert!(Plan::from_text(&bad).is_err(), "{bad}");
+        }
         assert_eq!(
             plan.group_columns(),
             "__k boolean, bucket timestamptz, g1 text, g1_null boolean, __count bigint, m2_n bigint, m2_sum numeric, m3_val numeric, m4_n bigint, m4_sum numeric, m5_n bigint, m6_val numeric, m3_vals numeric[], __dirty boolean"
@@ -986,8 +1105,8 @@ mod tests {
         assert_eq!(
             show(&deltas, 0, &[7, 9]),
             [
-                "t 0 'a' f 2 1 '+2+1.25-4' 3 2 1.00 {1.0,3,1.00} t",
-                "t 0 'b' f 1 0 '' NULL 0 NULL {} f",
+                "t 0 'a' f 2 1 '-0.75' 3 2 1.00 {1.0,3,1.00} t",
+                "t 0 'b' f 1 0 '0' NULL 0 NULL {} f",
             ]
         );
         // The values of max and of min: 1.0 and 1.00 are one value (the first written kept).
@@ -995,6 +1114,37 @@ mod tests {
         assert_eq!(show(&deltas, 3, &[4]), values);
         assert_eq!(show(&deltas, 5, &[4]), values);
         assert!(show(&deltas, 2, &[]).is_empty());
+    }
+
+    #[test]
+    fn sums_are_exact_decimals_and_terms_past_them() {
+        assert_eq!(decimal_text((0, 0)), "0");
+        assert_eq!(decimal_text((0, 3)), "0.000");
+        assert_eq!(decimal_text((-5, 3)), "-0.005");
+        assert_eq!(decimal_text((12345, 2)), "123.45");
+        assert_eq!(decimal_text((-12345, 0)), "-12345");
+        assert_eq!(add_decimal((150, 2), (-2, 0)), Some((-50, 2)));
+        assert_eq!(add_decimal((i128::MAX, 0), (1, 0)), None);
+        assert_eq!(add_decimal((1, 0), (1, 39)), None);
+        let d = def(r#"{"k": "$.k"}"#, r#"{"s": "sum($.v)"}"#);
+        let mut deltas = Deltas::new(Plan::of(&d, &[]).unwrap());
+        let big = "9".repeat(37);
+        for (sign, v) in [
+            (1, "1.5"),
+            (-1, "0.25"),
+            (1, big.as_str()),
+            (1, big.as_str()),
+            (-1, "2"),
+        ] {
+            let doc = format!(r#"{{"k": "a", "v": {v}}}"#);
+            assert_eq!(add(&mut deltas, sign, 0, &doc), Added::Counted);
+        }
+        // 1.5 - 0.25 fits; 99...9 at two decimals does not (39 digits): it and what follows
+        // are terms.
+        assert_eq!(
+            show(&deltas, 0, &[]),
+            [format!("t 0 'a' f 1 1 '1.25+{big}+{big}-2' t")]
+        );
     }
 
     #[test]
@@ -1029,7 +1179,7 @@ mod tests {
             occurred_at: 99,
             payload: b"doc".to_vec(),
         });
-        assert_eq!(show(&deltas, 0, &[]), ["t 0 'a' f 1 0 '' 1 f"]);
+        assert_eq!(show(&deltas, 0, &[]), ["t 0 'a' f 1 0 '0' 1 f"]);
         assert_eq!(show(&deltas, -1, &[]), ["1 t 42 't' 3 'p' 99 'doc'"]);
     }
 

@@ -679,6 +679,33 @@ impl<'a> Numeric<'a> {
         out.extend_from_slice(digits);
     }
 
+    /// The value as (m, d): m / 10^d, d its display scale; None when m does not fit in an
+    /// i128 (about 38 digits) or for NaN and the infinities.
+    pub fn as_decimal(&self) -> Option<(i128, u32)> {
+        if self.special.is_some() {
+            return None;
+        }
+        let scale = self.dscale;
+        let mut m: i128 = 0;
+        for k in 0..self.ndigits() {
+            // Digit k counts 10000^(weight - k), so 10^(4 * (weight - k) + scale) in m.
+            let exponent = 4 * (i64::from(self.weight) - k as i64) + i64::from(scale);
+            let digit = i128::from(self.digit(k));
+            let term = if exponent >= 0 {
+                digit.checked_mul(10i128.checked_pow(u32::try_from(exponent).ok()?)?)?
+            } else {
+                // Past the display scale: zero in a value PostgreSQL made (it rounds to it).
+                let divisor = 10i128.checked_pow(u32::try_from(-exponent).ok()?)?;
+                if digit % divisor != 0 {
+                    return None;
+                }
+                digit / divisor
+            };
+            m = m.checked_add(term)?;
+        }
+        Some((if self.negative { -m } else { m }, scale))
+    }
+
     /// The value when it is an integer within i64 (so 2.0 is 2), else None.
     pub fn as_integer(&self) -> Option<i64> {
         if self.special.is_some() {
@@ -883,6 +910,25 @@ pub(crate) mod tests {
         assert_eq!(text_of(&numeric_of("-0.00")), "0.00");
         assert_eq!(text_of(&numeric_of("-1.5e+3")), "-1500");
         assert_eq!(text_of(&numeric_of("25E-3")), "0.025");
+    }
+
+    #[test]
+    fn numbers_read_as_exact_decimals() {
+        let decimal = |t: &str| Numeric::read(&numeric_of(t)).unwrap().as_decimal();
+        assert_eq!(decimal("12.50"), Some((1250, 2)));
+        assert_eq!(decimal("-0.001"), Some((-1, 3)));
+        assert_eq!(decimal("100000000"), Some((100_000_000, 0)));
+        assert_eq!(decimal("0.000"), Some((0, 3)));
+        assert_eq!(
+            decimal("123456789.123456789"),
+            Some((123_456_789_123_456_789, 9))
+        );
+        assert_eq!(
+            decimal(&"9".repeat(38)),
+            Some(("9".repeat(38).parse().unwrap(), 0))
+        );
+        assert_eq!(decimal(&"9".repeat(40)), None);
+        assert_eq!(decimal(&format!("0.{}1", "0".repeat(40))), Some((1, 41)));
     }
 
     #[test]

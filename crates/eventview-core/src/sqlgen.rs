@@ -77,6 +77,16 @@ pub const STORAGE_FILLFACTOR: u32 = 70;
 
 pub use super::values::MAX_KEY_BYTES;
 
+/// Most event rows a batch may have for its refresh to take the pass in Rust
+/// (`apply_in_one_pass`): the pass keeps the batch's groups and distinct min/max values in
+/// memory, where the SQL stages' hash aggregates spill to disk past `work_mem`. A larger batch
+/// (a bulk load since the last refresh) is read by the SQL stages.
+pub const ONE_PASS_MAX_ROWS: i64 = 500_000;
+
+/// The type error of an event the refresh pass in Rust finds one in and the SQL stages do not
+/// (see `apply_in_one_pass`).
+const PASS_DISAGREES: &str = "the refresh pass in Rust found a type error the SQL stages do not find: a defect of pg_eventview (eventview.one_pass_refresh = off reads the event in SQL)";
+
 /// Where the rows of an apply come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -1174,12 +1184,22 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
 
     /// Whether a refresh has anything to apply (see `batch::pending_check`), and how many
     /// values wait in the min/max logs (an idle refresh merges them).
+    ///
+    /// For a view the refresh pass in Rust covers, a fourth column, `batch_rows`: the event rows
+    /// of the batch, counted up to ONE_PASS_MAX_ROWS + 1 (`batch::rows_in_batch`).
     pub fn pending_check(&self) -> String {
-        let logged = format!(
+        let mut also = format!(
             "(SELECT extremes_logged FROM eventview._views WHERE view_id = {}) AS extremes_logged",
             self.view_id
         );
-        batch::log_pending_check(&self.consumed_log(), &self.applied_state(), &logged)
+        let log = self.consumed_log();
+        if self.one_pass_plan().is_some() {
+            also.push_str(&format!(
+                ",\n       {} AS batch_rows",
+                batch::rows_in_batch(&log, ONE_PASS_MAX_ROWS + 1)
+            ));
+        }
+        batch::log_pending_check(&log, &self.applied_state(), &also)
     }
 
     /// The log the view consumes: its event table's changelog, or for a rollup, its source
@@ -1463,10 +1483,13 @@ delta_rows AS (
         };
         ctes.extend(Self::checked(&c_cols, from, &c_where, oversize));
         if !with_good {
-            ctes.push(
-                "bad_rows AS (SELECT event_id, bad FROM c WHERE bad IS NOT NULL AND sign > 0)"
-                    .into(),
-            );
+            // The rows are those the pass in Rust found a type error in: one it finds and these
+            // stages do not (a defect) still quarantines the event, or fails the refresh,
+            // rather than leave it out of the view unseen.
+            ctes.push(format!(
+                "bad_rows AS (SELECT event_id, coalesce(bad, {}) AS bad FROM c WHERE sign > 0)",
+                quote::literal(PASS_DISAGREES)
+            ));
             return ctes;
         }
         if self.def.unnest.is_some() {

@@ -161,6 +161,10 @@ fn statement_kinds() -> Kinds {
         "refresh_apply_one_pass",
         [view(&one_pass, true).apply_in_one_pass().unwrap()],
     );
+    k.add(
+        "refresh_pending_check_one_pass",
+        [view(&one_pass, true).pending_check()],
+    );
     assert!(stored.apply_in_one_pass().is_none());
     k.add("refresh_fixup", stored.fixup());
     k.add("refresh_merge_logs", stored.merge_logs());
