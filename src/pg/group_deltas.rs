@@ -7,7 +7,9 @@
 //! random token, which it returns as its value (bytea); `_group_delta_rows(token, part)` reads
 //! the rows of a part from there. The result stays until the aggregate's memory context goes
 //! (the end of the statement, or its abort), whose reset callback removes it: no copy of the
-//! rows into a value (which could not pass 1 GB), and nothing left behind.
+//! rows into a value (which could not pass 1 GB), and nothing left behind. (A plain aggregate's
+//! context is reset only when its node ends or is rescanned, and the statement reads it through
+//! a MATERIALIZED CTE, which is never rescanned: the result outlives every reader.)
 
 use std::cell::RefCell;
 use std::collections::HashMap;

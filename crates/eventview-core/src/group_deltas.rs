@@ -1,9 +1,9 @@
 //! The per-event work of a refresh in one pass over the batch, in Rust: each event's group key,
 //! measure inputs and type checks read from its stored jsonb, and the signed delta of each group
-//! gathered, for the apply statement to upsert (see `ViewSql::apply`). It stands for the stages
-//! `f`, `ft`, `c` and the grouping of `good` of that statement, which cost about three times a
-//! hand-written aggregate over the same events; everything after them (the upsert, value logs
-//! and multisets, quarantine, position) stays SQL.
+//! gathered, for the apply statement to upsert (see `ViewSql::apply_in_one_pass`). It stands for
+//! the stages `f`, `ft`, `c` and the grouping of `good` of that statement, which cost about three
+//! times a hand-written aggregate over the same events; everything after them (the upsert, value
+//! logs and multisets, quarantine, position) stays SQL.
 //!
 //! A view is planned here (`Plan::of`) when every reference it reads is a JSONPath of member
 //! steps or a logical field whose declarations are such paths, declared text for group columns
@@ -17,7 +17,7 @@
 //! measure input is a JSON number, NULL for null or missing, a type error for anything else;
 //! `count` of a JSONPath counts every value but null. Sizes are checked as `oversize_check`
 //! does. An event with a type error counts nowhere: the caller keeps it (`keep_type_error`), and
-//! the statement's SQL stages find its reason, so quarantine entries and errors read as ever.
+//! the statement's SQL stages find its reason, so quarantine entries and errors read as theirs.
 //!
 //! The statement reads the result in parts (`Deltas::rows`): part 0 the group deltas
 //! (`Plan::group_columns`), part n the (group, value, signed count) rows of min/max measure n
