@@ -7,43 +7,24 @@
 -- but our own changes are not committed and more may follow in this transaction. A refresh
 -- therefore tracks its own transaction's changes apart, by changelog position
 -- (_views.applied_own_xid / applied_own_seq), and this snapshot must not cover them.
--- STABLE: it runs under the caller's statement snapshot. PL/pgSQL, not SQL: a SQL function
--- with a SET clause is parsed and planned at every call (0.2 ms, twice per refresh and once per
--- read of a realtime view); PL/pgSQL keeps its plan (0.03 ms).
+-- STABLE: it runs under the caller's statement snapshot. A C function (crate::pg::snapshot):
+-- every refresh, observation and realtime read calls it, and an interpreted function with a
+-- SET clause would cost tens of microseconds at each statement's first call.
 CREATE FUNCTION eventview._snapshot_without_own() RETURNS pg_snapshot
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN (SELECT CASE
-        WHEN own IS NULL OR NOT pg_visible_in_snapshot(own, s) THEN s
-        ELSE (least(pg_snapshot_xmin(s)::text::numeric, own::text::numeric)::text || ':' ||
-              pg_snapshot_xmax(s)::text || ':' ||
-              array_to_string(ARRAY(
-                  SELECT x FROM (
-                      SELECT pg_snapshot_xip(s)::text::numeric AS x
-                      UNION
-                      SELECT own::text::numeric
-                  ) xs
-                  ORDER BY x), ','))::pg_snapshot
-    END
-    FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS own) cur);
-END
-$$;
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'snapshot_without_own';
 
 -- Whether a position (an applied snapshot, an own xid) names only transactions this cluster has
--- given out: the opposite of what eventview._positions_from_elsewhere finds in positions restored
--- from another cluster, under the same bound (a later check runs under a later snapshot, so a
--- position this accepts never reads as from elsewhere). A superuser writes any: a restore does.
--- See eventview._check_position.
+-- given out: pg_snapshot_xmax(s) is at most the next transaction id (the later of the current
+-- snapshot's xmax and the caller's own xid + 1), and so is own, if any. The opposite of what
+-- eventview._positions_from_elsewhere finds in positions restored from another cluster, under
+-- the same bound (a later check runs under a later snapshot, so a position this accepts never
+-- reads as from elsewhere). A superuser writes any: a restore does. NULL for a NULL snapshot
+-- the own xid does not refuse. See eventview._check_position. A C function
+-- (crate::pg::snapshot): the trigger's WHEN clause calls it at every refresh.
 CREATE FUNCTION eventview._position_given_out(s pg_snapshot, own xid8) RETURNS boolean
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    next_xid xid8 := greatest(pg_snapshot_xmax(pg_current_snapshot()),
-                              (pg_current_xact_id_if_assigned()::text::numeric + 1)::text::xid8);
-BEGIN
-    RETURN (pg_snapshot_xmax(s) <= next_xid AND (own IS NULL OR own < next_xid))
-        OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user);
-END
-$$;
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'position_given_out';
 
 -- Whether a consumer (a view, or a table's field observer) has applied the changelog record
 -- (xid, seq): its transaction is visible in the consumer's applied snapshot s, or it is the
@@ -137,7 +118,8 @@ COMMENT ON TABLE eventview._views IS 'pg_eventview: incremental views (see event
 -- another cluster, and the next capture trigger made on the table, by whichever role, would have
 -- a superuser renumber its changelog (eventview._rebase_positions). Only a change of position is
 -- checked: the other columns of a row restored from another cluster (and not renumbered yet)
--- stay writable.
+-- stay writable. The trigger's WHEN clause makes the check; the function, run only for a
+-- position the check refuses, raises the error.
 CREATE FUNCTION eventview._check_position() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -153,8 +135,9 @@ $$;
 CREATE TRIGGER _views_position_given_out
     BEFORE UPDATE OF applied_snapshot, applied_own_xid ON eventview._views
     FOR EACH ROW
-    WHEN (NEW.applied_snapshot::text IS DISTINCT FROM OLD.applied_snapshot::text
-          OR NEW.applied_own_xid IS DISTINCT FROM OLD.applied_own_xid)
+    WHEN ((NEW.applied_snapshot::text IS DISTINCT FROM OLD.applied_snapshot::text
+           OR NEW.applied_own_xid IS DISTINCT FROM OLD.applied_own_xid)
+          AND NOT eventview._position_given_out(NEW.applied_snapshot, NEW.applied_own_xid))
     EXECUTE FUNCTION eventview._check_position();
 
 -- Event tables distributed by Citus (API.md section 10), on the coordinator. Each shard is an

@@ -114,18 +114,11 @@ pub fn resolve_without_usage(name: &str) -> EvResult<pg_sys::Oid> {
 }
 
 /// `"schema"."name"` of a relation, for generated SQL that must not depend on search_path.
+/// From the catalog caches: every refresh asks it for its event table.
 pub fn qualified(relid: pg_sys::Oid) -> EvResult<String> {
-    let parts = spi::one::<Vec<String>>(
-        "SELECT ARRAY[n.nspname::text, c.relname::text] FROM pg_catalog.pg_class c
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
-        &[relid.into()],
-    )?
-    .ok_or_else(|| EvError::undefined_table(&relid.to_u32().to_string()))?;
-    Ok(parts
-        .iter()
-        .map(|p| quote::ident(p))
-        .collect::<Vec<_>>()
-        .join("."))
+    let (schema, name) = crate::pg::relcache::schema_and_name(relid)
+        .ok_or_else(|| EvError::undefined_table(&relid.to_u32().to_string()))?;
+    Ok(format!("{}.{}", quote::ident(&schema), quote::ident(&name)))
 }
 
 /// A relation's name as `regclass` prints it (qualified unless visible on search_path; inside

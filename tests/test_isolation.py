@@ -215,3 +215,65 @@ def test_rebuild_under_repeatable_read_asks_for_a_retry_when_a_truncate_commits_
         c.execute("""INSERT INTO ev (event_type, payload) VALUES ('sale', '{"sku": "B"}')""")
         assert _one(a, "SELECT eventview.refresh('v')") == 1
         assert a.execute("SELECT sku, n FROM v").fetchall() == [("B", 1)]
+
+
+# The statement's snapshot with the own transaction in progress, spelled in SQL: what
+# eventview._snapshot_without_own computes, in the same statement.
+_SNAPSHOT_WITHOUT_OWN_IN_SQL = """
+    SELECT eventview._snapshot_without_own()::text,
+           (SELECT CASE
+               WHEN own IS NULL OR NOT pg_visible_in_snapshot(own, s) THEN s
+               ELSE (least(pg_snapshot_xmin(s)::text::numeric, own::text::numeric)::text || ':' ||
+                     pg_snapshot_xmax(s)::text || ':' ||
+                     array_to_string(ARRAY(
+                         SELECT x FROM (SELECT pg_snapshot_xip(s)::text::numeric AS x
+                                        UNION SELECT own::text::numeric) xs
+                         ORDER BY x), ','))::pg_snapshot
+            END::text
+            FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS own) cur)
+"""
+
+
+def test_the_snapshot_without_the_own_transaction_leaves_it_in_progress(db):
+    """_snapshot_without_own is the statement's snapshot with the caller's own transaction
+    (when it has an id) among those in progress, xmin lowered to it when it is older: with no
+    transaction id, with other transactions open before and after it, and when it is the oldest
+    one running."""
+    conns = [psycopg.connect(db, autocommit=True) for _ in range(4)]
+    a, older, newer, writer = conns
+    try:
+        writer.execute("CREATE TABLE t (x int)")
+
+        def check(expect_own_in_progress):
+            got, spelled = a.execute(_SNAPSHOT_WITHOUT_OWN_IN_SQL).fetchone()
+            assert got == spelled
+            own = _one(a, "SELECT pg_current_xact_id_if_assigned()::text")
+            if expect_own_in_progress:
+                assert own in got.split(":")[2].split(","), got
+            return got
+
+        # No transaction id: the statement's snapshot as it is.
+        assert check(False) == _one(a, "SELECT pg_current_snapshot()::text")
+        older.execute("BEGIN")
+        older.execute("INSERT INTO t VALUES (1)")
+        a.execute("BEGIN")
+        a.execute("INSERT INTO t VALUES (2)")
+        newer.execute("BEGIN")
+        newer.execute("INSERT INTO t VALUES (3)")
+        writer.execute("INSERT INTO t VALUES (4)")
+        # Between an older and a newer open transaction, after one that committed.
+        between = check(True)
+        assert len(between.split(":")[2].split(",")) == 3, between
+        older.execute("COMMIT")
+        newer.execute("COMMIT")
+        writer.execute("INSERT INTO t VALUES (5)")
+        # The oldest running: the statement's snapshot starts after it, and xmin moves to it.
+        oldest = check(True)
+        own = _one(a, "SELECT pg_current_xact_id()::text")
+        assert oldest.split(":")[0] == own and oldest.split(":")[2] == own, oldest
+        assert _one(a, "SELECT pg_visible_in_snapshot(pg_current_xact_id(), eventview._snapshot_without_own())") is False
+        a.execute("COMMIT")
+        assert check(False) == _one(a, "SELECT pg_current_snapshot()::text")
+    finally:
+        for c in conns:
+            c.close()

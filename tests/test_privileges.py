@@ -804,6 +804,34 @@ def test_a_refresh_does_not_read_an_event_table_whose_envelope_its_owner_retyped
         who.conn.close()
 
 
+def test_a_refresh_under_repeatable_read_refuses_an_envelope_retyped_after_its_snapshot(cluster, roles):
+    """The envelope check answers from the table as the refresh reads it, under its lock: a
+    REPEATABLE READ transaction whose snapshot predates the ALTER TABLE (and whose catalog
+    reads would still see the old type) is refused as well, with 55000 saying so, and applies
+    nothing."""
+    admin, bob = As(cluster, roles, "postgres"), As(cluster, roles, "bob")
+    bob.q("SELECT eventview.create_event_table('rr_events')")
+    admin.q("""SELECT eventview.create_view('rr_view', 'rr_events', measures => '{"s": "sum($.v)"}')""")
+    bob.q("INSERT INTO rr_events (event_type, payload) VALUES ('e', '{\"v\": 1}')")
+    admin.q("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    assert admin.one("SELECT count(*) FROM eventview.views") == 1
+    bob.q("ALTER TABLE rr_events ALTER COLUMN producer TYPE varchar(50)")
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as e:
+        admin.q("SELECT eventview.refresh('rr_view')")
+    assert e.value.diag.message_primary == (
+        "event table public.rr_events was altered: its envelope columns changed after this transaction's snapshot")
+    admin.q("ROLLBACK")
+    # Outside that snapshot, the catalog names the column.
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as e:
+        admin.q("SELECT eventview.refresh('rr_view')")
+    assert e.value.diag.message_primary == "event table public.rr_events was altered: producer is character varying(50)"
+    bob.q("ALTER TABLE rr_events ALTER COLUMN producer TYPE text")
+    assert admin.one("SELECT eventview.refresh('rr_view')") == 1
+    assert admin.one("SELECT s FROM rr_view") == 1
+    for who in (admin, bob):
+        who.conn.close()
+
+
 def test_a_view_renamed_where_event_triggers_do_not_fire_still_files_its_quarantine(cluster, roles):
     """The quarantine's policies find a view by the name its catalog row keeps (known_name),
     which a rename updates through an event trigger. Renamed where event triggers do not fire
@@ -848,6 +876,40 @@ def test_ingest_takes_insert_on_the_envelope_columns_only(cluster, roles):
     assert pat.q(f"SELECT * FROM eventview.ingest('colgrant', '{ok}')") == [(0, 1, 0)]
     for who in (alice, pat):
         who.conn.close()
+
+
+def test_a_position_is_given_out_as_its_sql_spelling_says(cluster, roles):
+    """_position_given_out(s, own): pg_snapshot_xmax(s) and own (when not NULL) are at most the
+    next transaction id (the later of the statement's snapshot's xmax and the caller's own
+    xid + 1), or the current user is a superuser; NULL for a NULL snapshot unless own refuses
+    it, as SQL's AND and OR give. Compared with that spelling for a user and a superuser, in and
+    out of a transaction with an id."""
+    admin, alice = (As(cluster, roles, r) for r in ("postgres", "alice"))
+    spelled = """
+        SELECT eventview._position_given_out(s, own),
+               (pg_snapshot_xmax(s) <= next_xid AND (own IS NULL OR own < next_xid))
+               OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+        FROM (SELECT %(s)s::pg_snapshot AS s, %(own)s::xid8 AS own,
+                     greatest(pg_snapshot_xmax(pg_current_snapshot()),
+                              (pg_current_xact_id_if_assigned()::text::numeric + 1)::text::xid8) AS next_xid) p
+    """
+    answers = set()
+    for who in (alice, admin):
+        for in_transaction in (False, True):
+            if in_transaction:
+                who.q("BEGIN")
+                who.q("SELECT pg_current_xact_id()")
+            nxt = int(who.one("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"))
+            if in_transaction:
+                nxt = max(nxt, int(who.one("SELECT pg_current_xact_id()::text")) + 1)
+            for s in (None, f"{nxt - 1}:{nxt - 1}:", f"{nxt}:{nxt}:", f"{nxt + 1}:{nxt + 1}:", f"3:{nxt + 5}:4"):
+                for own in (None, "3", str(nxt - 1), str(nxt), str(nxt + 7)):
+                    got, expected = who.q(spelled, {"s": s, "own": own})[0]
+                    assert got == expected, (who, in_transaction, s, own)
+                    answers.add(got)
+            if in_transaction:
+                who.q("ROLLBACK")
+    assert answers == {True, False, None}
 
 
 def test_a_views_owner_writes_only_positions_a_refresh_could_have_written(cluster, roles):

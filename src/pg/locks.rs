@@ -3,7 +3,6 @@
 //! locked for long must not stall the work on every other table.
 
 use crate::errors::EvResult;
-use crate::pg::spi;
 use pgrx::prelude::*;
 
 /// Whether a reader may take the event table now: takes ACCESS SHARE on it, on its indexes and
@@ -75,18 +74,55 @@ fn lock_with_parts_if_free(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> EvResu
     if !lock_if_free(relid, mode) {
         return Ok(false);
     }
-    let parts = spi::one::<Vec<pg_sys::Oid>>(
-        "SELECT coalesce(pg_catalog.array_agg(r ORDER BY r), '{}') FROM (
-             SELECT i.indexrelid AS r FROM pg_catalog.pg_index i WHERE i.indrelid = $1
-             UNION ALL
-             SELECT t.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_class t ON t.oid = c.reltoastrelid WHERE c.oid = $1
-             UNION ALL
-             SELECT i.indexrelid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_index i ON i.indrelid = c.reltoastrelid
-             WHERE c.oid = $1) parts",
-        &[relid.into()],
-    )?
-    .unwrap_or_default();
-    Ok(parts.into_iter().all(|part| lock_if_free(part, mode)))
+    // Its indexes, then its TOAST table and that table's index, from the relation cache (each
+    // relation is locked before its entry is read).
+    if !index_oids(relid)
+        .into_iter()
+        .all(|index| lock_if_free(index, mode))
+    {
+        return Ok(false);
+    }
+    let toast = toast_oid(relid);
+    if toast == pg_sys::InvalidOid {
+        return Ok(true);
+    }
+    Ok(lock_if_free(toast, mode)
+        && index_oids(toast)
+            .into_iter()
+            .all(|index| lock_if_free(index, mode)))
+}
+
+/// The indexes of a relation this backend holds locked (none when it does not exist).
+fn index_oids(relid: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    // SAFETY: the relcache entry of a locked relation, closed before returning (a missing one
+    // is a null pointer); RelationGetIndexList gives a list of oids, read whole before it goes.
+    unsafe {
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        if rel.is_null() {
+            return Vec::new();
+        }
+        let list = pg_sys::RelationGetIndexList(rel);
+        let oids = (0..pg_sys::list_length(list))
+            .map(|n| pg_sys::list_nth_oid(list, n))
+            .collect();
+        pg_sys::list_free(list);
+        pg_sys::RelationClose(rel);
+        oids
+    }
+}
+
+/// The TOAST table of a relation this backend holds locked (InvalidOid when it has none).
+fn toast_oid(relid: pg_sys::Oid) -> pg_sys::Oid {
+    // SAFETY: as in index_oids.
+    unsafe {
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        if rel.is_null() {
+            return pg_sys::InvalidOid;
+        }
+        let toast = (*(*rel).rd_rel).reltoastrelid;
+        pg_sys::RelationClose(rel);
+        toast
+    }
 }
 
 /// A lock on a relation in `mode` if it can be had without waiting. One this transaction already

@@ -14,6 +14,7 @@ pub mod partition_removal;
 pub mod plan_cache;
 pub mod relcache;
 pub mod roles;
+pub mod snapshot;
 pub mod spi;
 pub mod stored_jsonb;
 pub mod subtransaction;

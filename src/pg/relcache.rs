@@ -46,3 +46,66 @@ pub fn relid_in_schema(schema: &str, name: &str) -> pg_sys::Oid {
         pg_sys::get_relname_relid(name.as_ptr(), namespace)
     }
 }
+
+/// Whether the relation is a plain or partitioned table with each of `columns` (name, type): a
+/// column of that name that is not dropped, of that type when `types`. None (unknown) for a
+/// relation this backend holds no lock on, whose cache entry could change meanwhile; false for
+/// one that does not exist.
+pub fn has_columns(
+    relid: pg_sys::Oid,
+    columns: &[(&std::ffi::CStr, pg_sys::Oid)],
+    types: bool,
+) -> Option<bool> {
+    // SAFETY: a relcache entry is opened only for a relation this backend holds locked (so it
+    // cannot change meanwhile), and closed before returning; a missing relation gives a null
+    // pointer, checked before use; the descriptor has natts attributes.
+    unsafe {
+        let mode = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        if !pg_sys::CheckRelationOidLockedByMe(relid, mode, true) {
+            return None;
+        }
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        if rel.is_null() {
+            return Some(false);
+        }
+        let kind = (*(*rel).rd_rel).relkind as u8;
+        let table = kind == pg_sys::RELKIND_RELATION || kind == pg_sys::RELKIND_PARTITIONED_TABLE;
+        let desc = (*rel).rd_att;
+        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+        let found = table
+            && columns.iter().all(|(name, type_oid)| {
+                attrs.iter().any(|a| {
+                    !a.attisdropped
+                        && std::ffi::CStr::from_ptr(a.attname.data.as_ptr()) == *name
+                        && (!types || a.atttypid == *type_oid)
+                })
+            });
+        pg_sys::RelationClose(rel);
+        Some(found)
+    }
+}
+
+/// The schema and name of a relation, from the catalog caches; None when it does not exist.
+pub fn schema_and_name(relid: pg_sys::Oid) -> Option<(String, String)> {
+    // SAFETY: catalog cache lookups by oid; each returns NULL (or InvalidOid) for a missing
+    // object, checked before use; the names are palloc'd copies, read before they go.
+    unsafe {
+        let namespace = pg_sys::get_rel_namespace(relid);
+        if namespace == pg_sys::InvalidOid {
+            return None;
+        }
+        let schema = pg_sys::get_namespace_name(namespace);
+        let name = pg_sys::get_rel_name(relid);
+        if schema.is_null() || name.is_null() {
+            return None;
+        }
+        Some((
+            std::ffi::CStr::from_ptr(schema)
+                .to_string_lossy()
+                .into_owned(),
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned(),
+        ))
+    }
+}

@@ -23,6 +23,7 @@ pub mod quote;
 pub mod rfc3339;
 pub mod shapes;
 pub mod sketch;
+pub mod snapshot;
 pub mod sqlgen;
 pub mod ticks;
 pub mod values;

@@ -126,6 +126,86 @@ pub struct ViewSql<'a> {
     pub values_in_row: ValuesInRow,
 }
 
+/// An owned copy of everything a `ViewSql` generates its statements from: a cache of generated
+/// statements keeps it beside them, and reuses them for a `ViewSql` that `matches` it (the
+/// statements of every refresh are a few tens of kB of text, whose generation costs a refresh
+/// of a few events about 5% of its time).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewSqlKey {
+    def: ViewDefinition,
+    view_id: i32,
+    source_id: i32,
+    source_scan: String,
+    log_extremes: bool,
+    feeds_rollups: bool,
+    bucket_width: Option<String>,
+    rollup_source: Option<Box<ViewSqlKey>>,
+    data_table: Option<String>,
+    values_in_row: ValuesInRow,
+}
+
+impl ViewSql<'_> {
+    /// The key of this generator (see `ViewSqlKey`).
+    pub fn key(&self) -> ViewSqlKey {
+        // Destructured, so that a field added to ViewSql cannot be left out of the key.
+        let ViewSql {
+            def,
+            view_id,
+            source_id,
+            source_scan,
+            log_extremes,
+            feeds_rollups,
+            bucket_width,
+            rollup_source,
+            data_table,
+            values_in_row,
+        } = self;
+        ViewSqlKey {
+            def: (*def).clone(),
+            view_id: *view_id,
+            source_id: *source_id,
+            source_scan: source_scan.clone(),
+            log_extremes: *log_extremes,
+            feeds_rollups: *feeds_rollups,
+            bucket_width: bucket_width.clone(),
+            rollup_source: rollup_source.as_ref().map(|s| Box::new(s.key())),
+            data_table: data_table.clone(),
+            values_in_row: *values_in_row,
+        }
+    }
+
+    /// Whether this generator generates what the one `key` was taken from does: the same
+    /// inputs (compared in place, without copying them).
+    pub fn matches(&self, key: &ViewSqlKey) -> bool {
+        let ViewSql {
+            def,
+            view_id,
+            source_id,
+            source_scan,
+            log_extremes,
+            feeds_rollups,
+            bucket_width,
+            rollup_source,
+            data_table,
+            values_in_row,
+        } = self;
+        *view_id == key.view_id
+            && *source_id == key.source_id
+            && *log_extremes == key.log_extremes
+            && *feeds_rollups == key.feeds_rollups
+            && *values_in_row == key.values_in_row
+            && *source_scan == key.source_scan
+            && *bucket_width == key.bucket_width
+            && *data_table == key.data_table
+            && **def == key.def
+            && match (rollup_source, &key.rollup_source) {
+                (None, None) => true,
+                (Some(source), Some(key)) => source.matches(key),
+                _ => false,
+            }
+    }
+}
+
 /// Where a group's min/max values are while the group has few: in its storage row, an array per
 /// min/max measure (`m<n>_vals`), rather than in the measure's multiset. See the module's doc.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -2462,6 +2542,38 @@ mod tests {
             data_table: None,
             values_in_row: ValuesInRow::Kept,
         }
+    }
+
+    #[test]
+    fn a_generator_matches_the_key_of_one_with_the_same_inputs_only() {
+        let d = def(r#"{"sku": "$.sku"}"#, r#"{"top": "max($.p)"}"#, None, true);
+        let other = def(r#"{"sku": "$.sku"}"#, r#"{"top": "min($.p)"}"#, None, true);
+        let key = sql(&d).key();
+        let same = d.clone();
+        assert!(sql(&same).matches(&key));
+        assert!(!sql(&other).matches(&key));
+        let changes: [fn(&mut ViewSql); 8] = [
+            |s| s.view_id += 1,
+            |s| s.feeds_rollups = !s.feeds_rollups,
+            |s| s.source_id += 1,
+            |s| s.source_scan.push(' '),
+            |s| s.log_extremes = !s.log_extremes,
+            |s| s.bucket_width = Some("'1 hour'".into()),
+            |s| s.data_table = Some("\"s\".\"t\"".into()),
+            |s| s.values_in_row = ValuesInRow::Columns,
+        ];
+        for change in changes {
+            let mut changed = sql(&d);
+            change(&mut changed);
+            assert!(!changed.matches(&key));
+            assert!(changed.matches(&changed.key()));
+        }
+        let mut rollup = sql(&d);
+        rollup.rollup_source = Some(Box::new(sql(&d)));
+        assert!(!rollup.matches(&key) && rollup.matches(&rollup.key()));
+        let mut other_source = sql(&d);
+        other_source.rollup_source = Some(Box::new(sql(&other)));
+        assert!(!other_source.matches(&rollup.key()));
     }
 
     #[test]

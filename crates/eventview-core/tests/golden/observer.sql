@@ -140,6 +140,18 @@ missing AS (
       AND EXISTS (SELECT 1 FROM read_paths r WHERE r.path = o.path
                     AND r.event_type = o.event_type AND r.event_version = o.event_version)
 ),
+may_drift AS (
+    SELECT EXISTS (SELECT 1 FROM obs o
+                   WHERE NOT EXISTS (SELECT 1 FROM eventview._observed x
+                                     WHERE x.source_id = 2 AND x.event_type = o.event_type
+                                       AND x.event_version = o.event_version AND x.path = o.path
+                                       AND x.json_type = o.json_type))
+        OR EXISTS (SELECT 1 FROM read_paths r JOIN vers v USING (event_type, event_version)
+                   WHERE r.path IS NOT NULL
+                     AND coalesce((SELECT sum(o.n) FROM obs o
+                                   WHERE o.event_type = r.event_type AND o.event_version = r.event_version
+                                     AND o.path = r.path), 0) < v.n) AS yes
+),
 drifted AS (
     INSERT INTO eventview.drift (source, event_type, event_version, path, change, old_type, new_type)
     SELECT (SELECT relid FROM eventview._sources WHERE source_id = 2), event_type, event_version, path, change, old_type, new_type
@@ -150,6 +162,7 @@ drifted AS (
         UNION ALL
         SELECT event_type, event_version, path, 'missing', old_type, NULL FROM missing
     ) d
+    WHERE (SELECT yes FROM may_drift)
     ORDER BY event_type, event_version, path, change, new_type
     RETURNING 1
 ),
