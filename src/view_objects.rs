@@ -186,7 +186,9 @@ fn missing_sketch_columns(view: &ViewRecord, measures: &[i32]) -> EvResult<Vec<i
 /// Moves the view's min/max value logs into its multisets (see `eventview_core::sqlgen`). The caller
 /// holds the view's row lock.
 pub fn merge_logs(view: &ViewRecord) -> EvResult<()> {
-    roles::as_role(view.owner, || spi::run_all(&sql_of(view).merge_logs()))
+    roles::as_role(view.owner, || {
+        spi::run_each_replanned(&sql_of(view).merge_logs())
+    })
 }
 
 /// (Re)creates the relation users read as the catalog says the view reads: the stored groups,
