@@ -10,6 +10,7 @@ use crate::pg::spi;
 use crate::privileges;
 use crate::relation;
 use eventview_core::sqlgen::{Reads, ValuesInRow, ViewSql};
+use pgrx::pg_sys;
 
 /// The SQL generator of a catalogued view.
 pub fn sql_of(view: &ViewRecord) -> ViewSql<'_> {
@@ -86,18 +87,40 @@ fn value_array_columns(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
     if columns.is_empty() {
         return Ok(());
     }
-    let missing = spi::one::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.unnest($1::text[]) c
-                        WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                                          WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($2)
-                                            AND a.attname OPERATOR(pg_catalog.=) c
-                                            AND NOT a.attisdropped))",
-        &[columns.into(), storage_of(view).into()],
-    )?;
+    let missing = match own_relation(&storage_of(view)) {
+        Some(storage) => Some(
+            storage == pg_sys::InvalidOid
+                || !columns
+                    .iter()
+                    .all(|c| crate::pg::relcache::has_column(storage, c)),
+        ),
+        None => spi::one::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.unnest($1::text[]) c
+                            WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                                              WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($2)
+                                                AND a.attname OPERATOR(pg_catalog.=) c
+                                                AND NOT a.attisdropped))",
+            &[columns.into(), storage_of(view).into()],
+        )?,
+    };
     match (missing, sql.add_value_array_columns()) {
         (Some(true), Some(ddl)) => roles::as_role(view.owner, || spi::run_all(&[ddl])),
         _ => Ok(()),
     }
+}
+
+/// The relation `name` names when it is one of the extension's own (`eventview.<table>`, the
+/// table a plain lower-case name), from the catalog caches (InvalidOid when it does not exist):
+/// every refresh checks the objects beside its storage. None for any other name (a Citus
+/// shard's storage), which the caller looks up with a catalog query.
+fn own_relation(name: &str) -> Option<pg_sys::Oid> {
+    let table = name
+        .strip_prefix(eventview_core::names::SCHEMA)?
+        .strip_prefix('.')?;
+    let plain = table
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    plain.then(|| crate::pg::relcache::relid_in_schema(eventview_core::names::SCHEMA, table))
 }
 
 /// The value logs and the read index of `create_missing_objects`.
@@ -112,11 +135,20 @@ fn logs_and_read_index(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
     if read_index.is_some() {
         names.push(read_index_name.clone());
     }
-    let missing: Vec<String> = spi::one::<Vec<String>>(
-        "SELECT coalesce(array_agg(t), '{}') FROM unnest($1::text[]) t WHERE pg_catalog.to_regclass(t) IS NULL",
-        &[names.into()],
-    )?
-    .unwrap_or_default();
+    let own: Option<Vec<pg_sys::Oid>> = names.iter().map(|name| own_relation(name)).collect();
+    let missing: Vec<String> = match own {
+        Some(relids) => names
+            .iter()
+            .zip(relids)
+            .filter(|(_, relid)| *relid == pg_sys::InvalidOid)
+            .map(|(name, _)| name.clone())
+            .collect(),
+        None => spi::one::<Vec<String>>(
+            "SELECT coalesce(array_agg(t), '{}') FROM unnest($1::text[]) t WHERE pg_catalog.to_regclass(t) IS NULL",
+            &[names.into()],
+        )?
+        .unwrap_or_default(),
+    };
     if missing.is_empty() {
         return Ok(false);
     }

@@ -109,3 +109,13 @@ pub fn schema_and_name(relid: pg_sys::Oid) -> Option<(String, String)> {
         ))
     }
 }
+
+/// Whether the relation has a column of that name that is not dropped, from the catalog caches.
+pub fn has_column(relid: pg_sys::Oid, name: &str) -> bool {
+    let Ok(name) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: a catalog cache lookup with a valid C string; 0 (InvalidAttrNumber) for a missing
+    // or dropped column.
+    unsafe { pg_sys::get_attnum(relid, name.as_ptr()) != 0 }
+}
