@@ -23,7 +23,8 @@ pub fn require_intact_for(
     require_intact(relid, !privileges::has_privileges_of(table_owner, reader))
 }
 
-/// The envelope columns and their types, as the catalog query of `require_intact` lists them.
+/// The envelope columns and their types: the list of the catalog query of `require_intact` (its
+/// VALUES), which names what was altered.
 const ENVELOPE_COLUMNS: [(&std::ffi::CStr, pg_sys::Oid); 7] = [
     (c"event_id", pg_sys::INT8OID),
     (c"event_type", pg_sys::TEXTOID),
@@ -35,8 +36,9 @@ const ENVELOPE_COLUMNS: [(&std::ffi::CStr, pg_sys::Oid); 7] = [
 ];
 
 pub fn require_intact(relid: pg_sys::Oid, types: bool) -> EvResult<()> {
-    // Every refresh checks it, twice: the relation cache answers for a table this backend has
-    // locked, and the catalog query, which names what was altered, runs only when it is.
+    // Every refresh checks it, twice: the relation cache answers for a table this backend holds
+    // locked, and the catalog query runs only when the table is altered (to name what was) or
+    // not locked.
     let cached = crate::pg::relcache::has_columns(relid, &ENVELOPE_COLUMNS, types);
     if cached == Some(true) {
         return Ok(());

@@ -190,12 +190,12 @@ fn apply_with(
         view_objects::merge_logs(view)?;
     }
     if result.retracted > 0 {
-        roles::as_role(view.owner, || spi::run_each_replanned(&sql.fixup()))?;
+        roles::as_role(view.owner, || spi::run_all(&sql.fixup()))?;
     } else if result.dirty > 0 {
         // Groups past the min/max values a row keeps, and no retraction: their values go where
         // this apply's went (the logs or the multisets), and no extreme needs the multisets.
         roles::as_role(view.owner, || {
-            spi::run_each_replanned(&sql.spill_past_the_row(sql.logs_extremes(mode)))
+            spi::run_all(&sql.spill_past_the_row(sql.logs_extremes(mode)))
         })?;
     }
     if let (Some(source), Some(source_view), true) =
@@ -204,7 +204,7 @@ fn apply_with(
         // The group changes every rollup of the source has applied go, as the source's owner,
         // whose table the group changelog is.
         roles::as_role(source_view.owner, || {
-            spi::run_each_replanned(&[source.prune_changes()])
+            spi::run_all(&[source.prune_changes()])
         })?;
     }
     Ok(Applied {

@@ -65,8 +65,9 @@ pub fn storage_of(view: &ViewRecord) -> String {
 /// for the view's owner: value logs and the read index (storage restored from a dump of, or
 /// made by, a version without them), and sketch columns (`sketches_into_storage`). A view that
 /// gets its read index or a sketch column here also gets its user relation reinstalled, in the
-/// form that reads them. One catalog lookup when nothing is missing (two with sketches).
-/// Returns whether it reinstalled the user relation.
+/// form that reads them. When nothing is missing, the catalog caches say so for the
+/// extension's own storage (one catalog query with sketches), a catalog query or two for a
+/// Citus shard's. Returns whether it reinstalled the user relation.
 pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool> {
     // First: the user relation reinstalled below reads them (a realtime view's).
     value_array_columns(view, sql)?;
@@ -76,8 +77,7 @@ pub fn create_missing_objects(view: &ViewRecord, sql: &ViewSql) -> EvResult<bool
 
 /// The columns of min/max values in the row (`ViewSql::add_value_array_columns`) that the
 /// storage lacks (made by an earlier release, or restored from its dump), added as the view's
-/// owner: NULL in every row, the values being in the multisets. One catalog lookup when none
-/// is missing.
+/// owner: NULL in every row, the values being in the multisets.
 fn value_array_columns(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
     let columns: Vec<String> = sql
         .value_array_columns()
@@ -218,9 +218,7 @@ fn missing_sketch_columns(view: &ViewRecord, measures: &[i32]) -> EvResult<Vec<i
 /// Moves the view's min/max value logs into its multisets (see `eventview_core::sqlgen`). The caller
 /// holds the view's row lock.
 pub fn merge_logs(view: &ViewRecord) -> EvResult<()> {
-    roles::as_role(view.owner, || {
-        spi::run_each_replanned(&sql_of(view).merge_logs())
-    })
+    roles::as_role(view.owner, || spi::run_all(&sql_of(view).merge_logs()))
 }
 
 /// (Re)creates the relation users read as the catalog says the view reads: the stored groups,

@@ -207,6 +207,10 @@ UNION ALL
 SELECT format('event trigger %s on %s tags %s enabled %s function %s', evtname, evtevent,
               coalesce(evttags::text, '-'), evtenabled, evtfoid::regprocedure)
 FROM pg_event_trigger
+UNION ALL
+SELECT format('trigger %s enabled %s', pg_get_triggerdef(t.oid), t.tgenabled)
+FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+WHERE c.relnamespace = 'eventview'::regnamespace AND NOT t.tgisinternal
 """
 
 

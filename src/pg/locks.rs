@@ -149,6 +149,13 @@ const CONFLICTS: [u16; 9] = [
     0b1_1111_1110,
 ];
 
+/// Whether this transaction holds a lock on the relation, in any mode: each shuts out the ACCESS
+/// EXCLUSIVE that a change of the relation's definition takes, so its cache entry stays as it is.
+pub fn held(relid: pg_sys::Oid) -> bool {
+    // SAFETY: reads this backend's own lock table (see held_covering).
+    unsafe { held_covering(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) }
+}
+
 /// Whether this transaction holds a lock on the relation that shuts out every lock `mode`
 /// conflicts with (SHARE does not, for ROW EXCLUSIVE: another session may hold SHARE too).
 unsafe fn held_covering(relid: pg_sys::Oid, mode: pg_sys::LOCKMODE) -> bool {

@@ -1,6 +1,8 @@
-//! Facts about a relation read from the relation cache: current once the relation is locked,
-//! where a catalog query would read them with the transaction's snapshot (older under
-//! REPEATABLE READ).
+//! Facts about relations read from the relation and catalog caches, without a catalog query.
+//! Those of a relation this backend holds locked are current (a catalog query would read them
+//! with the transaction's snapshot, older under REPEATABLE READ); the others (names, whether a
+//! column or relation exists) are as of the invalidations this backend last took in, as any
+//! name lookup of the parser.
 
 use pgrx::prelude::*;
 
@@ -56,14 +58,13 @@ pub fn has_columns(
     columns: &[(&std::ffi::CStr, pg_sys::Oid)],
     types: bool,
 ) -> Option<bool> {
+    if !super::locks::held(relid) {
+        return None;
+    }
     // SAFETY: a relcache entry is opened only for a relation this backend holds locked (so it
     // cannot change meanwhile), and closed before returning; a missing relation gives a null
     // pointer, checked before use; the descriptor has natts attributes.
     unsafe {
-        let mode = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-        if !pg_sys::CheckRelationOidLockedByMe(relid, mode, true) {
-            return None;
-        }
         let rel = pg_sys::RelationIdGetRelation(relid);
         if rel.is_null() {
             return Some(false);
@@ -88,7 +89,7 @@ pub fn has_columns(
 /// The schema and name of a relation, from the catalog caches; None when it does not exist.
 pub fn schema_and_name(relid: pg_sys::Oid) -> Option<(String, String)> {
     // SAFETY: catalog cache lookups by oid; each returns NULL (or InvalidOid) for a missing
-    // object, checked before use; the names are palloc'd copies, read before they go.
+    // object, checked before use; the names are copies in the current memory context.
     unsafe {
         let namespace = pg_sys::get_rel_namespace(relid);
         if namespace == pg_sys::InvalidOid {

@@ -13,17 +13,6 @@ pub fn run_all(statements: &[String]) -> EvResult<()> {
     Ok(())
 }
 
-/// Runs each statement (none a utility statement) over user data in order, as
-/// `run_replanned`: the statements a refresh runs after its apply (the value logs' merge, the
-/// fix-up of min/max after a retraction, values moved out of the row) are parsed once per
-/// backend, not at each refresh that needs them.
-pub fn run_each_replanned(statements: &[String]) -> EvResult<()> {
-    for sql in statements {
-        run_replanned(sql, &[])?;
-    }
-    Ok(())
-}
-
 /// Runs one statement (not a utility statement) on the catalog with arguments, parsed and
 /// planned once per backend (`plan_cache`).
 pub fn run(sql: &str, args: &[DatumWithOid]) -> EvResult<()> {

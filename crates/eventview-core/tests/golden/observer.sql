@@ -150,7 +150,8 @@ may_drift AS (
                    WHERE r.path IS NOT NULL
                      AND coalesce((SELECT sum(o.n) FROM obs o
                                    WHERE o.event_type = r.event_type AND o.event_version = r.event_version
-                                     AND o.path = r.path), 0) < v.n) AS yes
+                                     AND o.path = r.path), 0) < v.n)
+        OR EXISTS (SELECT 1 FROM prev_vers WHERE events = 0) AS yes
 ),
 drifted AS (
     INSERT INTO eventview.drift (source, event_type, event_version, path, change, old_type, new_type)
