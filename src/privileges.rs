@@ -123,11 +123,7 @@ pub fn require_owner_reads(
     owner: pg_sys::Oid,
     source_relid: pg_sys::Oid,
 ) -> EvResult<()> {
-    let allowed = spi::one::<bool>(
-        "SELECT pg_catalog.has_table_privilege($1, $2, 'SELECT')",
-        &[owner.into(), source_relid.into()],
-    )?;
-    if allowed == Some(true) {
+    if crate::pg::relcache::role_may_select(owner, source_relid) {
         return require_no_row_security(owner, source_relid);
     }
     Err(denied(
@@ -149,14 +145,7 @@ pub fn require_owner_reads(
 /// row-level security enabled, to everyone but superusers, roles with BYPASSRLS and (unless it
 /// is forced) the table's owner and its members.
 pub fn require_no_row_security(role: pg_sys::Oid, source_relid: pg_sys::Oid) -> EvResult<()> {
-    let applies = spi::one::<bool>(
-        "SELECT c.relrowsecurity
-                AND NOT (SELECT r.rolsuper OR r.rolbypassrls FROM pg_catalog.pg_roles r WHERE r.oid = $1)
-                AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role($1, c.relowner, 'USAGE'))
-         FROM pg_catalog.pg_class c WHERE c.oid = $2",
-        &[role.into(), source_relid.into()],
-    )?;
-    if applies != Some(true) {
+    if !crate::pg::relcache::row_security_applies_to(role, source_relid) {
         return Ok(());
     }
     Err(denied(

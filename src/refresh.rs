@@ -323,8 +323,8 @@ fn pending_batch(
 fn lock_and_check_event_table(view: &ViewRecord) -> EvResult<()> {
     crate::pg::locks::lock_for_reading(view.source.relid);
     // (Dropped while this waited for the lock: as if it had been before.)
-    let table_owner = privileges::table_owner(view.source.relid)
-        .map_err(|_| catalog::event_table_gone(view.relid))?;
+    let table_owner = crate::pg::relcache::owner_of_locked(view.source.relid)
+        .ok_or_else(|| catalog::event_table_gone(view.relid))?;
     crate::envelope::require_intact_for(view.source.relid, table_owner, view.owner)?;
     crate::relation::require_same_storage_as_snapshot(view.source.relid)
 }

@@ -120,3 +120,46 @@ pub fn has_column(relid: pg_sys::Oid, name: &str) -> bool {
     // or dropped column.
     unsafe { pg_sys::get_attnum(relid, name.as_ptr()) != 0 }
 }
+
+/// Whether `role` holds SELECT on the relation, as `has_table_privilege(role, relid, 'SELECT')`
+/// says it (false for a relation that does not exist).
+pub fn role_may_select(role: pg_sys::Oid, relid: pg_sys::Oid) -> bool {
+    let mut missing = false;
+    // SAFETY: an ACL check through the catalog caches; a missing relation sets `missing`
+    // instead of raising an error.
+    let result = unsafe {
+        pg_sys::pg_class_aclcheck_ext(
+            relid,
+            role,
+            pg_sys::ACL_SELECT as pg_sys::AclMode,
+            &mut missing,
+        )
+    };
+    !missing && result == pg_sys::AclResult::ACLCHECK_OK
+}
+
+/// Whether row-level security policies of the relation apply to `role`, as PostgreSQL decides
+/// when `role` reads it (`check_enable_rls`): the relation has row-level security enabled, and
+/// `role` is no superuser, has no BYPASSRLS, and is not a member of the relation's owner role
+/// unless row-level security is forced. False for a relation that does not exist.
+pub fn row_security_applies_to(role: pg_sys::Oid, relid: pg_sys::Oid) -> bool {
+    // SAFETY: a catalog cache lookup; `noError` makes it answer rather than raise when
+    // row_security is off.
+    let result = unsafe { pg_sys::check_enable_rls(relid, role, true) };
+    result == pg_sys::CheckEnableRlsResult::RLS_ENABLED as std::ffi::c_int
+}
+
+/// The owner of a relation this backend holds locked (None when it does not exist).
+pub fn owner_of_locked(relid: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    // SAFETY: opens and closes a relcache entry of a relation this backend holds locked; a
+    // missing relation gives a null pointer, checked before use.
+    unsafe {
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        if rel.is_null() {
+            return None;
+        }
+        let owner = (*(*rel).rd_rel).relowner;
+        pg_sys::RelationClose(rel);
+        Some(owner)
+    }
+}
