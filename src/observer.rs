@@ -3,10 +3,11 @@
 
 use crate::catalog;
 use crate::errors::EvResult;
+use crate::pg::group_deltas::{keeping_pass, KeptPass};
 use crate::pg::plan_cache::Plans;
-use crate::pg::spi;
 use eventview_core::definition::FieldRef;
 use eventview_core::observe_sql;
+use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -25,13 +26,33 @@ thread_local! {
 /// comes back to it every few seconds, `refresh_all` once per view); a dropped one fails the
 /// view's refresh with the same message, so it is only noted at DEBUG1.
 pub fn observe(source: &catalog::Source) -> EvResult<()> {
+    observe_with_pass(source, None).map(drop)
+}
+
+/// The refresh pass of a view of the source that the observer runs over its batch too, when
+/// the view's batch is the observer's (see `observe_sql::shared_pass`): the view, its pass's
+/// plan, bucket width and event types (None: any).
+pub struct PassRequest {
+    pub view_id: i32,
+    pub plan: String,
+    pub width: Option<pgrx::datum::Interval>,
+    pub event_types: Option<Vec<String>>,
+}
+
+/// `observe`, also running the refresh pass of `pass` over the batch when the view's batch is
+/// the observer's: that pass's result, kept for the view's apply
+/// (`ViewSql::apply_from_shared_pass`), which then reads the events no more.
+pub fn observe_with_pass(
+    source: &catalog::Source,
+    pass: Option<&PassRequest>,
+) -> EvResult<Option<KeptPass>> {
     let source_id = source.source_id;
     // Not waited for: another session holds the table or its changelog locked (the next
     // refresh observes it).
     if !crate::pg::locks::lock_for_reading_if_free(source.relid)?
         || !crate::pg::locks::lock_for_reading_if_free(source.changelog_relid())?
     {
-        return Ok(());
+        return Ok(None);
     }
     // The observer reads the table as the extension owner: not one its owner has altered.
     if let Err(e) = crate::envelope::require_intact(source.relid, true) {
@@ -47,7 +68,7 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
                 e.message
             );
         }
-        return Ok(());
+        return Ok(None);
     }
     WARNED.with_borrow_mut(|warned| warned.remove(&source_id));
     // Nothing new since the observer's position: nothing to do (not even the paths the views
@@ -56,11 +77,11 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     let plans = Plans::PerSize(source.plan_sizes());
     let pending = catalog::pending(&observe_sql::pending_check(source_id), plans)?;
     if !pending.any && !catalog::position_from_elsewhere(pending.applied_xmax) {
-        return Ok(());
+        return Ok(None);
     }
     let locked = catalog::lock_observer_position(source_id)?;
     let Some(observed_xmax) = locked else {
-        return Ok(());
+        return Ok(None);
     };
     if catalog::position_from_elsewhere(Some(observed_xmax)) {
         // Restored from another cluster whose transaction ids are ahead, and not renumbered at
@@ -70,7 +91,7 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
             "observed_fields of event table {} are not updated: its position came from another cluster and was not renumbered at restore",
             crate::relation::regclass_text(source.relid)?
         );
-        return Ok(());
+        return Ok(None);
     }
     crate::relation::require_same_storage_as_snapshot(source.relid)?;
     let read = paths_read_by_views_kept(source_id)?;
@@ -80,17 +101,24 @@ pub fn observe(source: &catalog::Source) -> EvResult<()> {
     let fields: Vec<i32> = read.iter().map(|r| r.field).collect();
     let ranks: Vec<i32> = read.iter().map(|r| r.rank).collect();
     let plans = Plans::PerSize(source.observer_plan_sizes());
-    spi::run_planned(
-        &observe_sql::observe(source_id, &source.scan_sql),
-        &[
-            paths.into(),
-            types.into(),
-            versions.into(),
-            fields.into(),
-            ranks.into(),
-        ],
-        plans,
-    )
+    let args = [
+        paths.into(),
+        types.into(),
+        versions.into(),
+        fields.into(),
+        ranks.into(),
+        pass.map(|p| p.plan.clone()).into(),
+        pass.and_then(|p| p.width).into(),
+        pass.and_then(|p| p.event_types.clone()).into(),
+        pass.map(|p| p.view_id).into(),
+    ];
+    let sql = observe_sql::observe(source_id, &source.scan_sql);
+    Ok(keeping_pass(|| {
+        Spi::connect_mut(|client| {
+            let row = crate::pg::plan_cache::execute(client, &sql, Some(1), &args, plans)?.first();
+            row.get::<Vec<u8>>(3)
+        })
+    })?)
 }
 
 thread_local! {

@@ -26,6 +26,7 @@ use crate::catalog::{self, ViewRecord};
 use crate::errors::{EvError, EvResult};
 use crate::gucs;
 use crate::observer;
+use crate::pg::group_deltas::KeptPass;
 use crate::pg::roles;
 use crate::pg::spi;
 use crate::privileges;
@@ -53,7 +54,7 @@ pub fn apply(
     from: Option<TimestampWithTimeZone>,
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<Applied> {
-    apply_with(view, mode, from, to, IdleLogs::Merge)
+    apply_with(view, mode, from, to, IdleLogs::Merge, None)
 }
 
 thread_local! {
@@ -101,12 +102,16 @@ enum IdleLogs {
     Keep,
 }
 
+/// `pass`: the result of the view's refresh pass that the field observer ran over its batch in
+/// this refresh (`observer::observe_with_pass`): a delta then applies it as it is, and reads
+/// neither the events nor whether anything is pending (the pass holds rows).
 fn apply_with(
     view: &ViewRecord,
     mode: Mode,
     from: Option<TimestampWithTimeZone>,
     to: Option<TimestampWithTimeZone>,
     idle_logs: IdleLogs,
+    pass: Option<KeptPass>,
 ) -> EvResult<Applied> {
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
     require_position_of_this_cluster(view)?;
@@ -114,8 +119,17 @@ fn apply_with(
     let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
     forget_type_errors(&sql, mode, &args)?;
     view_objects::create_missing_objects(view, &sql)?;
+    let hand_back = mode == Mode::Delta && sql.hands_back_changes() && collecting_for(view.view_id);
+    let shared = pass
+        .filter(|_| mode == Mode::Delta && !hand_back)
+        .and_then(|pass| {
+            generated(&sql, Generated::ApplyFromSharedPass, |sql| {
+                sql.apply_from_shared_pass()
+            })
+            .map(|statement| (pass, statement))
+        });
     let mut batch_rows = None;
-    if mode == Mode::Delta {
+    if mode == Mode::Delta && shared.is_none() {
         match pending_batch(view, &sql, idle_logs)? {
             None => {
                 return Ok(Applied {
@@ -137,7 +151,6 @@ fn apply_with(
             spi::run_replanned(&sql.retract_into_changes(mode == Mode::Window), &args)
         })?;
     }
-    let hand_back = mode == Mode::Delta && sql.hands_back_changes() && collecting_for(view.view_id);
     // The pass in Rust keeps the batch's groups in memory: not for a batch past
     // ONE_PASS_MAX_ROWS (counted by the pending check of a view it covers).
     let one_pass = || {
@@ -151,7 +164,9 @@ fn apply_with(
         })
         .flatten()
     };
-    let statement: std::rc::Rc<str> = if hand_back {
+    let statement: std::rc::Rc<str> = if let Some((_, statement)) = &shared {
+        statement.clone()
+    } else if hand_back {
         sql.apply_handing_back_changes().into()
     } else {
         match one_pass() {
@@ -166,7 +181,16 @@ fn apply_with(
     if mode == Mode::Full {
         start_progress(view)?;
     }
-    let result = run_apply_statement(view, &sql, mode, &statement, &args)?;
+    let result = match &shared {
+        Some((pass, _)) => {
+            SHARED_APPLIES.with(|n| n.set(n.get() + 1));
+            let [width, from, to] = args;
+            let args = [width, from, to, pass.token().into()];
+            run_apply_statement(view, &sql, mode, &statement, &args)?
+        }
+        None => run_apply_statement(view, &sql, mode, &statement, &args)?,
+    };
+    drop(shared);
     progress::finish();
     if let Some(changes) = result.handed_back {
         HANDED_BACK.with_borrow_mut(|collected| match collected {
@@ -219,6 +243,8 @@ enum Generated {
     PendingCheck,
     Apply,
     ApplyInOnePass,
+    ApplyFromSharedPass,
+    SharedPassPlan,
 }
 
 /// Views whose statements `generated` keeps at most; past it, it starts over.
@@ -372,7 +398,7 @@ fn run_apply_statement(
     sql: &ViewSql,
     mode: Mode,
     statement: &str,
-    args: &[DatumWithOid; 3],
+    args: &[DatumWithOid],
 ) -> EvResult<StatementResult> {
     roles::as_role(view.owner, || {
         match mode {
@@ -416,10 +442,8 @@ fn relname(view: &ViewRecord) -> EvResult<String> {
 /// (changed event rows) it consumed.
 pub fn refresh(name: &str) -> EvResult<i64> {
     let (view, below) = lock_for_refresh(name, false)?;
-    if view.source_view.is_none() {
-        observer::observe(&view.source)?;
-    }
-    Ok(below + refresh_locked(&view, IdleLogs::Merge)?)
+    let pass = observe_for(&view)?;
+    Ok(below + refresh_locked(&view, IdleLogs::Merge, pass)?)
 }
 
 /// Refreshes the view whose relation is `relid` (named `name`) as `refresh` does, with the
@@ -439,13 +463,16 @@ pub fn refresh_keeping_view(
 ) -> EvResult<(i64, ViewRecord, Vec<String>)> {
     let below = refresh_sources(relid, false)?;
     let view = catalog::lock_view_by_relid(relid, name)?;
-    if view.source_view.is_none() {
-        observer::observe(&view.source)?;
-    }
     let (consumed, handed_back) = if collect_handed_back {
-        collecting_handed_back(view.view_id, || refresh_locked(&view, IdleLogs::Merge))?
+        if view.source_view.is_none() {
+            observer::observe(&view.source)?;
+        }
+        collecting_handed_back(view.view_id, || {
+            refresh_locked(&view, IdleLogs::Merge, None)
+        })?
     } else {
-        (refresh_locked(&view, IdleLogs::Merge)?, Vec::new())
+        let pass = observe_for(&view)?;
+        (refresh_locked(&view, IdleLogs::Merge, pass)?, Vec::new())
     };
     Ok((below + consumed, view, handed_back))
 }
@@ -473,13 +500,14 @@ fn refresh_sources(relid: pg_sys::Oid, unless_locked: bool) -> EvResult<i64> {
         } else {
             catalog::lock_view_by_relid(source_relid, &name)?
         };
-        if view.source_view.is_none() {
-            if unless_locked && !crate::pg::locks::lock_for_reading_if_free(view.source.relid)? {
-                continue;
-            }
-            observer::observe(&view.source)?;
+        if view.source_view.is_none()
+            && unless_locked
+            && !crate::pg::locks::lock_for_reading_if_free(view.source.relid)?
+        {
+            continue;
         }
-        consumed += refresh_locked(&view, IdleLogs::Keep)?;
+        let pass = observe_for(&view)?;
+        consumed += refresh_locked(&view, IdleLogs::Keep, pass)?;
     }
     Ok(consumed)
 }
@@ -492,13 +520,56 @@ fn refresh_sources(relid: pg_sys::Oid, unless_locked: bool) -> EvResult<i64> {
 /// tried again at the next run, at no cost.
 pub fn refresh_unless_locked(name: &str) -> EvResult<Option<i64>> {
     let (view, below) = lock_for_refresh(name, true)?;
-    if view.source_view.is_none() {
-        if !crate::pg::locks::lock_for_reading_if_free(view.source.relid)? {
-            return Ok(None);
-        }
-        observer::observe(&view.source)?;
+    if view.source_view.is_none() && !crate::pg::locks::lock_for_reading_if_free(view.source.relid)?
+    {
+        return Ok(None);
     }
-    Ok(Some(below + refresh_locked(&view, IdleLogs::Merge)?))
+    let pass = observe_for(&view)?;
+    Ok(Some(below + refresh_locked(&view, IdleLogs::Merge, pass)?))
+}
+
+thread_local! {
+    /// How many applies took the refresh pass the field observer ran (for tests).
+    static SHARED_APPLIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many applies in this backend took the refresh pass the field observer ran (for tests).
+#[cfg(any(test, feature = "pg_test"))]
+pub fn shared_applies() -> u64 {
+    SHARED_APPLIES.with(|n| n.get())
+}
+
+/// Runs the field observer of the view's event table before the view's refresh (nothing for a
+/// rollup), with the view's refresh pass when it covers the view: the pass's result when the
+/// observer ran it (the view's batch was the observer's).
+fn observe_for(view: &ViewRecord) -> EvResult<Option<KeptPass>> {
+    if view.source_view.is_some() {
+        return Ok(None);
+    }
+    observer::observe_with_pass(&view.source, pass_request(view).as_ref())
+}
+
+/// The refresh pass the observer may run for the view: for a view over an event table of this
+/// node whose delta the pass covers (`ViewSql::shared_pass_plan`), while
+/// `eventview.one_pass_refresh` is on and the view's applies hand nothing back.
+fn pass_request(view: &ViewRecord) -> Option<observer::PassRequest> {
+    if view.source_view.is_some()
+        || view.data_table.is_some()
+        || !crate::gucs::ONE_PASS_REFRESH.get()
+        || collecting_for(view.view_id)
+    {
+        return None;
+    }
+    let sql = view_objects::sql_of(view);
+    let plan = generated(&sql, Generated::SharedPassPlan, |sql| {
+        sql.shared_pass_plan()
+    })?;
+    Some(observer::PassRequest {
+        view_id: view.view_id,
+        plan: plan.to_string(),
+        width: view.time_bucket,
+        event_types: view.definition.event_types.clone(),
+    })
 }
 
 /// The view named `name`, its row locked for a refresh by the caller (who must own it); a
@@ -517,9 +588,9 @@ fn lock_for_refresh(name: &str, unless_locked: bool) -> EvResult<(ViewRecord, i6
 
 /// Applies the view's pending changes; returns the changed event rows consumed (none for a
 /// rollup, which consumes group changes).
-fn refresh_locked(view: &ViewRecord, idle_logs: IdleLogs) -> EvResult<i64> {
+fn refresh_locked(view: &ViewRecord, idle_logs: IdleLogs, pass: Option<KeptPass>) -> EvResult<i64> {
     let started = Instant::now();
-    let applied = apply_with(view, Mode::Delta, None, None, idle_logs)?;
+    let applied = apply_with(view, Mode::Delta, None, None, idle_logs, pass)?;
     catalog::record_refresh(view.view_id, started.elapsed().as_secs_f64() * 1000.0)?;
     Ok(match view.source_view {
         Some(_) => 0,

@@ -100,6 +100,103 @@ mod tests {
         assert_matches("ut_v", scratch);
     }
 
+    /// The field observer runs a view's refresh pass over its batch when the view's batch is
+    /// the observer's and all inserts, and the view's apply takes that result (the events read
+    /// once); otherwise the view reads its batch itself. Either way the view equals the
+    /// aggregate from scratch, each change applied once, in the writing transaction too.
+    #[pg_test]
+    fn the_observer_runs_a_views_pass_over_its_batch_when_the_batch_is_the_views() {
+        let shared = crate::refresh::shared_applies;
+        setup_events();
+        Spi::run(
+            "SELECT eventview.create_view('ut_sh', 'ut_events', group_by => '{\"sku\": \"$.sku\"}',
+               measures => '{\"n\": \"count(*)\", \"q\": \"sum($.qty)\", \"hi\": \"max($.p)\"}',
+               time_bucket => '1 hour', on_type_error => 'quarantine')",
+        )
+        .unwrap();
+        Spi::run(
+            "SELECT eventview.create_view('ut_sh_a', 'ut_events', group_by => '{\"sku\": \"$.sku\"}',
+               measures => '{\"n\": \"count(*)\", \"hi\": \"max($.p)\"}', event_types => '{a}')",
+        )
+        .unwrap();
+        let scratch = "SELECT date_bin('1 hour', occurred_at, '2000-01-01 00:00+00'), CASE WHEN jsonb_typeof(payload->'sku') IN ('string','number','boolean') THEN payload->>'sku' END,
+                              count(*), sum((payload->>'qty')::numeric), max((payload->>'p')::numeric)
+                       FROM ut_events WHERE jsonb_typeof(payload->'qty') IS DISTINCT FROM 'string' GROUP BY 1, 2";
+        let scratch_a = "SELECT CASE WHEN jsonb_typeof(payload->'sku') IN ('string','number','boolean') THEN payload->>'sku' END,
+                                count(*), max((payload->>'p')::numeric)
+                         FROM ut_events WHERE event_type = 'a' GROUP BY 1";
+        let same_position = "SELECT v.applied_snapshot::text = s.observed_snapshot::text
+                             FROM eventview._views v JOIN eventview._sources s USING (source_id)
+                             WHERE v.relid = 'ut_sh'::regclass";
+        // Two events each, of types a and b.
+        let insert = |payload: &str| {
+            insert_events(
+                "ut_events",
+                &format!("('a', '2026-11-30 12:00+00', '{payload}'), ('b', '2026-11-30 12:10+00', '{payload}')"),
+            )
+        };
+        let before = shared();
+        // The observer's batch holds the events the views were made with too: not ut_sh's.
+        insert("{\"sku\": \"x\", \"qty\": 3, \"p\": 8}");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh')"), 2);
+        assert_eq!(shared(), before);
+        assert_matches("ut_sh", scratch);
+        // Observed already: ut_sh_a reads its batch itself.
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh_a')"), 2);
+        assert_eq!(shared(), before);
+        // Now each view's next batch of inserts is the observer's: the observer runs the
+        // view's pass (a type error included, quarantined; of its event types only), the apply
+        // takes it, and the view's position becomes the observer's.
+        insert("{\"sku\": \"z\", \"qty\": \"3\", \"p\": 1}");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh')"), 2);
+        assert_eq!(shared(), before + 1);
+        assert_matches("ut_sh", scratch);
+        assert_eq!(Spi::get_one::<bool>(same_position).unwrap(), Some(true));
+        assert_eq!(
+            scalar_i64(
+                "SELECT count(*) FROM eventview.quarantine WHERE view_name = 'public.ut_sh'"
+            ),
+            2
+        );
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh_a')"), 2);
+        assert_eq!(shared(), before + 1);
+        insert("{\"sku\": \"x\", \"qty\": 1, \"p\": 11}");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh_a')"), 2);
+        assert_eq!(shared(), before + 2);
+        assert_matches("ut_sh_a", scratch_a);
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh')"), 2);
+        assert_eq!(shared(), before + 2);
+        assert_matches("ut_sh", scratch);
+        // A batch with an update (two rows): read by the view itself.
+        Spi::run("SELECT eventview.refresh('ut_sh_a')").unwrap();
+        insert("{\"sku\": \"y\", \"qty\": 2, \"p\": 4}");
+        Spi::run(
+            "UPDATE ut_events SET payload = payload || '{\"p\": 20}' WHERE payload @> '{\"p\": 8}'",
+        )
+        .unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh')"), 4);
+        assert_eq!(shared(), before + 2);
+        assert_matches("ut_sh", scratch);
+        // With eventview.one_pass_refresh off: read by the view itself.
+        Spi::run("SELECT eventview.refresh('ut_sh_a')").unwrap();
+        insert("{\"sku\": \"y\", \"qty\": 2, \"p\": 5}");
+        Spi::run("SET LOCAL eventview.one_pass_refresh = off").unwrap();
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh')"), 2);
+        Spi::run("SET LOCAL eventview.one_pass_refresh = on").unwrap();
+        assert_eq!(shared(), before + 2);
+        assert_matches("ut_sh", scratch);
+        // Nothing applied twice: an idle refresh, then a shared one again.
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh')"), 0);
+        Spi::run("SELECT eventview.refresh('ut_sh_a')").unwrap();
+        insert("{\"sku\": \"w\", \"qty\": 5, \"p\": 2}");
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh')"), 2);
+        assert_eq!(shared(), before + 3);
+        assert_matches("ut_sh", scratch);
+        assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh')"), 0);
+        Spi::run("SELECT eventview.refresh('ut_sh_a')").unwrap();
+        assert_matches("ut_sh_a", scratch_a);
+    }
+
     /// A refresh with nothing pending neither runs the apply nor observes: the view's and the
     /// observer's positions stay as they are (the apply statement would move them on), and the
     /// refresh is still recorded. Changes made after it are applied as usual.

@@ -131,11 +131,84 @@ fn bucket(width: &pg_sys::Interval, occurred_at: i64) -> i64 {
 thread_local! {
     /// The results of the passes of the statements running in this backend, by token.
     static RESULTS: RefCell<HashMap<[u8; 16], Deltas>> = RefCell::new(HashMap::new());
+    /// While `keeping_pass` runs its statement: the tokens of the results handed over meanwhile,
+    /// which outlive the statement (see `keeping_pass`).
+    static KEEPING: RefCell<Option<Vec<[u8; 16]>>> = const { RefCell::new(None) };
+}
+
+/// A pass's result kept past the end of the statement that made it, for a later statement of
+/// the same refresh to read by its token (`token`); removed from the registry when dropped
+/// (also when the refresh fails and unwinds).
+pub struct KeptPass {
+    token: [u8; 16],
+}
+
+impl KeptPass {
+    /// The token to read the result by (`eventview._group_delta_rows`).
+    pub fn token(&self) -> Vec<u8> {
+        self.token.to_vec()
+    }
+}
+
+impl Drop for KeptPass {
+    fn drop(&mut self) {
+        forget(&self.token);
+    }
+}
+
+/// Removes the result of `token` from the registry. Called while no reader holds the registry
+/// (an error in a reader unwinds through it before any context is reset or any `KeptPass` is
+/// dropped); try_borrow_mut keeps it from ever panicking (in a reset callback), at the cost of
+/// an entry left for the backend's life should that change.
+fn forget(token: &[u8; 16]) {
+    RESULTS.with(|results| {
+        if let Ok(mut results) = results.try_borrow_mut() {
+            results.remove(token);
+        }
+    });
+}
+
+/// Restores `KEEPING` after `keeping_pass`'s statement, and forgets what it kept when dropped
+/// before the statement's result was taken (the statement failed).
+struct Keeping;
+
+impl Drop for Keeping {
+    fn drop(&mut self) {
+        let kept = KEEPING.with(|keeping| keeping.try_borrow_mut().ok().and_then(|mut k| k.take()));
+        for token in kept.into_iter().flatten() {
+            forget(&token);
+        }
+    }
+}
+
+/// Runs `statement`, keeping the result of a pass it hands over past its end. `statement`
+/// returns the token its pass's result has (the final value of `eventview._group_deltas`, or
+/// None); that result is then kept as a `KeptPass` until it is dropped. Results handed over
+/// meanwhile under any other token are forgotten when the statement ends (only the
+/// extension's own statements run here: `observer::observe`).
+pub fn keeping_pass<E>(
+    statement: impl FnOnce() -> Result<Option<Vec<u8>>, E>,
+) -> Result<Option<KeptPass>, E> {
+    KEEPING.with_borrow_mut(|keeping| *keeping = Some(Vec::new()));
+    let keeping = Keeping;
+    let token = statement()?;
+    let kept = KEEPING.with_borrow_mut(|keeping| keeping.take().unwrap_or_default());
+    drop(keeping);
+    let wanted = token.and_then(|t| <[u8; 16]>::try_from(t.as_slice()).ok());
+    let mut out = None;
+    for token in kept {
+        if Some(token) == wanted {
+            out = Some(KeptPass { token });
+        } else {
+            forget(&token);
+        }
+    }
+    Ok(out)
 }
 
 /// Hands the pass's result over to the registry (see the module's doc) and returns its token;
 /// None when no row was added. `fcinfo`: the final function's call, whose aggregate context
-/// removes the result when it goes.
+/// removes the result when it goes, unless `keeping_pass` keeps it.
 pub fn hand_over(fcinfo: pg_sys::FunctionCallInfo, state: PassState) -> EvResult<Option<Vec<u8>>> {
     let Some(pass) = state.pass else {
         return Ok(None);
@@ -157,6 +230,15 @@ pub fn hand_over(fcinfo: pg_sys::FunctionCallInfo, state: PassState) -> EvResult
                 "eventview._group_deltas_final is the final function of eventview._group_deltas",
             ));
         }
+    }
+    // Kept past the statement (`keeping_pass`): no callback ties the result to the context.
+    let kept = KEEPING.with_borrow_mut(|keeping| keeping.as_mut().map(|k| k.push(token)).is_some());
+    if kept {
+        RESULTS.with_borrow_mut(|results| results.insert(token, pass.deltas));
+        return Ok(Some(token.to_vec()));
+    }
+    // SAFETY: as above.
+    unsafe {
         let kept = pg_sys::MemoryContextAlloc(context, token.len()).cast::<[u8; 16]>();
         kept.write(token);
         let callback = pg_sys::MemoryContextAlloc(
@@ -179,14 +261,7 @@ pub fn hand_over(fcinfo: pg_sys::FunctionCallInfo, state: PassState) -> EvResult
 unsafe extern "C-unwind" fn forget_result(arg: *mut std::ffi::c_void) {
     // SAFETY: `arg` is the token `hand_over` allocated in the context being reset.
     let token = unsafe { *arg.cast::<[u8; 16]>() };
-    // Called while no reader holds the registry (an error in a reader unwinds through it before
-    // any context is reset); try_borrow_mut keeps a callback from ever panicking, at the cost of
-    // an entry left for the backend's life should that change.
-    RESULTS.with(|results| {
-        if let Ok(mut results) = results.try_borrow_mut() {
-            results.remove(&token);
-        }
-    });
+    forget(&token);
 }
 
 /// Tells Postgres that `group_delta_rows` uses the version-1 calling convention.

@@ -48,27 +48,63 @@ pub fn applied_by(s: &str, own: &str, own_seq: &str) -> String {
 /// our own transaction) and not applied (`applied_by` the consumer's state). Reads the CTEs
 /// `snap` and `applied`; the xid range of the two snapshots bounds the index scan.
 fn in_batch() -> String {
+    in_batch_of("applied")
+}
+
+/// `in_batch` for the consumer whose state the CTE `applied` selects.
+fn in_batch_of(applied: &str) -> String {
     format!(
-        "((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
+        "((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM {applied}))
             AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap)))
-           OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM applied))
+           OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM {applied}))
       AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
            OR coalesce(c.xid = (SELECT own FROM snap), false))
       AND NOT {}",
         applied_by(
-            "(SELECT s FROM applied)",
-            "(SELECT own FROM applied)",
-            "(SELECT own_seq FROM applied)"
+            &format!("(SELECT s FROM {applied})"),
+            &format!("(SELECT own FROM {applied})"),
+            &format!("(SELECT own_seq FROM {applied})")
         )
     )
 }
+
+/// The record numbers (`seq`) of the batch of another consumer of changelog `log`, whose state
+/// the CTE `applied` selects, under the statement's `snap`, as an ordered array (empty when
+/// none): equal to `seqs_of_chg` exactly when both consumers have the same batch.
+pub fn batch_seqs_of(log: &str, applied: &str) -> String {
+    format!(
+        "(SELECT coalesce(pg_catalog.array_agg(c.seq ORDER BY c.seq), '{{}}') FROM {log} c WHERE {})",
+        in_batch_of(applied)
+    )
+}
+
+/// The record numbers of the batch (`chg`), as `batch_seqs_of` gives another consumer's.
+pub const SEQS_OF_CHG: &str =
+    "(SELECT coalesce(pg_catalog.array_agg(seq ORDER BY seq), '{}') FROM chg)";
 
 /// CTEs `snap`, `applied`, `chg` (the records of the batch), `ids` (one row per changed
 /// event row, with its record `seq` and `op`), and `record_runs` and `by_record` for
 /// `touched_rows` (a statement that reads none of them does not run them). `applied_sql`
 /// selects the consumer's state as `(s pg_snapshot, own xid8, own_seq bigint)`.
 pub fn ctes(source_id: i32, applied_sql: &str) -> String {
-    let batch = log_ctes(
+    ctes_under(SNAP_CTE, source_id, applied_sql)
+}
+
+/// The CTE `snap` of a statement that takes the batch its event table's field observer took in
+/// an earlier statement of the transaction: the observer's new position, which that statement
+/// wrote (`observe_sql::observed_position`), as the snapshot and own transaction id.
+pub fn observed_snap_cte(source_id: i32) -> String {
+    format!(
+        "snap AS MATERIALIZED (
+    SELECT observed_snapshot AS s, observed_own_xid AS own FROM eventview._sources WHERE source_id = {source_id}
+)"
+    )
+}
+
+/// `ctes` with `snap_cte` for `SNAP_CTE`.
+pub fn ctes_under(snap_cte: &str, source_id: i32, applied_sql: &str) -> String {
+    let batch = log_ctes_under(
+        snap_cte,
         &names::changelog(source_id),
         "c.seq, c.xid, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
            c.old_producer, c.old_occurred_at, c.old_payload",
@@ -98,9 +134,13 @@ by_record AS MATERIALIZED (
 /// (a view's group changes, which its rollups consume): `chg` holds `columns` of the records
 /// of the batch, read as `c`.
 pub fn log_ctes(log: &str, columns: &str, applied_sql: &str) -> String {
+    log_ctes_under(SNAP_CTE, log, columns, applied_sql)
+}
+
+fn log_ctes_under(snap_cte: &str, log: &str, columns: &str, applied_sql: &str) -> String {
     let in_batch = in_batch();
     format!(
-        "{SNAP_CTE},
+        "{snap_cte},
 applied AS MATERIALIZED (
     {applied_sql}
 ),

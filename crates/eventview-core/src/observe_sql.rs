@@ -26,7 +26,7 @@
 //! update that gives a row a new event_id (`SET event_id = DEFAULT`) logs that id as inserted,
 //! so that row is observed as a new event.
 
-use super::batch;
+use super::{batch, names};
 
 /// Deepest level of a payload the observer walks.
 pub const MAX_DEPTH: u32 = 32;
@@ -53,12 +53,14 @@ pub fn pending_check(source_id: i32) -> String {
 /// The observer statement for one source. $1 to $5: the paths views read, normalized (text[];
 /// NULL: a path that cannot be observed), each with the event type and version it is read for
 /// (NULL: any), the field reference it is a declaration of and its rank among that reference's
-/// declarations (most specific first), as arrays of one length. Returns (events observed, drift
-/// rows recorded).
+/// declarations (most specific first), as arrays of one length. $6 to $9: the refresh pass of
+/// the view being refreshed, for `shared_pass` (NULL: none). Returns (events observed, drift
+/// rows recorded, the token of the pass's result or NULL).
 ///
 /// ```sql
 /// WITH snap ..., applied ..., chg ..., ids ...,     -- the batch (batch::ctes)
-/// walked ..., vers ..., obs ...,                    -- what the batch's new events hold
+/// view_applied ..., shared ...,                     -- whether the view's batch is this one
+/// walk ..., walked ..., vers ..., obs ...,          -- what the batch's new events hold
 /// declared ..., read_paths ...,                     -- what views read
 /// prev_vers ..., prev_paths ...,                    -- what was observed before
 /// added ..., changed ..., missing ...,              -- drift
@@ -70,6 +72,7 @@ pub fn observe(source_id: i32, source_scan: &str) -> String {
     let sid = source_id;
     let ctes = [
         batch::ctes(source_id, &observed_state(source_id)),
+        shared_pass(source_id),
         walked(source_scan),
         vers(),
         obs(),
@@ -88,21 +91,61 @@ pub fn observe(source_id: i32, source_scan: &str) -> String {
     ];
     format!(
         "WITH {}
-SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows",
+SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows,
+       (SELECT pass FROM walk) AS pass",
         ctes.join(",\n")
     )
 }
 
-/// `walked`: the walk of the payloads of the events the batch inserted, one row per (event
-/// type, version, path, JSON type) with its counts and first and last events (see
-/// `shapes::ShapeRow`).
+/// `view_applied` and `shared`: whether the refresh pass of the view being refreshed runs over
+/// this batch's rows too (`walk`), for the view's apply to take its result instead of reading
+/// the same events again (`ViewSql::apply_from_shared_pass`). $6: the view's pass plan
+/// (`Plan::to_text`; NULL: no pass wanted); $9: the view's id. Only when the view's batch is
+/// exactly the observer's (the same records: the view's state read under this statement's
+/// snapshot), all inserts (the observer reads the rows inserts name, the view also those
+/// updates and deletes name) and within `ONE_PASS_MAX_ROWS`.
 ///
 /// ```sql
+/// view_applied AS MATERIALIZED (SELECT applied_snapshot AS s, ... FROM eventview._views WHERE view_id = $9),
+/// shared AS MATERIALIZED (
+///     SELECT CASE WHEN $6::text IS NULL THEN false
+///                 ELSE <chg all inserts, within the limit> AND <chg's records> = <the view's batch's> END AS yes
+/// )
+/// ```
+fn shared_pass(source_id: i32) -> String {
+    let view_batch = batch::batch_seqs_of(&names::changelog(source_id), "view_applied");
+    let chg = batch::SEQS_OF_CHG;
+    let limit = crate::sqlgen::ONE_PASS_MAX_ROWS;
+    format!(
+        "view_applied AS MATERIALIZED (
+    SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+    FROM eventview._views WHERE view_id = $9::integer
+),
+shared AS MATERIALIZED (
+    SELECT CASE WHEN $6::text IS NULL THEN false
+                ELSE (SELECT coalesce(pg_catalog.bool_and(op = 'I'), true)
+                             AND coalesce(pg_catalog.sum(pg_catalog.cardinality(event_ids)), 0) <= {limit}
+                      FROM chg)
+                     AND {chg} = {view_batch} END AS yes
+)"
+    )
+}
+
+/// `walk` and `walked`: the walk of the payloads of the events the batch inserted, one row per
+/// (event type, version, path, JSON type) with its counts and first and last events (see
+/// `shapes::ShapeRow`); over the same rows, when `shared`, the view's refresh pass (`pass`, the
+/// token of its result: `eventview._group_deltas` with plan $6, bucket width $7, each row
+/// added (+1) and of the view's event types $8, NULL: any).
+///
+/// ```sql
+/// walk AS MATERIALIZED (
+///     SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes,
+///            eventview._group_deltas($6, $7, 1, e.event_id, ...) FILTER (WHERE ...) AS pass
+///     FROM <inserted rows>
+/// ),
 /// walked AS MATERIALIZED (
 ///     SELECT r.value ->> 0 AS event_type, ..., r.value ->> 2 AS path, ...
-///     FROM (SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes
-///           FROM <inserted rows>) f
-///     CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(f.shapes::jsonb) r
+///     FROM walk f CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(f.shapes::jsonb) r
 /// )
 /// ```
 fn walked(source_scan: &str) -> String {
@@ -112,15 +155,20 @@ fn walked(source_scan: &str) -> String {
 -- in place, and at the end the counts as JSON (besides the paths, per type and version, how
 -- many events it walked: path ''), with, in the order walked, the first and the last event
 -- with each path and type and the first event without each path.
+walk AS MATERIALIZED (
+    SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes,
+           eventview._group_deltas($6::text, $7::interval, 1, e.event_id, e.event_type, e.event_version,
+                                   e.producer, e.occurred_at, e.payload)
+               FILTER (WHERE (SELECT yes FROM shared)
+                         AND ($8::text[] IS NULL OR e.event_type = ANY ($8::text[]))) AS pass
+    FROM {inserted}
+),
 walked AS MATERIALIZED (
     SELECT r.value ->> 0 AS event_type, (r.value ->> 1)::integer AS event_version,
            r.value ->> 2 AS path, r.value ->> 3 AS json_type, (r.value ->> 4)::bigint AS events,
            (r.value ->> 5)::bigint AS first, (r.value ->> 6)::bigint AS first_without,
            (r.value ->> 7)::bigint AS last, nullif(r.value ->> 8, '') AS before, nullif(r.value ->> 9, '') AS before_without
-    FROM (
-        SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes
-        FROM {inserted}
-    ) f
+    FROM walk f
     CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(f.shapes::jsonb) r
 )"
     )

@@ -268,6 +268,9 @@ fn where_clause(conds: &[String]) -> String {
 
 /// The bucket width in statements: their parameter $1.
 const WIDTH_PARAM: &str = "$1::interval";
+/// The parameter of `apply_from_shared_pass` that holds the token of the observer's pass
+/// (after the width and a window's two bounds).
+const SHARED_PASS_PARAM: &str = "$4";
 
 /// How the user relation reads the view.
 pub enum Reads<'b> {
@@ -1397,6 +1400,34 @@ delta_rows AS (
         Some(self.apply_with(Mode::Delta, false, Some(&plan)))
     }
 
+    /// `apply_in_one_pass` for the batch the event table's field observer took earlier in the
+    /// transaction, whose refresh pass it ran over the same rows (`observe_sql::shared_pass`):
+    /// $4 is the token of that pass's result (`pg::group_deltas::keeping_pass`). The batch is
+    /// read under the observer's new position (`batch::observed_snap_cte`), which makes it the
+    /// observer's (the observer checked that the view's batch was its own under its snapshot,
+    /// and all inserts), and the view's new position the observer's; the events are not read
+    /// again, and no record of the batch supersedes a quarantine entry (inserts only). None for
+    /// a view the pass does not cover.
+    ///
+    /// ```sql
+    /// WITH snap AS MATERIALIZED (SELECT observed_snapshot AS s, observed_own_xid AS own
+    ///                            FROM eventview._sources WHERE source_id = <id>),
+    ///      applied ..., chg ...,
+    ///      gd AS MATERIALIZED (SELECT $4::bytea AS rows),
+    ///      ...                     -- as apply_in_one_pass, without unq
+    /// ```
+    pub fn apply_from_shared_pass(&self) -> Option<String> {
+        let plan = self.one_pass_plan()?;
+        Some(self.apply_with_pass(Mode::Delta, false, Some(&plan), true))
+    }
+
+    /// The plan of the view's refresh pass as the field observer runs it for the view
+    /// (`observe_sql::shared_pass`, with the view's event types); None for a view the pass
+    /// does not cover.
+    pub fn shared_pass_plan(&self) -> Option<String> {
+        self.one_pass_plan().map(|plan| plan.to_text())
+    }
+
     fn apply_statement(&self, mode: Mode, hand_back: bool) -> String {
         if self.rollup_source.is_some() {
             return self.rollup_apply(mode);
@@ -1404,15 +1435,29 @@ delta_rows AS (
         self.apply_with(mode, hand_back, None)
     }
 
-    /// The CTEs of the pass in Rust through `bad_rows` (see `apply_in_one_pass`).
-    fn one_pass_input(&self, plan: &Plan) -> Vec<String> {
+    /// The CTEs of the pass in Rust through `bad_rows` (see `apply_in_one_pass`); `shared`: of
+    /// `apply_from_shared_pass`.
+    fn one_pass_input(&self, plan: &Plan, shared: bool) -> Vec<String> {
         let mode = Mode::Delta;
-        let (mut ctes, rows) = self.input_rows(mode, true);
-        ctes.push(format!(
-            "gd AS MATERIALIZED (\n    SELECT eventview._group_deltas({}, {WIDTH_PARAM}, r.sign, r.event_id, r.event_type, r.event_version, r.producer, r.occurred_at, r.payload) AS rows\n    FROM {rows} r{}\n)",
-            quote::literal(&plan.to_text()),
-            self.row_filter(mode, WIDTH_PARAM)
-        ));
+        let mut ctes = Vec::new();
+        if shared {
+            ctes.push(batch::ctes_under(
+                &batch::observed_snap_cte(self.source_id),
+                self.source_id,
+                &self.applied_state(),
+            ));
+            ctes.push(format!(
+                "gd AS MATERIALIZED (SELECT {SHARED_PASS_PARAM}::bytea AS rows)"
+            ));
+        } else {
+            let (input, rows) = self.input_rows(mode, true);
+            ctes = input;
+            ctes.push(format!(
+                "gd AS MATERIALIZED (\n    SELECT eventview._group_deltas({}, {WIDTH_PARAM}, r.sign, r.event_id, r.event_type, r.event_version, r.producer, r.occurred_at, r.payload) AS rows\n    FROM {rows} r{}\n)",
+                quote::literal(&plan.to_text()),
+                self.row_filter(mode, WIDTH_PARAM)
+            ));
+        }
         ctes.push(format!(
             "type_error_rows AS (SELECT * FROM {} AS t({}))",
             Self::pass_part(-1),
@@ -1427,8 +1472,18 @@ delta_rows AS (
     }
 
     fn apply_with(&self, mode: Mode, hand_back: bool, plan: Option<&Plan>) -> String {
+        self.apply_with_pass(mode, hand_back, plan, false)
+    }
+
+    fn apply_with_pass(
+        &self,
+        mode: Mode,
+        hand_back: bool,
+        plan: Option<&Plan>,
+        shared: bool,
+    ) -> String {
         let mut ctes = match plan {
-            Some(plan) => self.one_pass_input(plan),
+            Some(plan) => self.one_pass_input(plan, shared),
             None => self.delta_input(mode, WIDTH_PARAM, true),
         };
         let (key_exprs, mut d_cols) = self.group_delta_columns();
@@ -1494,7 +1549,7 @@ delta_rows AS (
         if self.feeds_rollups && !hand_back {
             ctes.push(self.changes_written());
         }
-        if mode != Mode::Full {
+        if mode != Mode::Full && !shared {
             ctes.push(self.superseded_quarantine());
         }
         if self.def.on_type_error == TypePolicy::Quarantine {

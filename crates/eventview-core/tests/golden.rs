@@ -165,7 +165,12 @@ fn statement_kinds() -> Kinds {
         "refresh_pending_check_one_pass",
         [view(&one_pass, true).pending_check()],
     );
+    k.add(
+        "refresh_apply_from_shared_pass",
+        [view(&one_pass, true).apply_from_shared_pass().unwrap()],
+    );
     assert!(stored.apply_in_one_pass().is_none());
+    assert!(stored.apply_from_shared_pass().is_none());
     k.add("refresh_fixup", stored.fixup());
     k.add("refresh_merge_logs", stored.merge_logs());
     let mut rebuild_full = vec![stored.forget_type_errors()];

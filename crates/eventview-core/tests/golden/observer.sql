@@ -31,18 +31,33 @@ by_record AS MATERIALIZED (
            AND NOT EXISTS (SELECT 1 FROM (SELECT lo, lag(hi) OVER (ORDER BY lo) AS before FROM record_runs) o
                            WHERE o.lo <= o.before) AS yes
 ),
+view_applied AS MATERIALIZED (
+    SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
+    FROM eventview._views WHERE view_id = $9::integer
+),
+shared AS MATERIALIZED (
+    SELECT CASE WHEN $6::text IS NULL THEN false
+                ELSE (SELECT coalesce(pg_catalog.bool_and(op = 'I'), true)
+                             AND coalesce(pg_catalog.sum(pg_catalog.cardinality(event_ids)), 0) <= 500000
+                      FROM chg)
+                     AND (SELECT coalesce(pg_catalog.array_agg(seq ORDER BY seq), '{}') FROM chg) = (SELECT coalesce(pg_catalog.array_agg(c.seq ORDER BY c.seq), '{}') FROM eventview._changes_2 c WHERE ((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM view_applied))
+            AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap)))
+           OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM view_applied))
+      AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
+           OR coalesce(c.xid = (SELECT own FROM snap), false))
+      AND NOT eventview._applied(c.xid, c.seq, (SELECT s FROM view_applied), (SELECT own FROM view_applied), (SELECT own_seq FROM view_applied))) END AS yes
+),
 -- The walk is an aggregate over the rows, read once: one call per event, walking its payload
 -- in place, and at the end the counts as JSON (besides the paths, per type and version, how
 -- many events it walked: path ''), with, in the order walked, the first and the last event
 -- with each path and type and the first event without each path.
-walked AS MATERIALIZED (
-    SELECT r.value ->> 0 AS event_type, (r.value ->> 1)::integer AS event_version,
-           r.value ->> 2 AS path, r.value ->> 3 AS json_type, (r.value ->> 4)::bigint AS events,
-           (r.value ->> 5)::bigint AS first, (r.value ->> 6)::bigint AS first_without,
-           (r.value ->> 7)::bigint AS last, nullif(r.value ->> 8, '') AS before, nullif(r.value ->> 9, '') AS before_without
-    FROM (
-        SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes
-        FROM (SELECT lo, hi FROM record_runs WHERE (SELECT yes FROM by_record)
+walk AS MATERIALIZED (
+    SELECT eventview._shapes_agg(e.event_type, e.event_version, e.payload) AS shapes,
+           eventview._group_deltas($6::text, $7::interval, 1, e.event_id, e.event_type, e.event_version,
+                                   e.producer, e.occurred_at, e.payload)
+               FILTER (WHERE (SELECT yes FROM shared)
+                         AND ($8::text[] IS NULL OR e.event_type = ANY ($8::text[]))) AS pass
+    FROM (SELECT lo, hi FROM record_runs WHERE (SELECT yes FROM by_record)
      UNION ALL
      SELECT r.lo, r.hi
       FROM (SELECT pg_catalog.array_agg(event_id) AS ids
@@ -53,7 +68,13 @@ walked AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT * FROM ONLY "shop"."cart_events" x
                         WHERE x.event_id >= runs.lo AND x.event_id <= runs.hi
                         LIMIT runs.hi - runs.lo + 1) e
-    ) f
+),
+walked AS MATERIALIZED (
+    SELECT r.value ->> 0 AS event_type, (r.value ->> 1)::integer AS event_version,
+           r.value ->> 2 AS path, r.value ->> 3 AS json_type, (r.value ->> 4)::bigint AS events,
+           (r.value ->> 5)::bigint AS first, (r.value ->> 6)::bigint AS first_without,
+           (r.value ->> 7)::bigint AS last, nullif(r.value ->> 8, '') AS before, nullif(r.value ->> 9, '') AS before_without
+    FROM walk f
     CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(f.shapes::jsonb) r
 ),
 vers AS (
@@ -190,4 +211,5 @@ st AS (
     WHERE source_id = 2
     RETURNING 1
 )
-SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows;
+SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows,
+       (SELECT pass FROM walk) AS pass;
