@@ -173,7 +173,8 @@ CREATE AGGREGATE eventview._shapes_agg(text, integer, anyelement) (
 
 -- The refresh pass in Rust (see eventview_core::group_deltas): one transition call per signed
 -- event row of a batch; its value is a token under which eventview._group_delta_rows reads the
--- result, in parts, in the same statement. READ_WRITE: the final function takes the state.
+-- result, in parts, in the same statement (or, for the pass a field observer runs for a view, in
+-- that view's apply after it). READ_WRITE: the final function takes the state.
 CREATE AGGREGATE eventview._group_deltas(text, interval, integer, bigint, text, integer, text,
                                          timestamptz, anyelement) (
     SFUNC = eventview._group_deltas_step,

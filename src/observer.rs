@@ -26,7 +26,7 @@ thread_local! {
 /// comes back to it every few seconds, `refresh_all` once per view); a dropped one fails the
 /// view's refresh with the same message, so it is only noted at DEBUG1.
 pub fn observe(source: &catalog::Source) -> EvResult<()> {
-    observe_with_pass(source, None).map(drop)
+    observe_with_pass(source, || None).map(drop)
 }
 
 /// The refresh pass of a view of the source that the observer runs over its batch too, when
@@ -39,12 +39,12 @@ pub struct PassRequest {
     pub event_types: Option<Vec<String>>,
 }
 
-/// `observe`, also running the refresh pass of `pass` over the batch when the view's batch is
-/// the observer's: that pass's result, kept for the view's apply
-/// (`ViewSql::apply_from_shared_pass`), which then reads the events no more.
+/// `observe`, also running the refresh pass `pass` gives (asked once the observer has a batch)
+/// over the batch when the view's batch is the observer's: that pass's result, kept for the
+/// view's apply (`ViewSql::apply_from_shared_pass`), which then does not read the events.
 pub fn observe_with_pass(
     source: &catalog::Source,
-    pass: Option<&PassRequest>,
+    pass: impl FnOnce() -> Option<PassRequest>,
 ) -> EvResult<Option<KeptPass>> {
     let source_id = source.source_id;
     // Not waited for: another session holds the table or its changelog locked (the next
@@ -100,6 +100,8 @@ pub fn observe_with_pass(
     let versions: Vec<Option<i32>> = read.iter().map(|r| r.event_version).collect();
     let fields: Vec<i32> = read.iter().map(|r| r.field).collect();
     let ranks: Vec<i32> = read.iter().map(|r| r.rank).collect();
+    let pass = pass();
+    let pass = pass.as_ref();
     let plans = Plans::PerSize(source.observer_plan_sizes());
     let args = [
         paths.into(),
@@ -116,7 +118,7 @@ pub fn observe_with_pass(
     Ok(keeping_pass(|| {
         Spi::connect_mut(|client| {
             let row = crate::pg::plan_cache::execute(client, &sql, Some(1), &args, plans)?.first();
-            row.get::<Vec<u8>>(3)
+            Ok::<_, pgrx::spi::SpiError>((row.get::<Vec<u8>>(3)?, row.get::<i64>(4)?.unwrap_or(0)))
         })
     })?)
 }

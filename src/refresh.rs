@@ -103,8 +103,9 @@ enum IdleLogs {
 }
 
 /// `pass`: the result of the view's refresh pass that the field observer ran over its batch in
-/// this refresh (`observer::observe_with_pass`): a delta then applies it as it is, and reads
-/// neither the events nor whether anything is pending (the pass holds rows).
+/// this refresh (`observer::observe_with_pass`): a delta then applies it as it is, without
+/// reading the events (but those with a type error, for their quarantine entries) or checking
+/// whether anything is pending (the pass holds rows).
 fn apply_with(
     view: &ViewRecord,
     mode: Mode,
@@ -184,9 +185,30 @@ fn apply_with(
     let result = match &shared {
         Some((pass, _)) => {
             SHARED_APPLIES.with(|n| n.set(n.get() + 1));
+            // SAFETY: a check of the log levels in force.
+            if unsafe { pg_sys::message_level_is_interesting(pg_sys::DEBUG1 as i32) } {
+                pgrx::debug1!(
+                    "pg_eventview: the refresh of view {} takes the pass the field observer ran over its batch",
+                    relname(view)?
+                );
+            }
             let [width, from, to] = args;
             let args = [width, from, to, pass.token().into()];
-            run_apply_statement(view, &sql, mode, &statement, &args)?
+            let result = run_apply_statement(view, &sql, mode, &statement, &args)?;
+            // The batch the apply read is the one the pass ran over (nothing wrote to the
+            // changelog in between): checked, as an error rather than a view off by a batch.
+            if result.consumed != pass.batch_rows {
+                return Err(EvError::new(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!(
+                        "the refresh of view {} applied a batch of {} event rows where the field observer's pass read {}",
+                        relname(view)?,
+                        result.consumed,
+                        pass.batch_rows
+                    ),
+                ));
+            }
+            result
         }
         None => run_apply_statement(view, &sql, mode, &statement, &args)?,
     };
@@ -546,7 +568,7 @@ fn observe_for(view: &ViewRecord) -> EvResult<Option<KeptPass>> {
     if view.source_view.is_some() {
         return Ok(None);
     }
-    observer::observe_with_pass(&view.source, pass_request(view).as_ref())
+    observer::observe_with_pass(&view.source, || pass_request(view))
 }
 
 /// The refresh pass the observer may run for the view: for a view over an event table of this
@@ -557,6 +579,13 @@ fn pass_request(view: &ViewRecord) -> Option<observer::PassRequest> {
         || view.data_table.is_some()
         || !crate::gucs::ONE_PASS_REFRESH.get()
         || collecting_for(view.view_id)
+    {
+        return None;
+    }
+    // Not for an owner whose apply will be refused (it reads as the extension's owner).
+    let (owner, table) = (view.owner, view.source.relid);
+    if !crate::pg::relcache::role_may_select(owner, table)
+        || crate::pg::relcache::row_security_applies_to(owner, table)
     {
         return None;
     }

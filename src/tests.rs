@@ -195,6 +195,8 @@ mod tests {
         assert_eq!(scalar_i64("SELECT eventview.refresh('ut_sh')"), 0);
         Spi::run("SELECT eventview.refresh('ut_sh_a')").unwrap();
         assert_matches("ut_sh_a", scratch_a);
+        // No result is left behind in the backend.
+        assert_eq!(crate::pg::group_deltas::results_held(), 0);
     }
 
     /// A refresh with nothing pending neither runs the apply nor observes: the view's and the

@@ -7,7 +7,9 @@
 //! random token, which it returns as its value (bytea); `_group_delta_rows(token, part)` reads
 //! the rows of a part from there. The result stays until the aggregate's memory context goes
 //! (the end of the statement, or its abort), whose reset callback removes it: no copy of the
-//! rows into a value (which could not pass 1 GB), and nothing left behind. (A plain aggregate's
+//! rows into a value (which could not pass 1 GB), and nothing left behind. The field
+//! observer's statement, which runs a view's pass for the view's apply to take
+//! (`keeping_pass`), keeps its result until the refresh drops it (`KeptPass`). (A plain aggregate's
 //! context is reset only when its node ends or is rescanned, and the statement reads it through
 //! a MATERIALIZED CTE, which is never rescanned: the result outlives every reader.)
 
@@ -141,6 +143,8 @@ thread_local! {
 /// (also when the refresh fails and unwinds).
 pub struct KeptPass {
     token: [u8; 16],
+    /// The event rows the batch's records name (what the apply counts consumed).
+    pub batch_rows: i64,
 }
 
 impl KeptPass {
@@ -168,13 +172,31 @@ fn forget(token: &[u8; 16]) {
     });
 }
 
-/// Restores `KEEPING` after `keeping_pass`'s statement, and forgets what it kept when dropped
-/// before the statement's result was taken (the statement failed).
-struct Keeping;
+/// While `keeping_pass` runs its statement: restores `KEEPING` as it was before, and forgets
+/// what the statement kept unless `keeping_pass` took it (when the statement failed).
+struct Keeping {
+    before: Option<Vec<[u8; 16]>>,
+}
+
+impl Keeping {
+    /// The tokens kept meanwhile, `KEEPING` restored.
+    fn end(mut self) -> Vec<[u8; 16]> {
+        let before = self.before.take();
+        let kept = KEEPING.with_borrow_mut(|keeping| std::mem::replace(keeping, before));
+        std::mem::forget(self);
+        kept.unwrap_or_default()
+    }
+}
 
 impl Drop for Keeping {
     fn drop(&mut self) {
-        let kept = KEEPING.with(|keeping| keeping.try_borrow_mut().ok().and_then(|mut k| k.take()));
+        let before = self.before.take();
+        let kept = KEEPING.with(|keeping| {
+            keeping
+                .try_borrow_mut()
+                .ok()
+                .and_then(|mut k| std::mem::replace(&mut *k, before))
+        });
         for token in kept.into_iter().flatten() {
             forget(&token);
         }
@@ -183,27 +205,36 @@ impl Drop for Keeping {
 
 /// Runs `statement`, keeping the result of a pass it hands over past its end. `statement`
 /// returns the token its pass's result has (the final value of `eventview._group_deltas`, or
-/// None); that result is then kept as a `KeptPass` until it is dropped. Results handed over
-/// meanwhile under any other token are forgotten when the statement ends (only the
-/// extension's own statements run here: `observer::observe`).
+/// None) and the event rows of its batch; that result is then kept as a `KeptPass` until it
+/// is dropped. Results handed over
+/// meanwhile under any other token are forgotten when the statement ends, as are all of them
+/// when it fails (only the extension's own statements run here:
+/// `observer::observe_with_pass`).
 pub fn keeping_pass<E>(
-    statement: impl FnOnce() -> Result<Option<Vec<u8>>, E>,
+    statement: impl FnOnce() -> Result<(Option<Vec<u8>>, i64), E>,
 ) -> Result<Option<KeptPass>, E> {
-    KEEPING.with_borrow_mut(|keeping| *keeping = Some(Vec::new()));
-    let keeping = Keeping;
-    let token = statement()?;
-    let kept = KEEPING.with_borrow_mut(|keeping| keeping.take().unwrap_or_default());
-    drop(keeping);
+    let keeping = Keeping {
+        before: KEEPING.with_borrow_mut(|keeping| keeping.replace(Vec::new())),
+    };
+    let (token, batch_rows) = statement()?;
+    let kept = keeping.end();
     let wanted = token.and_then(|t| <[u8; 16]>::try_from(t.as_slice()).ok());
     let mut out = None;
     for token in kept {
         if Some(token) == wanted {
-            out = Some(KeptPass { token });
+            out = Some(KeptPass { token, batch_rows });
         } else {
             forget(&token);
         }
     }
     Ok(out)
+}
+
+/// How many pass results this backend holds (for tests: none once no statement runs and no
+/// `KeptPass` is alive).
+#[cfg(any(test, feature = "pg_test"))]
+pub fn results_held() -> usize {
+    RESULTS.with_borrow(|results| results.len())
 }
 
 /// Hands the pass's result over to the registry (see the module's doc) and returns its token;
@@ -336,7 +367,7 @@ pub unsafe extern "C-unwind" fn group_delta_rows(
             ERROR,
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "no result of eventview._group_deltas has this token",
-            "eventview._group_delta_rows reads a result in the statement that made it, as a refresh does."
+            "eventview._group_delta_rows reads a result in the statement that made it, or in the apply of the refresh whose field observer made it, as a refresh does."
         );
     }
     pg_sys::Datum::from(0)

@@ -87,24 +87,7 @@ pub const SEQS_OF_CHG: &str =
 /// `touched_rows` (a statement that reads none of them does not run them). `applied_sql`
 /// selects the consumer's state as `(s pg_snapshot, own xid8, own_seq bigint)`.
 pub fn ctes(source_id: i32, applied_sql: &str) -> String {
-    ctes_under(SNAP_CTE, source_id, applied_sql)
-}
-
-/// The CTE `snap` of a statement that takes the batch its event table's field observer took in
-/// an earlier statement of the transaction: the observer's new position, which that statement
-/// wrote (`observe_sql::observed_position`), as the snapshot and own transaction id.
-pub fn observed_snap_cte(source_id: i32) -> String {
-    format!(
-        "snap AS MATERIALIZED (
-    SELECT observed_snapshot AS s, observed_own_xid AS own FROM eventview._sources WHERE source_id = {source_id}
-)"
-    )
-}
-
-/// `ctes` with `snap_cte` for `SNAP_CTE`.
-pub fn ctes_under(snap_cte: &str, source_id: i32, applied_sql: &str) -> String {
-    let batch = log_ctes_under(
-        snap_cte,
+    let batch = log_ctes(
         &names::changelog(source_id),
         "c.seq, c.xid, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
            c.old_producer, c.old_occurred_at, c.old_payload",
@@ -127,6 +110,24 @@ by_record AS MATERIALIZED (
            AND NOT EXISTS (SELECT 1 FROM (SELECT lo, lag(hi) OVER (ORDER BY lo) AS before FROM record_runs) o
                            WHERE o.lo <= o.before) AS yes
 )"
+    )
+}
+
+/// CTEs `snap`, `applied` and `chg` (seq, xid, op, event_ids) of a statement that takes the
+/// batch its event table's field observer took in an earlier statement of the transaction:
+/// `snap` is the observer's new position, which that statement wrote
+/// (`observe_sql::observed_position`), as the snapshot and own transaction id.
+pub fn observed_batch_ctes(source_id: i32, applied_sql: &str) -> String {
+    let snap = format!(
+        "snap AS MATERIALIZED (
+    SELECT observed_snapshot AS s, observed_own_xid AS own FROM eventview._sources WHERE source_id = {source_id}
+)"
+    );
+    log_ctes_under(
+        &snap,
+        &names::changelog(source_id),
+        "c.seq, c.xid, c.op, c.event_ids",
+        applied_sql,
     )
 }
 

@@ -55,7 +55,8 @@ pub fn pending_check(source_id: i32) -> String {
 /// (NULL: any), the field reference it is a declaration of and its rank among that reference's
 /// declarations (most specific first), as arrays of one length. $6 to $9: the refresh pass of
 /// the view being refreshed, for `shared_pass` (NULL: none). Returns (events observed, drift
-/// rows recorded, the token of the pass's result or NULL).
+/// rows recorded, the token of the pass's result or NULL, the event rows the batch's records
+/// name, as an apply counts them consumed).
 ///
 /// ```sql
 /// WITH snap ..., applied ..., chg ..., ids ...,     -- the batch (batch::ctes)
@@ -92,7 +93,8 @@ pub fn observe(source_id: i32, source_scan: &str) -> String {
     format!(
         "WITH {}
 SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows,
-       (SELECT pass FROM walk) AS pass",
+       (SELECT pass FROM walk) AS pass,
+       (SELECT coalesce(sum(CASE WHEN op = 'I' THEN pg_catalog.cardinality(event_ids) ELSE 1 END), 0)::bigint FROM chg) AS batch_rows",
         ctes.join(",\n")
     )
 }

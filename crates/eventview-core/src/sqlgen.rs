@@ -1403,7 +1403,7 @@ delta_rows AS (
     /// `apply_in_one_pass` for the batch the event table's field observer took earlier in the
     /// transaction, whose refresh pass it ran over the same rows (`observe_sql::shared_pass`):
     /// $4 is the token of that pass's result (`pg::group_deltas::keeping_pass`). The batch is
-    /// read under the observer's new position (`batch::observed_snap_cte`), which makes it the
+    /// read under the observer's new position (`batch::observed_batch_ctes`), which makes it the
     /// observer's (the observer checked that the view's batch was its own under its snapshot,
     /// and all inserts), and the view's new position the observer's; the events are not read
     /// again, and no record of the batch supersedes a quarantine entry (inserts only). None for
@@ -1441,8 +1441,7 @@ delta_rows AS (
         let mode = Mode::Delta;
         let mut ctes = Vec::new();
         if shared {
-            ctes.push(batch::ctes_under(
-                &batch::observed_snap_cte(self.source_id),
+            ctes.push(batch::observed_batch_ctes(
                 self.source_id,
                 &self.applied_state(),
             ));

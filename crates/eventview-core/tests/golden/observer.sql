@@ -212,4 +212,5 @@ st AS (
     RETURNING 1
 )
 SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows,
-       (SELECT pass FROM walk) AS pass;
+       (SELECT pass FROM walk) AS pass,
+       (SELECT coalesce(sum(CASE WHEN op = 'I' THEN pg_catalog.cardinality(event_ids) ELSE 1 END), 0)::bigint FROM chg) AS batch_rows;

@@ -6,8 +6,7 @@ applied AS MATERIALIZED (
     FROM eventview._views WHERE view_id = 3
 ),
 chg AS MATERIALIZED (
-    SELECT c.seq, c.xid, c.op, c.event_ids, c.event_id, c.old_event_type, c.old_event_version,
-           c.old_producer, c.old_occurred_at, c.old_payload
+    SELECT c.seq, c.xid, c.op, c.event_ids
     FROM eventview._changes_2 c
     WHERE ((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM applied))
             AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap)))
@@ -15,21 +14,6 @@ chg AS MATERIALIZED (
       AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
            OR coalesce(c.xid = (SELECT own FROM snap), false))
       AND NOT eventview._applied(c.xid, c.seq, (SELECT s FROM applied), (SELECT own FROM applied), (SELECT own_seq FROM applied))
-),
-ids AS MATERIALIZED (
-    SELECT seq, op, unnest(event_ids) AS event_id FROM chg WHERE op = 'I'
-    UNION ALL
-    SELECT seq, op, event_id FROM chg WHERE op <> 'I'
-),
-record_runs AS MATERIALIZED (
-    SELECT r.lo, r.hi
-    FROM chg CROSS JOIN LATERAL eventview._id_runs(chg.event_ids) r
-    WHERE (SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)
-),
-by_record AS MATERIALIZED (
-    SELECT (SELECT count(*) <= 64 AND coalesce(pg_catalog.bool_and(op = 'I'), true) FROM chg)
-           AND NOT EXISTS (SELECT 1 FROM (SELECT lo, lag(hi) OVER (ORDER BY lo) AS before FROM record_runs) o
-                           WHERE o.lo <= o.before) AS yes
 ),
 gd AS MATERIALIZED (SELECT $4::bytea AS rows),
 type_error_rows AS (SELECT * FROM eventview._group_delta_rows((SELECT rows FROM gd), -1) AS t(sign integer, from_delta boolean, event_id bigint, event_type text, event_version integer, producer text, occurred_at timestamptz, payload jsonb)),
