@@ -250,6 +250,17 @@ def test_a_refresh_reads_its_batch_of_inserts_once_when_the_field_observer_reads
         assert _one(a, "SELECT count(*) FROM eventview.quarantine WHERE view_name = 'public.v_pass'") == 1
         insert(6)
         assert refresh("v_pass")
+        # run_maintenance refreshes a due view the same way.
+        a.execute("SELECT eventview.schedule('v_pass', '1 hour')")
+        a.execute("UPDATE eventview._views SET last_refresh_at = NULL WHERE relid = 'v_pass'::regclass")
+        insert(7)
+        messages.clear()
+        a.execute("SELECT eventview.run_maintenance()")
+        assert any(taken in m for m in messages), messages
+        b.execute("SELECT eventview.refresh('v_sql')")
+        rows = [a.execute(f"SELECT bucket, sku, n, qty::text, hi::text FROM {view} ORDER BY 1, 2").fetchall()
+                for view in views]
+        assert rows[0] == rows[1]
 
 
 def test_the_rows_of_the_refresh_pass_are_read_in_the_statement_that_made_them(db):
