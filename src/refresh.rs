@@ -184,6 +184,7 @@ fn apply_with(
     }
     let result = match &shared {
         Some((pass, _)) => {
+            #[cfg(any(test, feature = "pg_test"))]
             SHARED_APPLIES.with(|n| n.set(n.get() + 1));
             // SAFETY: a check of the log levels in force.
             if unsafe { pg_sys::message_level_is_interesting(pg_sys::DEBUG1 as i32) } {
@@ -550,6 +551,7 @@ pub fn refresh_unless_locked(name: &str) -> EvResult<Option<i64>> {
     Ok(Some(below + refresh_locked(&view, IdleLogs::Merge, pass)?))
 }
 
+#[cfg(any(test, feature = "pg_test"))]
 thread_local! {
     /// How many applies took the refresh pass the field observer ran (for tests).
     static SHARED_APPLIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };

@@ -947,6 +947,105 @@ mod tests {
         assert_eq!(scalar_i64("SELECT sum(n)::bigint FROM ut_order_a"), 5);
     }
 
+    /// The insert capture writes its record without the executor into the segment whose range
+    /// holds its `seq` (the default partition past every segment), with the values the column
+    /// defaults give and an index entry; a changelog it does not know the layout of (a column
+    /// more, a trigger) gets the record by INSERT, defaults and trigger included.
+    #[pg_test]
+    fn an_insert_record_goes_to_its_segment_as_an_insert_would_write_it() {
+        use crate::pg::changelog_append::appended;
+        Spi::run("SELECT eventview.create_event_table('ut_append')").unwrap();
+        let source = scalar_i64(
+            "SELECT source_id FROM eventview._sources WHERE relid = 'ut_append'::regclass",
+        );
+        let log = format!("eventview._changes_{source}");
+        let last = |what: &str| {
+            Spi::get_one::<bool>(&format!(
+                "SELECT {what} FROM {log} WHERE seq = (SELECT max(seq) FROM {log})"
+            ))
+            .unwrap()
+            .unwrap()
+        };
+        let written_as_an_insert = "xid = pg_current_xact_id() AND logged_at = now() AND op = 'I'
+             AND event_id IS NULL AND old_event_type IS NULL AND old_payload IS NULL";
+        let before = appended();
+        insert_events("ut_append", "('t', now(), '{}'), ('t', now(), '{}')");
+        assert_eq!(appended(), before + 1);
+        assert!(last(written_as_an_insert));
+        assert!(last(
+            "event_ids = ARRAY(SELECT event_id FROM ut_append ORDER BY event_id)"
+        ));
+        assert!(last(&format!("tableoid = '{log}_from_1'::regclass")));
+        // Its index entry: found by an index scan.
+        Spi::run("SET LOCAL enable_seqscan = off").unwrap();
+        Spi::run("SET LOCAL enable_bitmapscan = off").unwrap();
+        assert_eq!(
+            scalar_i64(&format!(
+                "SELECT count(*) FROM {log} WHERE xid = pg_current_xact_id() AND seq >= 1"
+            )),
+            1
+        );
+        Spi::run("RESET enable_seqscan").unwrap();
+        Spi::run("RESET enable_bitmapscan").unwrap();
+
+        // Past every segment: the default partition.
+        Spi::run(&format!(
+            "ALTER TABLE {log} ALTER COLUMN seq RESTART WITH 50000"
+        ))
+        .unwrap();
+        insert_events("ut_append", "('t', now(), '{}')");
+        assert_eq!(appended(), before + 2);
+        assert!(last(&format!(
+            "seq = 50000 AND tableoid = '{log}_default'::regclass"
+        )));
+        assert!(last(written_as_an_insert));
+
+        // A column the append does not know: the record goes by INSERT, with its default.
+        Spi::run(&format!(
+            "ALTER TABLE {log} ADD COLUMN note text DEFAULT 'by insert'"
+        ))
+        .unwrap();
+        insert_events("ut_append", "('t', now(), '{}')");
+        assert_eq!(appended(), before + 2);
+        assert!(last("note = 'by insert'"));
+        assert!(last(written_as_an_insert));
+        Spi::run(&format!("ALTER TABLE {log} DROP COLUMN note")).unwrap();
+        insert_events("ut_append", "('t', now(), '{}')");
+        assert_eq!(appended(), before + 3);
+        assert!(last(written_as_an_insert));
+
+        // A trigger on a segment: the record goes by INSERT, which fires it.
+        Spi::run(&format!(
+            "CREATE TABLE ut_append_fired (seq bigint);
+             CREATE FUNCTION ut_append_fire() RETURNS trigger LANGUAGE plpgsql AS $$
+               BEGIN INSERT INTO ut_append_fired VALUES (NEW.seq); RETURN NULL; END $$;
+             CREATE TRIGGER ut_append_fire AFTER INSERT ON {log}_default
+               FOR EACH ROW EXECUTE FUNCTION ut_append_fire()"
+        ))
+        .unwrap();
+        insert_events("ut_append", "('t', now(), '{}')");
+        assert_eq!(appended(), before + 3);
+        assert_eq!(
+            scalar_i64(&format!(
+                "SELECT count(*) FROM ut_append_fired f JOIN {log} c USING (seq)"
+            )),
+            1
+        );
+        Spi::run(&format!("DROP TRIGGER ut_append_fire ON {log}_default")).unwrap();
+        insert_events("ut_append", "('t', now(), '{}')");
+        assert_eq!(appended(), before + 4);
+
+        // Every record is applied once: the view counts every event.
+        Spi::run(
+            "SELECT eventview.create_view('ut_append_n', 'ut_append', group_by => '{\"k\": \"$.k\"}',
+                                          measures => '{\"n\": \"count(*)\"}')",
+        )
+        .unwrap();
+        insert_events("ut_append", "('t', now(), '{}')");
+        Spi::run("SELECT eventview.refresh('ut_append_n')").unwrap();
+        assert_eq!(scalar_i64("SELECT sum(n)::bigint FROM ut_append_n"), 8);
+    }
+
     /// Retention pruning logs nothing, so after an event is pruned and inserted again under its
     /// id, a batch of inserts alone holds that id twice: it is still read, and counted, once.
     #[pg_test]

@@ -1,9 +1,10 @@
 //! The insert capture, a native trigger function: every statement that inserts into an event
 //! table logs the ids of its new rows as one changelog record, in the producer's transaction.
 //!
-//! It reads the `event_id` column of the transition table directly, builds the id array and runs
-//! one kept `INSERT ... VALUES ('I', $1)` into the changelog: about 29 us a single-row INSERT
-//! (BENCHMARKS.md), the whole of what pg_eventview adds to the producers' most common write.
+//! It reads the `event_id` column of the transition table directly, builds the id array and
+//! appends one record to the changelog without the executor (`changelog_append`; a changelog
+//! laid out otherwise gets it by a kept `INSERT ... VALUES ('I', $1)`): the whole of what
+//! pg_eventview adds to the producers' most common write (BENCHMARKS.md).
 //! For a partitioned event table it also adds the new rows' keys to its key table with one more
 //! kept statement (`envelope_sql::key_insert`), which is what keeps them unique across
 //! partitions.
@@ -12,8 +13,8 @@
 //! `LANGUAGE c` with the symbol `capture_inserted_rows` and SECURITY DEFINER (its owner, the
 //! table's owner, holds INSERT on the changelog; producers need none). The function finds its
 //! source from its own name, so one symbol serves every event table, and runs only for that
-//! source's table. Its statement names only schema-qualified objects and no operator or
-//! function, so it means the same under any search_path: the function needs no pinned one.
+//! source's table. It resolves no name through the search_path (its statements name only
+//! schema-qualified objects and no operator or function): the function needs no pinned one.
 //! Every later library keeps the symbol: a database's capture functions name it until they are
 //! replaced.
 
@@ -292,7 +293,8 @@ unsafe fn relation_name(rel: pg_sys::Relation) -> String {
         .into_owned()
 }
 
-/// Writes one 'I' record of `ids` into the source's changelog.
+/// Writes one 'I' record of `ids` into the source's changelog: appended without the executor
+/// (`changelog_append`), or by the kept `INSERT` into a changelog the append leaves to it.
 ///
 /// # Safety
 /// `ids` are int8 datums; called from a firing trigger.
@@ -306,6 +308,10 @@ unsafe fn log_inserted(source_id: i32, mut ids: Vec<pg_sys::Datum>) {
             true,
             b'd' as std::ffi::c_char,
         );
+        if crate::pg::changelog_append::append_insert_record(source_id, pg_sys::Datum::from(array))
+        {
+            return;
+        }
         if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
             pgrx::error!("capture_inserted_rows: SPI_connect failed");
         }

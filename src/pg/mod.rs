@@ -5,6 +5,7 @@
 
 pub mod aggregate;
 pub mod capture_trigger;
+pub mod changelog_append;
 pub mod drop_extension;
 pub mod group_deltas;
 pub mod guc;
