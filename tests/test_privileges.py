@@ -97,6 +97,12 @@ def test_roles_get_exactly_their_rights(cluster, roles):
         cp.write_row(("cart", '{"sku": "B", "qty": 5}'))
     assert bob.one("SELECT eventview.refresh('bv')") == 2
     assert bob.q("SELECT sku, n, qty, hi FROM bv ORDER BY sku") == [("A", 2, 3, 2), ("B", 1, 5, 5)]
+    # The capture writes the changelog with the table owner's right to insert into it: without
+    # it a producer's INSERT fails as that owner's INSERT into the changelog would.
+    admin.q(f"REVOKE INSERT ON {log} FROM {role('alice')}")
+    msg = pat.denied("INSERT INTO ev (event_type, payload) VALUES ('cart', '{\"sku\": \"C\"}')")
+    assert msg == f"permission denied for table _changes_{source_id}"
+    admin.q(f"GRANT INSERT ON {log} TO {role('alice')}")
 
     # Nobody else reads or writes the changelog or the storage; the catalog is read-only.
     for who in (pat, rita, mallory):

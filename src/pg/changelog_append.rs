@@ -11,10 +11,11 @@
 //! sequence's next value, `xid` the top transaction's id (`pg_current_xact_id()`), `logged_at`
 //! the transaction's start (`now()`).
 //!
-//! It writes only into a changelog laid out as the extension makes it. Anything else (a column
-//! it does not know, a trigger, a rule, a check constraint, row security, a partition key other
-//! than the range of `seq`, a segment that is itself partitioned) leaves the record to the SPI
-//! insert, which handles every case as an INSERT does.
+//! It writes only into a changelog laid out as the extension makes it, for a role that may
+//! insert into it (the capture function's owner). Anything else (a column it does not know, a
+//! trigger, a rule, a check constraint, row security, a partition key other than the range of
+//! `seq`, a segment that is itself partitioned, a revoked INSERT) leaves the record to the SPI
+//! insert, which handles every case as an INSERT does, its errors included.
 //!
 //! Locks are the executor's: ROW EXCLUSIVE on the changelog, taken as its name is resolved, then
 //! on the segment. Segments are made under SHARE on the changelog (`changelog::make_segments`),
@@ -121,6 +122,16 @@ pub unsafe fn append_insert_record(source_id: i32, ids: pg_sys::Datum) -> bool {
         let Some(changelog) = changelog_of(relid) else {
             return false;
         };
+        // The privilege an INSERT checks (the capture function's owner holds it; without it the
+        // INSERT raises the error).
+        if pg_sys::pg_class_aclcheck(
+            relid,
+            pg_sys::GetUserId(),
+            pg_sys::ACL_INSERT as pg_sys::AclMode,
+        ) != pg_sys::AclResult::ACLCHECK_OK
+        {
+            return false;
+        }
         let root = pg_sys::table_open(relid, pg_sys::NoLock as pg_sys::LOCKMODE);
         if !writes_as_a_plain_insert(root, changelog.partitioned) {
             pg_sys::table_close(root, pg_sys::NoLock as pg_sys::LOCKMODE);
