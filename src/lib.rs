@@ -86,6 +86,7 @@ extension_sql_file!("../sql/api.sql", name = "api", finalize);
 pub extern "C-unwind" fn _PG_init() {
     let preloading = pg::preloading();
     gucs::define(preloading);
+    pg::changelog_append::watch_changelogs();
     if preloading {
         pg::wakeup::init_shared_memory();
         scheduler::register_workers();

@@ -988,17 +988,57 @@ mod tests {
         Spi::run("RESET enable_seqscan").unwrap();
         Spi::run("RESET enable_bitmapscan").unwrap();
 
+        // A segment further on: its last value goes to it, its upper bound (exclusive) past it.
+        Spi::run(&format!(
+            "CREATE TABLE {log}_from_40000 PARTITION OF {log} FOR VALUES FROM (40000) TO (40002)"
+        ))
+        .unwrap();
+        Spi::run(&format!(
+            "ALTER TABLE {log} ALTER COLUMN seq RESTART WITH 40001"
+        ))
+        .unwrap();
+        insert_events("ut_append", "('t', now(), '{}')");
+        assert!(last(&format!(
+            "seq = 40001 AND tableoid = '{log}_from_40000'::regclass"
+        )));
+        insert_events("ut_append", "('t', now(), '{}')");
+        assert!(last(&format!(
+            "seq = 40002 AND tableoid = '{log}_default'::regclass"
+        )));
+        assert_eq!(appended(), before + 3);
+
         // Past every segment: the default partition.
         Spi::run(&format!(
             "ALTER TABLE {log} ALTER COLUMN seq RESTART WITH 50000"
         ))
         .unwrap();
         insert_events("ut_append", "('t', now(), '{}')");
-        assert_eq!(appended(), before + 2);
+        assert_eq!(appended(), before + 4);
         assert!(last(&format!(
             "seq = 50000 AND tableoid = '{log}_default'::regclass"
         )));
         assert!(last(written_as_an_insert));
+
+        // Ids past what fits in the row (stored out of line), written in a subtransaction: the
+        // top transaction's id, as pg_current_xact_id() gives.
+        Spi::run(
+            "DO $$ BEGIN
+               BEGIN
+                 INSERT INTO ut_append (event_type, payload) SELECT 't', '{}' FROM generate_series(1, 600);
+               EXCEPTION WHEN division_by_zero THEN NULL;
+               END;
+             END $$",
+        )
+        .unwrap();
+        assert_eq!(appended(), before + 5);
+        assert!(last(written_as_an_insert));
+        assert!(last(
+            "event_ids = ARRAY(SELECT event_id FROM (SELECT event_id FROM ut_append ORDER BY event_id DESC LIMIT 600) l ORDER BY event_id)"
+        ));
+        assert!(last(&format!(
+            "EXISTS (SELECT FROM pg_class c JOIN pg_class t ON t.oid = c.reltoastrelid
+                     WHERE c.oid = '{log}_default'::regclass AND pg_relation_size(t.oid) > 0)"
+        )));
 
         // A column the append does not know: the record goes by INSERT, with its default.
         Spi::run(&format!(
@@ -1006,12 +1046,12 @@ mod tests {
         ))
         .unwrap();
         insert_events("ut_append", "('t', now(), '{}')");
-        assert_eq!(appended(), before + 2);
+        assert_eq!(appended(), before + 5);
         assert!(last("note = 'by insert'"));
         assert!(last(written_as_an_insert));
         Spi::run(&format!("ALTER TABLE {log} DROP COLUMN note")).unwrap();
         insert_events("ut_append", "('t', now(), '{}')");
-        assert_eq!(appended(), before + 3);
+        assert_eq!(appended(), before + 6);
         assert!(last(written_as_an_insert));
 
         // A trigger on a segment: the record goes by INSERT, which fires it.
@@ -1024,7 +1064,7 @@ mod tests {
         ))
         .unwrap();
         insert_events("ut_append", "('t', now(), '{}')");
-        assert_eq!(appended(), before + 3);
+        assert_eq!(appended(), before + 6);
         assert_eq!(
             scalar_i64(&format!(
                 "SELECT count(*) FROM ut_append_fired f JOIN {log} c USING (seq)"
@@ -1033,7 +1073,7 @@ mod tests {
         );
         Spi::run(&format!("DROP TRIGGER ut_append_fire ON {log}_default")).unwrap();
         insert_events("ut_append", "('t', now(), '{}')");
-        assert_eq!(appended(), before + 4);
+        assert_eq!(appended(), before + 7);
 
         // Every record is applied once: the view counts every event.
         Spi::run(
@@ -1043,7 +1083,7 @@ mod tests {
         .unwrap();
         insert_events("ut_append", "('t', now(), '{}')");
         Spi::run("SELECT eventview.refresh('ut_append_n')").unwrap();
-        assert_eq!(scalar_i64("SELECT sum(n)::bigint FROM ut_append_n"), 8);
+        assert_eq!(scalar_i64("SELECT sum(n)::bigint FROM ut_append_n"), 610);
     }
 
     /// Retention pruning logs nothing, so after an event is pruned and inserted again under its

@@ -293,6 +293,35 @@ def test_a_callers_search_path_and_tables_give_no_rights(cluster, roles):
         who.conn.close()
 
 
+def test_a_producers_search_path_runs_nothing_as_the_tables_owner(cluster, roles):
+    """The insert capture runs as the event table's owner under the producer's search_path: the
+    operators a producer puts ahead of pg_catalog are never picked up by it, from the first
+    insert of a connection (nothing of the table known yet) on."""
+    admin = As(cluster, roles, "postgres")
+    alice = As(cluster, roles, "alice")
+    admin.q(f"CREATE SCHEMA trap AUTHORIZATION {role('pat')}")
+    alice.q("SELECT eventview.create_event_table('guarded_ev')")
+    alice.q(f"GRANT INSERT ON guarded_ev TO {role('pat')}")
+    pat = As(cluster, roles, "pat")
+    pat.q("GRANT USAGE ON SCHEMA trap TO PUBLIC")
+    pat.q("CREATE TABLE trap.ran_as (who text)")
+    pat.q("GRANT INSERT ON trap.ran_as TO PUBLIC")
+    for i, t in enumerate(TRAP_TYPES + ['"char"']):
+        for op, name in (("=", "eq"), ("<>", "ne")):
+            pat.q(f"""CREATE FUNCTION trap.{name}_{i}(a {t}, b {t}) RETURNS boolean LANGUAGE plpgsql AS $$
+                      BEGIN
+                          INSERT INTO trap.ran_as VALUES (current_user);
+                          RETURN a OPERATOR(pg_catalog.{op}) b;
+                      END $$""")
+            pat.q(f"CREATE OPERATOR trap.{op} (LEFTARG = {t}, RIGHTARG = {t}, FUNCTION = trap.{name}_{i})")
+    producer = As(cluster, roles, "pat")
+    producer.q("SET search_path = trap, pg_catalog")
+    producer.q("INSERT INTO public.guarded_ev (event_type, payload) VALUES ('e', '{}')")
+    producer.q("INSERT INTO public.guarded_ev (event_type, payload) VALUES ('e', '{}')")
+    assert admin.q(f"SELECT count(*) FROM trap.ran_as WHERE who <> '{role('pat')}'") == [(0,)]
+    assert alice.one("SELECT count(*) FROM guarded_ev") == 2
+
+
 def test_pruning_checks_the_tables_owner_whatever_operators_the_callers_path_holds(cluster, roles):
     """prune's internal calls, callable by anyone (prune runs in its caller's rights), decide who
     may prune a table with search_path pinned: an `=` of the caller's own on their path, which

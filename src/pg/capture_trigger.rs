@@ -137,7 +137,8 @@ fn source_of(function: pg_sys::Oid) -> Option<i32> {
 
 /// The source whose insert capture is `function`, which fires for `table`: refused (09000)
 /// unless `function` is an event table's capture and `table` that event table or a partition
-/// in its tree.
+/// in its tree. (Its query qualifies every operator and type: the capture runs with its owner's
+/// rights under the producer's search_path.)
 fn source_capturing(function: pg_sys::Oid, table: pg_sys::Oid) -> Captured {
     if let Some(captured) = CAPTURED.with(|c| c.borrow().get(&(function, table)).copied()) {
         return captured;
@@ -146,9 +147,10 @@ fn source_capturing(function: pg_sys::Oid, table: pg_sys::Oid) -> Captured {
         refuse_call("is not the insert capture of an event table");
     };
     let captures = Spi::get_one_with_args::<Vec<bool>>(
-        "SELECT ARRAY[coalesce(s.relid::oid = $2 OR pg_catalog.pg_partition_root($2) = s.relid::oid, false),
+        "SELECT ARRAY[coalesce(s.relid::pg_catalog.oid OPERATOR(pg_catalog.=) $2
+                               OR pg_catalog.pg_partition_root($2) OPERATOR(pg_catalog.=) s.relid::pg_catalog.oid, false),
                       pg_catalog.to_regclass(pg_catalog.format('eventview._keys_%s', s.source_id)) IS NOT NULL]
-         FROM eventview._sources s WHERE s.source_id = $1",
+         FROM eventview._sources s WHERE s.source_id OPERATOR(pg_catalog.=) $1",
         &[source_id.into(), table.into()],
     );
     let keyed = match captures.ok().flatten().as_deref() {

@@ -7,19 +7,24 @@
 //! as PostgreSQL's own row insert does (`simple_table_tuple_insert`, then the index entries
 //! through `ExecInsertIndexTuples`, as logical replication's apply does), into the segment
 //! whose range holds its `seq`, found in the relation cache's partition bounds as the executor's
-//! tuple routing finds it. The values are those the column defaults give: `seq` the identity
-//! sequence's next value, `xid` the top transaction's id (`pg_current_xact_id()`), `logged_at`
-//! the transaction's start (`now()`).
+//! tuple routing finds it. The values are those the extension's column defaults give: `seq` the
+//! identity sequence's next value, `xid` the top transaction's id (`pg_current_xact_id()`),
+//! `logged_at` the transaction's start (`now()`).
 //!
 //! It writes only into a changelog laid out as the extension makes it, for a role that may
 //! insert into it (the capture function's owner). Anything else (a column it does not know, a
 //! trigger, a rule, a check constraint, row security, a partition key other than the range of
-//! `seq`, a segment that is itself partitioned, a revoked INSERT) leaves the record to the SPI
-//! insert, which handles every case as an INSERT does, its errors included.
+//! `seq`, a segment that is itself partitioned, a revoked INSERT, a segment attached while the
+//! record was routed) leaves the record to the SPI insert, which handles every case as an
+//! INSERT does, its errors included. What it knows of a changelog comes from the relation and
+//! catalog caches, never from a query: the capture runs with its owner's rights under the
+//! producer's search_path.
 //!
-//! Locks are the executor's: ROW EXCLUSIVE on the changelog, taken as its name is resolved, then
-//! on the segment. Segments are made under SHARE on the changelog (`changelog::make_segments`),
-//! so the bounds read under ROW EXCLUSIVE stay those of the segments until the transaction ends.
+//! Locks are the executor's: ROW EXCLUSIVE on the changelog, then on the segment. Segments are
+//! made under SHARE on the changelog (`changelog::make_segments`); a segment attached by other
+//! means (ATTACH takes SHARE UPDATE EXCLUSIVE, which does not wait for writers) is caught as the
+//! executor catches it: the bounds are read again once the segment is locked, which waits for an
+//! ATTACH validating the default partition.
 
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
@@ -29,22 +34,7 @@ use std::ffi::CString;
 mod ffi {
     use pgrx::pg_sys;
     unsafe extern "C-unwind" {
-        pub fn RelationGetPartitionDesc(
-            rel: pg_sys::Relation,
-            omit_detached: bool,
-        ) -> pg_sys::PartitionDesc;
         pub fn nextval_internal(relid: pg_sys::Oid, check_permissions: bool) -> i64;
-    }
-}
-
-/// partdesc.h's accessor of a partitioned relation's partitions (not in pgrx's bindings).
-///
-/// # Safety
-/// `rel` is open and locked.
-unsafe fn partitions_of(rel: pg_sys::Relation) -> pg_sys::PartitionDesc {
-    // SAFETY: an ERROR raised inside becomes a Rust panic at the boundary.
-    unsafe {
-        pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| ffi::RelationGetPartitionDesc(rel, true))
     }
 }
 
@@ -73,8 +63,9 @@ thread_local! {
     /// The changelog relation of each source, as last found by name (valid while `CHANGELOGS`
     /// holds it).
     static RELIDS: RefCell<HashMap<i32, pg_sys::Oid>> = RefCell::new(HashMap::new());
-    /// Whether `forget_changelog` is registered with the relation cache.
-    static WATCHING: Cell<bool> = const { Cell::new(false) };
+    /// Set when an invalidation could not reach `CHANGELOGS` (borrowed at that moment): the next
+    /// append forgets every changelog.
+    static FORGET_ALL: Cell<bool> = const { Cell::new(false) };
 }
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -85,17 +76,22 @@ thread_local! {
 
 /// Relation cache invalidation callback: a changelog whose definition may have changed is read
 /// again at its next append (every changelog, for a reset of the whole cache).
+#[pg_guard]
 unsafe extern "C-unwind" fn forget_changelog(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
-    CHANGELOGS.with(|changelogs| {
-        // (Never borrowed across a call into PostgreSQL, where a callback can run.)
-        if let Ok(mut changelogs) = changelogs.try_borrow_mut() {
-            if relid == pg_sys::InvalidOid {
-                changelogs.clear();
-            } else {
-                changelogs.remove(&relid);
-            }
+    CHANGELOGS.with(|changelogs| match changelogs.try_borrow_mut() {
+        Ok(mut changelogs) if relid == pg_sys::InvalidOid => changelogs.clear(),
+        Ok(mut changelogs) => {
+            changelogs.remove(&relid);
         }
+        Err(_) => FORGET_ALL.with(|f| f.set(true)),
     });
+}
+
+/// Registers the invalidation callback, at library load (`_PG_init`): PostgreSQL has few slots
+/// for such callbacks, and a backend's libraries take theirs as they load.
+pub fn watch_changelogs() {
+    // SAFETY: registers a callback that lives as long as the library.
+    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(forget_changelog), pg_sys::Datum::from(0)) }
 }
 
 /// How many records this backend appended without the executor (for tests).
@@ -113,13 +109,10 @@ pub fn appended() -> u64 {
 /// the call.
 pub unsafe fn append_insert_record(source_id: i32, ids: pg_sys::Datum) -> bool {
     unsafe {
-        if !WATCHING.with(|w| w.replace(true)) {
-            pg_sys::CacheRegisterRelcacheCallback(Some(forget_changelog), pg_sys::Datum::from(0));
+        if FORGET_ALL.with(|f| f.replace(false)) {
+            CHANGELOGS.with_borrow_mut(|changelogs| changelogs.clear());
         }
         let Some(relid) = changelog_relid(source_id) else {
-            return false;
-        };
-        let Some(changelog) = changelog_of(relid) else {
             return false;
         };
         // The privilege an INSERT checks (the capture function's owner holds it; without it the
@@ -133,27 +126,11 @@ pub unsafe fn append_insert_record(source_id: i32, ids: pg_sys::Datum) -> bool {
             return false;
         }
         let root = pg_sys::table_open(relid, pg_sys::NoLock as pg_sys::LOCKMODE);
-        if !writes_as_a_plain_insert(root, changelog.partitioned) {
-            pg_sys::table_close(root, pg_sys::NoLock as pg_sys::LOCKMODE);
-            return false;
-        }
-        let seq = next_value(changelog.sequence);
-        let target = if changelog.partitioned {
-            segment_for(root, seq)
-        } else {
-            Some(relid)
-        };
-        let written = match target {
-            Some(target) if target == relid => write_record(root, seq, ids),
-            Some(target) => {
-                let segment =
-                    pg_sys::table_open(target, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
-                let written =
-                    writes_as_a_plain_insert(segment, false) && write_record(segment, seq, ids);
-                pg_sys::table_close(segment, pg_sys::NoLock as pg_sys::LOCKMODE);
-                written
+        let written = match changelog_of(root) {
+            Some(changelog) if writes_as_a_plain_insert(root, changelog.partitioned) => {
+                append_to(root, changelog, ids)
             }
-            None => false,
+            _ => false,
         };
         pg_sys::table_close(root, pg_sys::NoLock as pg_sys::LOCKMODE);
         #[cfg(any(test, feature = "pg_test"))]
@@ -164,9 +141,35 @@ pub unsafe fn append_insert_record(source_id: i32, ids: pg_sys::Datum) -> bool {
     }
 }
 
-/// The changelog of source `source_id`, locked ROW EXCLUSIVE: the relation found last time,
-/// unless an invalidation of it arrived with the lock (it may have been dropped), else found by
-/// name. None when there is none.
+/// Appends the record to the changelog `root` (open, locked), into its segment for a
+/// partitioned one.
+///
+/// # Safety
+/// As `append_insert_record`.
+unsafe fn append_to(root: pg_sys::Relation, changelog: Changelog, ids: pg_sys::Datum) -> bool {
+    unsafe {
+        let seq = next_value(changelog.sequence);
+        if !changelog.partitioned {
+            return write_record(root, seq, ids);
+        }
+        let Some(target) = segment_for(root, seq) else {
+            return false;
+        };
+        let segment = pg_sys::table_open(target, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
+        // Locked, the segment is still the one for seq: a concurrent ATTACH of another segment
+        // holding seq (it locks the default partition while it validates it) has committed or
+        // not begun.
+        let written = segment_for(root, seq) == Some(target)
+            && writes_as_a_plain_insert(segment, false)
+            && write_record(segment, seq, ids);
+        pg_sys::table_close(segment, pg_sys::NoLock as pg_sys::LOCKMODE);
+        written
+    }
+}
+
+/// The changelog of source `source_id`, locked ROW EXCLUSIVE: the relation found last time
+/// (locked by OID), unless an invalidation of it arrived with the lock (it may have been dropped
+/// or replaced), else found by name. None when there is none.
 ///
 /// # Safety
 /// Inside a transaction.
@@ -177,6 +180,9 @@ unsafe fn changelog_relid(source_id: i32) -> Option<pg_sys::Oid> {
             if CHANGELOGS.with_borrow(|changelogs| changelogs.contains_key(&relid)) {
                 return Some(relid);
             }
+            // (Not the changelog any more, or not known to be: this lock is given back, as it
+            // may be on a relation the changelog's own lock must come before.)
+            pg_sys::UnlockRelationOid(relid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
         }
         let schema = CString::new(eventview_core::names::SCHEMA).expect("no NUL in the schema");
         let name = CString::new(eventview_core::names::changelog_table(source_id))
@@ -198,45 +204,66 @@ unsafe fn changelog_relid(source_id: i32) -> Option<pg_sys::Oid> {
     }
 }
 
-/// The changelog `relid`, from this backend's cache or the catalog.
-fn changelog_of(relid: pg_sys::Oid) -> Option<Changelog> {
+/// The changelog `rel` (open), from this backend's cache or the relation and catalog caches.
+///
+/// # Safety
+/// `rel` is open.
+unsafe fn changelog_of(rel: pg_sys::Relation) -> Option<Changelog> {
+    // SAFETY: rel is open.
+    let relid = unsafe { (*rel).rd_id };
     if let Some(known) = CHANGELOGS.with_borrow(|changelogs| changelogs.get(&relid).copied()) {
         return known;
     }
-    let read = read_changelog(relid);
+    // SAFETY: rel is open.
+    let read = unsafe { read_changelog(rel) };
     CHANGELOGS.with_borrow_mut(|changelogs| changelogs.insert(relid, read));
     read
 }
 
-/// The changelog `relid` as the catalog has it: its identity column `seq` (bigint) and, when
-/// partitioned, a partitioning by the range of `seq` alone with the default bigint operator
-/// class. None otherwise.
-fn read_changelog(relid: pg_sys::Oid) -> Option<Changelog> {
-    let row = Spi::get_two_with_args::<i16, bool>(
-        "SELECT a.attnum, c.relkind = 'p'
-         FROM pg_catalog.pg_class c
-         JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = 'seq' AND NOT a.attisdropped
-         WHERE c.oid = $1 AND a.atttypid = 'pg_catalog.int8'::pg_catalog.regtype AND a.attidentity <> ''
-           AND (c.relkind = 'r'
-                OR (c.relkind = 'p' AND EXISTS (
-                      SELECT FROM pg_catalog.pg_partitioned_table pt
-                      JOIN pg_catalog.pg_opclass oc ON oc.oid = pt.partclass[0]
-                      JOIN pg_catalog.pg_am am ON am.oid = oc.opcmethod
-                      WHERE pt.partrelid = c.oid AND pt.partstrat = 'r' AND pt.partnatts = 1
-                        AND pt.partattrs[0] = a.attnum AND pt.partexprs IS NULL
-                        AND am.amname = 'btree' AND oc.opcdefault
-                        AND oc.opcintype = 'pg_catalog.int8'::pg_catalog.regtype)))",
-        &[relid.into()],
-    );
-    let (Some(attnum), Some(partitioned)) = row.ok()? else {
-        return None;
-    };
-    // SAFETY: a catalog lookup; missing_ok.
-    let sequence = unsafe { pg_sys::getIdentitySequence(relid, attnum, true) };
-    (sequence != pg_sys::InvalidOid).then_some(Changelog {
-        sequence,
-        partitioned,
-    })
+/// The changelog `rel` as the caches have it: its identity column `seq` (bigint) and, when
+/// partitioned, a partitioning by the range of `seq` alone with the default operator class
+/// (`RANGE (seq)`, as `pg_get_partkeydef` shows it). None otherwise. (Any change to them
+/// invalidates `rel`, which clears what `changelog_of` keeps of it.)
+///
+/// # Safety
+/// `rel` is open.
+unsafe fn read_changelog(rel: pg_sys::Relation) -> Option<Changelog> {
+    unsafe {
+        let relid = (*rel).rd_id;
+        let desc = (*rel).rd_att;
+        let natts = (*desc).natts as usize;
+        let (position, seq) = (*desc)
+            .attrs
+            .as_slice(natts)
+            .iter()
+            .enumerate()
+            .find(|(_, a)| {
+                !a.attisdropped
+                    && std::ffi::CStr::from_ptr(a.attname.data.as_ptr()).to_bytes() == b"seq"
+            })?;
+        if seq.atttypid != pg_sys::INT8OID || seq.attidentity == 0 {
+            return None;
+        }
+        let partitioned = match (*(*rel).rd_rel).relkind as u8 {
+            pg_sys::RELKIND_RELATION => false,
+            pg_sys::RELKIND_PARTITIONED_TABLE => true,
+            _ => return None,
+        };
+        if partitioned {
+            let key = pgrx::direct_function_call::<String>(
+                pg_sys::pg_get_partkeydef,
+                &[relid.into_datum()],
+            );
+            if key.as_deref() != Some("RANGE (seq)") {
+                return None;
+            }
+        }
+        let sequence = pg_sys::getIdentitySequence(relid, (position + 1) as i16, true);
+        (sequence != pg_sys::InvalidOid).then_some(Changelog {
+            sequence,
+            partitioned,
+        })
+    }
 }
 
 /// Whether a row insert into `rel` does all an INSERT would: no trigger, rule, row security,
@@ -271,7 +298,10 @@ unsafe fn writes_as_a_plain_insert(rel: pg_sys::Relation, partitioned: bool) -> 
 /// `root` is open and locked ROW EXCLUSIVE.
 unsafe fn segment_for(root: pg_sys::Relation, seq: i64) -> Option<pg_sys::Oid> {
     unsafe {
-        let partitions = partitions_of(root);
+        // Partitions being detached count, as the executor counts them, under a transaction
+        // snapshot.
+        let omit_detached = !crate::pg::spi::uses_transaction_snapshot();
+        let partitions = pg_sys::RelationGetPartitionDesc(root, omit_detached);
         if partitions.is_null() || (*partitions).boundinfo.is_null() {
             return None;
         }
