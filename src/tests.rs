@@ -969,7 +969,10 @@ mod tests {
         let written_as_an_insert = "xid = pg_current_xact_id() AND logged_at = now() AND op = 'I'
              AND event_id IS NULL AND old_event_type IS NULL AND old_payload IS NULL";
         let before = appended();
+        // (Read first with every identifier quoted, as pg_dump sets it.)
+        Spi::run("SET LOCAL quote_all_identifiers = on").unwrap();
         insert_events("ut_append", "('t', now(), '{}'), ('t', now(), '{}')");
+        Spi::run("RESET quote_all_identifiers").unwrap();
         assert_eq!(appended(), before + 1);
         assert!(last(written_as_an_insert));
         assert!(last(

@@ -22,9 +22,10 @@
 //!
 //! Locks are the executor's: ROW EXCLUSIVE on the changelog, then on the segment. Segments are
 //! made under SHARE on the changelog (`changelog::make_segments`); a segment attached by other
-//! means (ATTACH takes SHARE UPDATE EXCLUSIVE, which does not wait for writers) is caught as the
-//! executor catches it: the bounds are read again once the segment is locked, which waits for an
-//! ATTACH validating the default partition.
+//! means (ATTACH takes SHARE UPDATE EXCLUSIVE, which does not wait for writers) is caught where
+//! the executor checks a record bound for the default partition: the bounds are read again once
+//! the segment is locked (which waits for an ATTACH validating the default partition), and a
+//! changed segment leaves the record to the SPI insert.
 
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
@@ -40,14 +41,15 @@ mod ffi {
 
 /// sequence.h's `nextval` without the privilege check (identity columns need none).
 fn next_value(sequence: pg_sys::Oid) -> i64 {
-    // SAFETY: as above; an ERROR (a sequence past its maximum) becomes a panic.
+    // SAFETY: nextval_internal takes a sequence's OID; an ERROR it raises (a sequence past its
+    // maximum) becomes a Rust panic at the boundary, and PostgreSQL's error again past it.
     unsafe {
         pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| ffi::nextval_internal(sequence, false))
     }
 }
 
-/// What the append needs to know of a changelog, read from the catalog once per backend and
-/// relation cache invalidation of the changelog.
+/// What the append needs to know of a changelog, read from the relation and catalog caches
+/// once per backend and relation cache invalidation of the changelog.
 #[derive(Clone, Copy)]
 struct Changelog {
     /// The sequence of the identity column `seq`.
@@ -175,7 +177,10 @@ unsafe fn append_to(root: pg_sys::Relation, changelog: Changelog, ids: pg_sys::D
 /// Inside a transaction.
 unsafe fn changelog_relid(source_id: i32) -> Option<pg_sys::Oid> {
     unsafe {
-        if let Some(relid) = RELIDS.with_borrow(|relids| relids.get(&source_id).copied()) {
+        let known = RELIDS
+            .with_borrow(|relids| relids.get(&source_id).copied())
+            .filter(|relid| CHANGELOGS.with_borrow(|changelogs| changelogs.contains_key(relid)));
+        if let Some(relid) = known {
             pg_sys::LockRelationOid(relid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
             if CHANGELOGS.with_borrow(|changelogs| changelogs.contains_key(&relid)) {
                 return Some(relid);
@@ -254,7 +259,8 @@ unsafe fn read_changelog(rel: pg_sys::Relation) -> Option<Changelog> {
                 pg_sys::pg_get_partkeydef,
                 &[relid.into_datum()],
             );
-            if key.as_deref() != Some("RANGE (seq)") {
+            // (Quoted under quote_all_identifiers.)
+            if !matches!(key.as_deref(), Some("RANGE (seq)" | "RANGE (\"seq\")")) {
                 return None;
             }
         }
