@@ -13,8 +13,8 @@
 //! `LANGUAGE c` with the symbol `capture_inserted_rows` and SECURITY DEFINER (its owner, the
 //! table's owner, holds INSERT on the changelog; producers need none). The function finds its
 //! source from its own name, so one symbol serves every event table, and runs only for that
-//! source's table. It resolves no name through the search_path (its statements name only
-//! schema-qualified objects and no operator or function): the function needs no pinned one.
+//! source's table. It resolves no name through the search_path (its statements qualify every
+//! relation, function, operator and type): the function needs no pinned one.
 //! Every later library keeps the symbol: a database's capture functions name it until they are
 //! replaced.
 
