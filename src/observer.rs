@@ -114,11 +114,28 @@ pub fn observe_with_pass(
         pass.and_then(|p| p.event_types.clone()).into(),
         pass.map(|p| p.view_id).into(),
     ];
-    let sql = observe_sql::observe(source_id, &source.scan_sql);
+    // Most batches hold no drift: the statement without the drift joins observes them; a batch
+    // that may hold drift it leaves as it was, for the whole statement (its pass, run again
+    // there, is the one kept).
+    let without_drift = observe_sql::observe_unless_drift(source_id, &source.scan_sql);
     Ok(keeping_pass(|| {
         Spi::connect_mut(|client| {
-            let row = crate::pg::plan_cache::execute(client, &sql, Some(1), &args, plans)?.first();
-            Ok::<_, pgrx::spi::SpiError>((row.get::<Vec<u8>>(3)?, row.get::<i64>(4)?.unwrap_or(0)))
+            let mut observe = |sql: &str| {
+                let row =
+                    crate::pg::plan_cache::execute(client, sql, Some(1), &args, plans)?.first();
+                Ok::<_, pgrx::spi::SpiError>((
+                    row.get::<Vec<u8>>(3)?,
+                    row.get::<i64>(4)?.unwrap_or(0),
+                    row.get::<bool>(5)?.unwrap_or(false),
+                ))
+            };
+            let (token, batch_rows, may_drift) = observe(&without_drift)?;
+            if may_drift {
+                let (token, batch_rows, _) =
+                    observe(&observe_sql::observe(source_id, &source.scan_sql))?;
+                return Ok((token, batch_rows));
+            }
+            Ok::<_, pgrx::spi::SpiError>((token, batch_rows))
         })
     })?)
 }

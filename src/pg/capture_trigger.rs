@@ -184,12 +184,7 @@ unsafe fn column_position(
     type_name: &str,
 ) -> usize {
     unsafe {
-        let natts = (*desc).natts as usize;
-        let attrs = (*desc).attrs.as_slice(natts);
-        let Some(position) = attrs
-            .iter()
-            .position(|a| !a.attisdropped && CStr::from_ptr(a.attname.data.as_ptr()) == name)
-        else {
+        let Some((position, attribute)) = super::relcache::attribute_named(desc, name) else {
             raise(
                 EvError::new(
                     PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
@@ -202,7 +197,7 @@ unsafe fn column_position(
                 .with_hint("Every event table has the envelope columns create_event_table makes."),
             )
         };
-        if attrs[position].atttypid != type_oid {
+        if attribute.atttypid != type_oid {
             raise(
                 EvError::new(
                     PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,

@@ -235,17 +235,7 @@ unsafe fn changelog_of(rel: pg_sys::Relation) -> Option<Changelog> {
 unsafe fn read_changelog(rel: pg_sys::Relation) -> Option<Changelog> {
     unsafe {
         let relid = (*rel).rd_id;
-        let desc = (*rel).rd_att;
-        let natts = (*desc).natts as usize;
-        let (position, seq) = (*desc)
-            .attrs
-            .as_slice(natts)
-            .iter()
-            .enumerate()
-            .find(|(_, a)| {
-                !a.attisdropped
-                    && std::ffi::CStr::from_ptr(a.attname.data.as_ptr()).to_bytes() == b"seq"
-            })?;
+        let (position, seq) = super::relcache::attribute_named((*rel).rd_att, c"seq")?;
         if seq.atttypid != pg_sys::INT8OID || seq.attidentity == 0 {
             return None;
         }

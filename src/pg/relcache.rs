@@ -6,6 +6,27 @@
 
 use pgrx::prelude::*;
 
+/// The attribute of `desc` named `name` that is not dropped, with its position (0-based).
+///
+/// # Safety
+/// `desc` is a valid tuple descriptor that outlives the returned reference.
+pub unsafe fn attribute_named<'a>(
+    desc: pg_sys::TupleDesc,
+    name: &std::ffi::CStr,
+) -> Option<(usize, &'a pg_sys::FormData_pg_attribute)> {
+    // SAFETY: the descriptor has natts attributes; attname is a NUL-terminated NameData.
+    unsafe {
+        (*desc)
+            .attrs
+            .as_slice((*desc).natts as usize)
+            .iter()
+            .enumerate()
+            .find(|(_, a)| {
+                !a.attisdropped && std::ffi::CStr::from_ptr(a.attname.data.as_ptr()) == name
+            })
+    }
+}
+
 /// Whether the relation is a plain table without row-level security. The caller holds a lock on
 /// it; false for a relation that does not exist.
 pub fn is_plain_table_without_row_security(relid: pg_sys::Oid) -> bool {
@@ -72,14 +93,9 @@ pub fn has_columns(
         let kind = (*(*rel).rd_rel).relkind as u8;
         let table = kind == pg_sys::RELKIND_RELATION || kind == pg_sys::RELKIND_PARTITIONED_TABLE;
         let desc = (*rel).rd_att;
-        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
         let found = table
             && columns.iter().all(|(name, type_oid)| {
-                attrs.iter().any(|a| {
-                    !a.attisdropped
-                        && std::ffi::CStr::from_ptr(a.attname.data.as_ptr()) == *name
-                        && (!types || a.atttypid == *type_oid)
-                })
+                attribute_named(desc, name).is_some_and(|(_, a)| !types || a.atttypid == *type_oid)
             });
         pg_sys::RelationClose(rel);
         Some(found)

@@ -113,6 +113,16 @@ by_record AS MATERIALIZED (
     )
 }
 
+/// The field observer's position in the changelog of the source: the snapshot `s` it has
+/// consumed up to, its own transaction `own` and how far into it `own_seq`, as `ctes` reads an
+/// `applied` position.
+pub fn observed_position(source_id: i32) -> String {
+    format!(
+        "SELECT observed_snapshot AS s, observed_own_xid AS own, observed_own_seq AS own_seq
+    FROM eventview._sources WHERE source_id = {source_id}"
+    )
+}
+
 /// CTEs `snap`, `applied` and `chg` (seq, xid, op, event_ids) of a statement that takes the
 /// batch its event table's field observer took in an earlier statement of the transaction:
 /// `snap` is the observer's new position, which that statement wrote
@@ -120,8 +130,9 @@ by_record AS MATERIALIZED (
 pub fn observed_batch_ctes(source_id: i32, applied_sql: &str) -> String {
     let snap = format!(
         "snap AS MATERIALIZED (
-    SELECT observed_snapshot AS s, observed_own_xid AS own FROM eventview._sources WHERE source_id = {source_id}
-)"
+    {}
+)",
+        observed_position(source_id)
     );
     log_ctes_under(
         &snap,

@@ -188,6 +188,10 @@ fn statement_kinds() -> Kinds {
         [observe_sql::pending_check(SOURCE_ID)],
     );
     k.add("observer", [observe_sql::observe(SOURCE_ID, SOURCE_SCAN)]);
+    k.add(
+        "observer_unless_drift",
+        [observe_sql::observe_unless_drift(SOURCE_ID, SOURCE_SCAN)],
+    );
 
     // Event tables and capture.
     k.add(

@@ -213,4 +213,5 @@ st AS (
 )
 SELECT (SELECT coalesce(sum(n), 0)::bigint FROM vers) AS observed, (SELECT count(*) FROM drifted) AS drift_rows,
        (SELECT pass FROM walk) AS pass,
-       (SELECT coalesce(sum(CASE WHEN op = 'I' THEN pg_catalog.cardinality(event_ids) ELSE 1 END), 0)::bigint FROM chg) AS batch_rows;
+       (SELECT coalesce(sum(CASE WHEN op = 'I' THEN pg_catalog.cardinality(event_ids) ELSE 1 END), 0)::bigint FROM chg) AS batch_rows,
+       (SELECT yes FROM may_drift) AS may_drift;

@@ -1,5 +1,6 @@
 WITH snap AS MATERIALIZED (
-    SELECT observed_snapshot AS s, observed_own_xid AS own FROM eventview._sources WHERE source_id = 2
+    SELECT observed_snapshot AS s, observed_own_xid AS own, observed_own_seq AS own_seq
+    FROM eventview._sources WHERE source_id = 2
 ),
 applied AS MATERIALIZED (
     SELECT applied_snapshot AS s, applied_own_xid AS own, applied_own_seq AS own_seq
