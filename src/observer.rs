@@ -131,6 +131,8 @@ pub fn observe_with_pass(
             };
             let (token, batch_rows, may_drift) = observe(&without_drift)?;
             if may_drift {
+                #[cfg(any(test, feature = "pg_test"))]
+                DRIFT_STATEMENTS.with(|n| n.set(n.get() + 1));
                 let (token, batch_rows, _) =
                     observe(&observe_sql::observe(source_id, &source.scan_sql))?;
                 return Ok((token, batch_rows));
@@ -138,6 +140,19 @@ pub fn observe_with_pass(
             Ok::<_, pgrx::spi::SpiError>((token, batch_rows))
         })
     })?)
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+thread_local! {
+    /// How many batches this backend observed with the whole statement, drift joins included
+    /// (for tests).
+    static DRIFT_STATEMENTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many batches this backend observed with the drift joins (for tests).
+#[cfg(any(test, feature = "pg_test"))]
+pub fn drift_statements() -> u64 {
+    DRIFT_STATEMENTS.with(|n| n.get())
 }
 
 thread_local! {

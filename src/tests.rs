@@ -841,6 +841,60 @@ mod tests {
         assert_eq!(scalar_i64(missing), 1);
     }
 
+    /// A batch that cannot hold drift is observed by the statement without the drift joins
+    /// (`observe_sql::observe_unless_drift`), which writes its observations; a batch with a new
+    /// path, a new JSON type, a new event version or a read path missing goes to the whole
+    /// statement, which records the drift. Either way observed_fields counts every event once.
+    #[pg_test]
+    fn only_a_batch_that_may_hold_drift_is_observed_with_the_drift_joins() {
+        Spi::run("SELECT eventview.create_event_table('ut_dj')").unwrap();
+        Spi::run("SELECT eventview.create_view('ut_dj_v', 'ut_dj', group_by => '{\"k\": \"$.k\"}', measures => '{\"n\": \"count(*)\"}')").unwrap();
+        let drift_statements = crate::observer::drift_statements;
+        let batch = |version: i32, payload: &str| {
+            Spi::run(&format!(
+                "INSERT INTO ut_dj (event_type, event_version, payload) SELECT 't', {version}, '{payload}' FROM generate_series(1, 3)"
+            ))
+            .unwrap();
+            let before = drift_statements();
+            assert_eq!(scalar_i64("SELECT eventview.refresh('ut_dj_v')"), 3);
+            drift_statements() - before
+        };
+        let drift = |change: &str| {
+            scalar_i64(&format!(
+                "SELECT count(*) FROM eventview.drift WHERE source = 'ut_dj'::regclass AND change = '{change}'"
+            ))
+        };
+        let seen = |path: &str| {
+            scalar_i64(&format!(
+                "SELECT coalesce(sum(seen), 0)::bigint FROM eventview.observed_fields
+                 WHERE source = 'ut_dj'::regclass AND path = '{path}'"
+            ))
+        };
+        // The first events of a type and version: their paths are new.
+        assert_eq!(batch(1, r#"{"k": "a", "x": 1}"#), 1);
+        assert_eq!(drift("added"), 2);
+        // The same shape again: no drift possible, observed without the joins.
+        assert_eq!(batch(1, r#"{"k": "b", "x": 2}"#), 0);
+        assert_eq!(batch(1, r#"{"k": "c", "x": 3}"#), 0);
+        assert_eq!((seen("$.k"), seen("$.x")), (9, 9));
+        // A new path, a new JSON type, a new version, a read path missing: each may drift.
+        assert_eq!(batch(1, r#"{"k": "a", "x": 1, "y": true}"#), 1);
+        assert_eq!(drift("added"), 3);
+        assert_eq!(batch(1, r#"{"k": "a", "x": "1"}"#), 1);
+        assert_eq!(drift("type_changed"), 1);
+        assert_eq!(batch(2, r#"{"k": "a", "x": 1}"#), 1);
+        assert_eq!(batch(1, r#"{"x": 1}"#), 1);
+        assert_eq!(drift("missing"), 1);
+        // Back to a shape seen before (a path absent again is not missing again: it was not in
+        // every earlier event).
+        assert_eq!(batch(1, r#"{"k": "b", "x": 2}"#), 0);
+        assert_eq!(seen("$.k"), 12 + 3 + 3 + 3);
+        assert_eq!(
+            scalar_i64("SELECT sum(n)::bigint FROM ut_dj_v"),
+            scalar_i64("SELECT count(*) FROM ut_dj")
+        );
+    }
+
     /// The paths the observer watches for `missing` drift are kept per backend (observer.rs,
     /// `READ_PATHS`): kept across refreshes (which rewrite their views' catalog rows), made
     /// again after a view is created or a field redeclared, and after a rolled-back view, in
