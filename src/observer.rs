@@ -126,7 +126,7 @@ pub fn observe_with_pass(
                 Ok::<_, pgrx::spi::SpiError>((
                     row.get::<Vec<u8>>(3)?,
                     row.get::<i64>(4)?.unwrap_or(0),
-                    row.get::<bool>(5)?.unwrap_or(false),
+                    row.get::<bool>(5)?.unwrap_or(true),
                 ))
             };
             let (token, batch_rows, may_drift) = observe(&without_drift)?;

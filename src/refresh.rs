@@ -241,11 +241,8 @@ fn apply_with(
     } else if result.dirty > 0 {
         // Groups past the min/max values a row keeps, and no retraction: their values go where
         // this apply's went (the logs or the multisets), and no extreme needs the multisets.
-        // Kept parsed per backend, planned at each run (a refresh of a few events runs them).
         roles::as_role(view.owner, || {
-            sql.spill_past_the_row(sql.logs_extremes(mode))
-                .iter()
-                .try_for_each(|statement| spi::run_replanned(statement, &[]))
+            spi::run_all(&sql.spill_past_the_row(sql.logs_extremes(mode)))
         })?;
     }
     if let (Some(source), Some(source_view), true) =

@@ -349,7 +349,8 @@ pub fn shard_pending_groups(call: &ShardViewCall) -> EvResult<String> {
             .with_hint("Refresh the view: that makes the shard's view on this node."));
         };
         let (_, width) = catalog::view_reads(view.view_id)?;
-        // Planned at each read for the tables as they are, as a realtime read of this node is.
+        // Parsed once per connection. (Without parameters its plan is made once too, and made
+        // again after an invalidation of a table it reads, such as autovacuum's ANALYZE.)
         Ok(spi::one_replanned::<String>(
             &crate::view_objects::sql_of(&view)
                 .pending_partial_groups(&quote::literal(call.value), width.as_deref()),

@@ -184,7 +184,7 @@ unsafe fn column_position(
     type_name: &str,
 ) -> usize {
     unsafe {
-        let Some((position, attribute)) = super::relcache::attribute_named(desc, name) else {
+        let Some((position, attribute)) = super::relcache::attribute_named(&*desc, name) else {
             raise(
                 EvError::new(
                     PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,

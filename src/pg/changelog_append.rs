@@ -235,7 +235,7 @@ unsafe fn changelog_of(rel: pg_sys::Relation) -> Option<Changelog> {
 unsafe fn read_changelog(rel: pg_sys::Relation) -> Option<Changelog> {
     unsafe {
         let relid = (*rel).rd_id;
-        let (position, seq) = super::relcache::attribute_named((*rel).rd_att, c"seq")?;
+        let (position, seq) = super::relcache::attribute_named(&*(*rel).rd_att, c"seq")?;
         if seq.atttypid != pg_sys::INT8OID || seq.attidentity == 0 {
             return None;
         }

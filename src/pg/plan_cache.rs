@@ -27,7 +27,8 @@ use std::rc::Rc;
 
 /// Statements kept per backend. A Citus worker's connection refreshes the views of each of
 /// its shards in turn, each with statements of its own (16 shards of a table with 3 views:
-/// about 200); a cycle through more than CAPACITY statements parses and plans the share of them
+/// about 200, and the field observer's whole statement of each shard whose batch may hold
+/// drift); a cycle through more than CAPACITY statements parses and plans the share of them
 /// evicted since the last cycle again (see `evicted`). A kept apply or observer statement holds
 /// about 0.5 MB, so a backend that refreshes that many views holds up to about 120 MB of them;
 /// one that refreshes a few views holds a few MB.
@@ -77,7 +78,9 @@ pub enum Plans {
     /// plan does not change as data grows.
     Generic,
     /// Afresh at each execution, for the tables as they are then (only parsing and analysis
-    /// are kept): statements over event tables, changelogs and view storage. A plan made once
+    /// are kept): statements over event tables, changelogs and view storage. Only a statement
+    /// with parameters: PostgreSQL plans one without any once (a generic plan, kept until an
+    /// invalidation such as an ANALYZE of a table it reads), whatever plan_cache_mode says. A plan made once
     /// goes stale as they grow: one made while an event table was nearly empty reads each run
     /// of changed ids with a sequential scan of the table (with such plans the worker's
     /// refreshes take 2-4 times as long within a minute of ingest at 5,000 events/s).

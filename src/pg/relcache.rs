@@ -9,16 +9,16 @@ use pgrx::prelude::*;
 /// The attribute of `desc` named `name` that is not dropped, with its position (0-based).
 ///
 /// # Safety
-/// `desc` is a valid tuple descriptor that outlives the returned reference.
+/// `desc` is a valid tuple descriptor (of a relation held open, or one not rebuilt while the
+/// attribute is used).
 pub unsafe fn attribute_named<'a>(
-    desc: pg_sys::TupleDesc,
+    desc: &'a pg_sys::TupleDescData,
     name: &std::ffi::CStr,
 ) -> Option<(usize, &'a pg_sys::FormData_pg_attribute)> {
     // SAFETY: the descriptor has natts attributes; attname is a NUL-terminated NameData.
     unsafe {
-        (*desc)
-            .attrs
-            .as_slice((*desc).natts as usize)
+        desc.attrs
+            .as_slice(desc.natts as usize)
             .iter()
             .enumerate()
             .find(|(_, a)| {
@@ -95,7 +95,8 @@ pub fn has_columns(
         let desc = (*rel).rd_att;
         let found = table
             && columns.iter().all(|(name, type_oid)| {
-                attribute_named(desc, name).is_some_and(|(_, a)| !types || a.atttypid == *type_oid)
+                attribute_named(&*desc, name)
+                    .is_some_and(|(_, a)| !types || a.atttypid == *type_oid)
             });
         pg_sys::RelationClose(rel);
         Some(found)

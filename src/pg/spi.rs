@@ -23,7 +23,8 @@ pub fn run(sql: &str, args: &[DatumWithOid]) -> EvResult<()> {
 }
 
 /// Runs one statement over user data (event tables, changelogs, view storage) with arguments:
-/// parsed once per backend, planned at each run for the tables as they are (`plan_cache`).
+/// parsed once per backend, planned at each run for the tables as they are (`plan_cache`;
+/// a statement without arguments is planned once, see `Plans::Custom`).
 pub fn run_replanned(sql: &str, args: &[DatumWithOid]) -> EvResult<()> {
     run_planned(sql, args, Plans::Custom)
 }

@@ -126,7 +126,8 @@ pub fn observed_position(source_id: i32) -> String {
 /// CTEs `snap`, `applied` and `chg` (seq, xid, op, event_ids) of a statement that takes the
 /// batch its event table's field observer took in an earlier statement of the transaction:
 /// `snap` is the observer's new position, which that statement wrote
-/// (`observe_sql::observed_position`), as the snapshot and own transaction id.
+/// (`observe_sql::new_observed_position`), as the snapshot and own transaction id (and
+/// `own_seq`, which the batch does not need).
 pub fn observed_batch_ctes(source_id: i32, applied_sql: &str) -> String {
     let snap = format!(
         "snap AS MATERIALIZED (

@@ -117,7 +117,7 @@ fn observer_statement(source_id: i32, source_scan: &str, drift: Drift) -> String
     ctes.extend([
         seen_paths(sid, unless),
         seen_versions(sid, unless),
-        observed_position(sid, unless),
+        new_observed_position(sid, unless),
     ]);
     format!(
         "WITH {}
@@ -400,18 +400,20 @@ missing AS (
 
 /// `may_drift`: whether the batch can hold drift at all. Each kind needs something this finds
 /// with a few index probes: `added` and `changed` a path and JSON type never observed for their
-/// event type and version, `missing` a path some view reads that fewer of the batch's events of
-/// a type and version have than there are such events, or a type and version with no events
-/// observed before (`prev_vers`; its paths are new too, unless `_observed_versions` lost rows
-/// `_observed` kept). When none is true, and in a stream whose events all have the paths
-/// views read it is seldom true, `drifted` skips the joins of `added`, `changed` and `missing`
-/// (and `prev_paths`, which only they read): about half of the observer's time on a batch of a
-/// few events. `observe_unless_drift` leaves those joins out of the statement altogether, and
-/// with them the setting up of their executor nodes.
+/// event type and version, `missing` a path some view reads that every event of a type and
+/// version observed before had and fewer of the batch's events of that type and version have
+/// than there are such events, or a type and version with no events observed before
+/// (`prev_vers`; its paths are new too, unless `_observed_versions` lost rows `_observed`
+/// kept). When none is true, which in a stream of events of known shapes is nearly always
+/// (also when some events lack a path views read that never was in all of them), `drifted`
+/// skips the joins of `added`, `changed` and `missing` (and `prev_paths`, which only they
+/// read): about half of the observer's time on a batch of a few events.
+/// `observe_unless_drift` leaves those joins out of the statement altogether, and with them
+/// the setting up of their executor nodes.
 ///
 /// ```sql
 /// may_drift AS (SELECT EXISTS (<obs row without its _observed row>)
-///                   OR EXISTS (<read path in fewer events than vers>)
+///                   OR EXISTS (<read path in fewer events than vers, in all events before>)
 ///                   OR EXISTS (<prev_vers row with no events>) AS yes)
 /// ```
 fn may_drift(sid: i32) -> String {
@@ -423,10 +425,14 @@ fn may_drift(sid: i32) -> String {
                                        AND x.event_version = o.event_version AND x.path = o.path
                                        AND x.json_type = o.json_type))
         OR EXISTS (SELECT 1 FROM read_paths r JOIN vers v USING (event_type, event_version)
-                   WHERE r.path IS NOT NULL
+                                            JOIN prev_vers pv USING (event_type, event_version)
+                   WHERE r.path IS NOT NULL AND pv.events > 0
                      AND coalesce((SELECT sum(o.n) FROM obs o
                                    WHERE o.event_type = r.event_type AND o.event_version = r.event_version
-                                     AND o.path = r.path), 0) < v.n)
+                                     AND o.path = r.path), 0) < v.n
+                     AND (SELECT coalesce(sum(x.seen), 0) FROM eventview._observed x
+                          WHERE x.source_id = {sid} AND x.event_type = r.event_type
+                            AND x.event_version = r.event_version AND x.path = r.path) >= pv.events)
         OR EXISTS (SELECT 1 FROM prev_vers WHERE events = 0) AS yes
 )"
     )
@@ -497,13 +503,14 @@ fn seen_versions(sid: i32, unless: &str) -> String {
     )
 }
 
-/// `st`: the observer's new position in the changelog (see `batch`).
+/// `st`: the observer's new position in the changelog (see `batch`), as
+/// `batch::observed_position` reads it.
 ///
 /// ```sql
 /// st AS (UPDATE eventview._sources SET observed_snapshot = (SELECT s FROM snap), ...
 ///        WHERE source_id = <id> RETURNING 1)
 /// ```
-fn observed_position(sid: i32, unless: &str) -> String {
+fn new_observed_position(sid: i32, unless: &str) -> String {
     format!(
         "st AS (
     UPDATE eventview._sources

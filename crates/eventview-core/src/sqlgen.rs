@@ -1410,7 +1410,7 @@ delta_rows AS (
     /// a view the pass does not cover.
     ///
     /// ```sql
-    /// WITH snap AS MATERIALIZED (SELECT observed_snapshot AS s, observed_own_xid AS own
+    /// WITH snap AS MATERIALIZED (SELECT observed_snapshot AS s, observed_own_xid AS own, ...
     ///                            FROM eventview._sources WHERE source_id = <id>),
     ///      applied ..., chg ...,
     ///      gd AS MATERIALIZED (SELECT $4::bytea AS rows),

@@ -116,10 +116,14 @@ may_drift AS (
                                        AND x.event_version = o.event_version AND x.path = o.path
                                        AND x.json_type = o.json_type))
         OR EXISTS (SELECT 1 FROM read_paths r JOIN vers v USING (event_type, event_version)
-                   WHERE r.path IS NOT NULL
+                                            JOIN prev_vers pv USING (event_type, event_version)
+                   WHERE r.path IS NOT NULL AND pv.events > 0
                      AND coalesce((SELECT sum(o.n) FROM obs o
                                    WHERE o.event_type = r.event_type AND o.event_version = r.event_version
-                                     AND o.path = r.path), 0) < v.n)
+                                     AND o.path = r.path), 0) < v.n
+                     AND (SELECT coalesce(sum(x.seen), 0) FROM eventview._observed x
+                          WHERE x.source_id = 2 AND x.event_type = r.event_type
+                            AND x.event_version = r.event_version AND x.path = r.path) >= pv.events)
         OR EXISTS (SELECT 1 FROM prev_vers WHERE events = 0) AS yes
 ),
 seen_paths AS (
