@@ -3,7 +3,7 @@
 # cluster of its own (own data directory and port), runs the demo, and stops the cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --no-python
 echo "== building and installing pg_eventview"
 cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >/tmp/pg_eventview_demo_install.log 2>&1 \
   || { tail -40 /tmp/pg_eventview_demo_install.log; exit 1; }

@@ -54,7 +54,15 @@ pub fn apply(
     from: Option<TimestampWithTimeZone>,
     to: Option<TimestampWithTimeZone>,
 ) -> EvResult<Applied> {
-    apply_with(view, mode, from, to, IdleLogs::Merge, None)
+    apply_with(
+        view,
+        &view_objects::sql_of(view),
+        mode,
+        from,
+        to,
+        IdleLogs::Merge,
+        None,
+    )
 }
 
 thread_local! {
@@ -108,6 +116,7 @@ enum IdleLogs {
 /// whether anything is pending (the pass holds rows).
 fn apply_with(
     view: &ViewRecord,
+    sql: &ViewSql,
     mode: Mode,
     from: Option<TimestampWithTimeZone>,
     to: Option<TimestampWithTimeZone>,
@@ -116,22 +125,21 @@ fn apply_with(
 ) -> EvResult<Applied> {
     privileges::require_owner_reads(view.relid, view.owner, view.source.relid)?;
     require_position_of_this_cluster(view)?;
-    let sql = view_objects::sql_of(view);
     let args: [DatumWithOid; 3] = [view.time_bucket.into(), from.into(), to.into()];
-    forget_type_errors(&sql, mode, &args)?;
-    view_objects::create_missing_objects(view, &sql)?;
+    forget_type_errors(sql, mode, &args)?;
+    view_objects::create_missing_objects(view, sql)?;
     let hand_back = mode == Mode::Delta && sql.hands_back_changes() && collecting_for(view.view_id);
     let shared = pass
         .filter(|_| mode == Mode::Delta && !hand_back)
         .and_then(|pass| {
-            generated(&sql, Generated::ApplyFromSharedPass, |sql| {
+            generated(sql, Generated::ApplyFromSharedPass, |sql| {
                 sql.apply_from_shared_pass()
             })
             .map(|statement| (pass, statement))
         });
     let mut batch_rows = None;
     if mode == Mode::Delta && shared.is_none() {
-        match pending_batch(view, &sql, idle_logs)? {
+        match pending_batch(view, sql, idle_logs)? {
             None => {
                 return Ok(Applied {
                     consumed: 0,
@@ -159,7 +167,7 @@ fn apply_with(
             batch_rows.is_some_and(|rows| rows <= eventview_core::sqlgen::ONE_PASS_MAX_ROWS);
         let on = mode == Mode::Delta && small && crate::gucs::ONE_PASS_REFRESH.get();
         on.then(|| {
-            generated(&sql, Generated::ApplyInOnePass, |sql| {
+            generated(sql, Generated::ApplyInOnePass, |sql| {
                 sql.apply_in_one_pass()
             })
         })
@@ -173,7 +181,7 @@ fn apply_with(
         match one_pass() {
             Some(statement) => statement,
             None if mode == Mode::Delta => {
-                generated(&sql, Generated::Apply, |sql| Some(sql.apply(Mode::Delta)))
+                generated(sql, Generated::Apply, |sql| Some(sql.apply(Mode::Delta)))
                     .expect("an apply statement")
             }
             None => sql.apply(mode).into(),
@@ -195,7 +203,7 @@ fn apply_with(
             }
             let [width, from, to] = args;
             let args = [width, from, to, pass.token().into()];
-            let result = run_apply_statement(view, &sql, mode, &statement, &args)?;
+            let result = run_apply_statement(view, sql, mode, &statement, &args)?;
             // The batch the apply read is the one the pass ran over (nothing wrote to the
             // changelog in between): checked, as an error rather than a view off by a batch.
             if result.consumed != pass.batch_rows {
@@ -211,7 +219,7 @@ fn apply_with(
             }
             result
         }
-        None => run_apply_statement(view, &sql, mode, &statement, &args)?,
+        None => run_apply_statement(view, sql, mode, &statement, &args)?,
     };
     drop(shared);
     progress::finish();
@@ -465,8 +473,7 @@ fn relname(view: &ViewRecord) -> EvResult<String> {
 /// (changed event rows) it consumed.
 pub fn refresh(name: &str) -> EvResult<i64> {
     let (view, below) = lock_for_refresh(name, false)?;
-    let pass = observe_for(&view)?;
-    Ok(below + refresh_locked(&view, IdleLogs::Merge, pass)?)
+    Ok(below + observe_and_refresh(&view, IdleLogs::Merge)?)
 }
 
 /// Refreshes the view whose relation is `relid` (named `name`) as `refresh` does, with the
@@ -491,11 +498,10 @@ pub fn refresh_keeping_view(
             observer::observe(&view.source)?;
         }
         collecting_handed_back(view.view_id, || {
-            refresh_locked(&view, IdleLogs::Merge, None)
+            refresh_locked(&view, &view_objects::sql_of(&view), IdleLogs::Merge, None)
         })?
     } else {
-        let pass = observe_for(&view)?;
-        (refresh_locked(&view, IdleLogs::Merge, pass)?, Vec::new())
+        (observe_and_refresh(&view, IdleLogs::Merge)?, Vec::new())
     };
     Ok((below + consumed, view, handed_back))
 }
@@ -529,8 +535,7 @@ fn refresh_sources(relid: pg_sys::Oid, unless_locked: bool) -> EvResult<i64> {
         {
             continue;
         }
-        let pass = observe_for(&view)?;
-        consumed += refresh_locked(&view, IdleLogs::Keep, pass)?;
+        consumed += observe_and_refresh(&view, IdleLogs::Keep)?;
     }
     Ok(consumed)
 }
@@ -547,8 +552,7 @@ pub fn refresh_unless_locked(name: &str) -> EvResult<Option<i64>> {
     {
         return Ok(None);
     }
-    let pass = observe_for(&view)?;
-    Ok(Some(below + refresh_locked(&view, IdleLogs::Merge, pass)?))
+    Ok(Some(below + observe_and_refresh(&view, IdleLogs::Merge)?))
 }
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -563,20 +567,22 @@ pub fn shared_applies() -> u64 {
     SHARED_APPLIES.with(|n| n.get())
 }
 
-/// Runs the field observer of the view's event table before the view's refresh (nothing for a
-/// rollup), with the view's refresh pass when it covers the view: the pass's result when the
-/// observer ran it (the view's batch was the observer's).
-fn observe_for(view: &ViewRecord) -> EvResult<Option<KeptPass>> {
-    if view.source_view.is_some() {
-        return Ok(None);
-    }
-    observer::observe_with_pass(&view.source, || pass_request(view))
+/// Runs the field observer of the view's event table (nothing for a rollup), with the view's
+/// refresh pass when it covers the view, then the view's refresh, which takes the pass's
+/// result when the observer ran it (the view's batch was the observer's).
+fn observe_and_refresh(view: &ViewRecord, idle_logs: IdleLogs) -> EvResult<i64> {
+    let sql = view_objects::sql_of(view);
+    let pass = match view.source_view {
+        Some(_) => None,
+        None => observer::observe_with_pass(&view.source, || pass_request(view, &sql))?,
+    };
+    refresh_locked(view, &sql, idle_logs, pass)
 }
 
 /// The refresh pass the observer may run for the view: for a view over an event table of this
 /// node whose delta the pass covers (`ViewSql::shared_pass_plan`), while
 /// `eventview.one_pass_refresh` is on and the view's applies hand nothing back.
-fn pass_request(view: &ViewRecord) -> Option<observer::PassRequest> {
+fn pass_request(view: &ViewRecord, sql: &ViewSql) -> Option<observer::PassRequest> {
     if view.source_view.is_some()
         || view.data_table.is_some()
         || !crate::gucs::ONE_PASS_REFRESH.get()
@@ -591,10 +597,7 @@ fn pass_request(view: &ViewRecord) -> Option<observer::PassRequest> {
     {
         return None;
     }
-    let sql = view_objects::sql_of(view);
-    let plan = generated(&sql, Generated::SharedPassPlan, |sql| {
-        sql.shared_pass_plan()
-    })?;
+    let plan = generated(sql, Generated::SharedPassPlan, |sql| sql.shared_pass_plan())?;
     Some(observer::PassRequest {
         view_id: view.view_id,
         plan: plan.to_string(),
@@ -619,9 +622,14 @@ fn lock_for_refresh(name: &str, unless_locked: bool) -> EvResult<(ViewRecord, i6
 
 /// Applies the view's pending changes; returns the changed event rows consumed (none for a
 /// rollup, which consumes group changes).
-fn refresh_locked(view: &ViewRecord, idle_logs: IdleLogs, pass: Option<KeptPass>) -> EvResult<i64> {
+fn refresh_locked(
+    view: &ViewRecord,
+    sql: &ViewSql,
+    idle_logs: IdleLogs,
+    pass: Option<KeptPass>,
+) -> EvResult<i64> {
     let started = Instant::now();
-    let applied = apply_with(view, Mode::Delta, None, None, idle_logs, pass)?;
+    let applied = apply_with(view, sql, Mode::Delta, None, None, idle_logs, pass)?;
     catalog::record_refresh(view.view_id, started.elapsed().as_secs_f64() * 1000.0)?;
     Ok(match view.source_view {
         Some(_) => 0,
