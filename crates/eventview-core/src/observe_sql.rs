@@ -73,7 +73,7 @@ pub fn observe(source_id: i32, source_scan: &str) -> String {
 /// nothing and says so (its last column), and the caller runs `observe`. Same parameters and
 /// columns as `observe`.
 pub fn observe_unless_drift(source_id: i32, source_scan: &str) -> String {
-    observer_statement(source_id, source_scan, Drift::StopAt)
+    observer_statement(source_id, source_scan, Drift::LeaveToWholeStatement)
 }
 
 /// What an observer statement does with a batch that may hold drift.
@@ -81,8 +81,9 @@ pub fn observe_unless_drift(source_id: i32, source_scan: &str) -> String {
 enum Drift {
     /// Records it (`drifted`).
     Record,
-    /// Writes nothing (the writes are conditional on `NOT may_drift`).
-    StopAt,
+    /// Writes nothing, for `observe` to record it (the writes are conditional on `NOT
+    /// may_drift`).
+    LeaveToWholeStatement,
 }
 
 fn observer_statement(source_id: i32, source_scan: &str, drift: Drift) -> String {
@@ -109,7 +110,7 @@ fn observer_statement(source_id: i32, source_scan: &str, drift: Drift) -> String
             ]);
             ("(SELECT count(*) FROM drifted)", "")
         }
-        Drift::StopAt => {
+        Drift::LeaveToWholeStatement => {
             ctes.push(may_drift(sid));
             ("0::bigint", "NOT (SELECT yes FROM may_drift)")
         }
