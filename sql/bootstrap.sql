@@ -14,6 +14,16 @@ CREATE FUNCTION eventview._snapshot_without_own() RETURNS pg_snapshot
 LANGUAGE c STABLE
 AS 'MODULE_PATHNAME', 'snapshot_without_own';
 
+-- The groups the changes pending for a realtime view's reader touch, each as the view's next
+-- refresh would store it (crate::realtime): what the view's relation reads in place of those
+-- stored groups. A C function, so that a read with nothing pending pays a short check, not the
+-- set-up of the pending groups' statement. It serves only a query that reads the view, for a
+-- role that may read all of it, and reads as the view's owner. ROWS: a read has few pending
+-- groups; the default estimate of 1000 would make the planner hash the stored groups it reads.
+CREATE FUNCTION eventview._realtime_pending(view_id integer) RETURNS SETOF record
+LANGUAGE c STABLE STRICT ROWS 10
+AS 'MODULE_PATHNAME', 'realtime_pending';
+
 -- Whether a position (an applied snapshot, an own xid) names only transactions this cluster has
 -- given out: pg_snapshot_xmax(s) is at most the next transaction id (the later of the current
 -- snapshot's xmax and the caller's own xid + 1), and so is own, if any. The opposite of what

@@ -11,15 +11,17 @@
 //!   (creating, forgetting, pruning raw events), `capture` (keeping capture functions current),
 //!   `envelope` (the envelope contract, checked before every read), `views` (creating, altering,
 //!   dropping), `view_objects` (a view's generated SQL, value logs and user relation), `refresh`
-//!   (refresh and rebuild), `observer` (observed fields and drift), `fields` (logical fields).
+//!   (refresh and rebuild), `observer` (observed fields and drift), `fields` (logical fields),
+//!   `realtime` (the pending groups a realtime view's relation reads).
 //! - `catalog` (every statement on the extension's tables `eventview._*`), `relation` (user
 //!   relation names, resolved as the caller), `privileges` (the caller's rights).
 //! - `pg/`: SPI helpers, the per-backend plan cache, relation locks, role switches, GUC nest
 //!   levels, the relation cache, the observer aggregate's state, stored jsonb datums and the
 //!   worker's wake-up at commit. Every
 //!   `unsafe` block of the extension is there, each with a `SAFETY:` line; the modules above
-//!   call safe functions. (The worker's entry point carries `#[unsafe(no_mangle)]`: PostgreSQL
-//!   finds it by name.)
+//!   call safe functions. (The worker's entry point and `api::realtime`'s C function carry
+//!   `#[unsafe(no_mangle)]`: PostgreSQL finds them by name; the latter hands its `fcinfo` to
+//!   `pg::set_returning` in its one `unsafe` block.)
 //! - `errors`: the error type and its SQLSTATE mapping at the SQL boundary.
 //! - `gucs` (configuration parameters) and `progress` (NOTICEs from inside long
 //!   recomputations): leaves that import no other module of the crate.
@@ -53,6 +55,7 @@ mod partitions;
 mod pg;
 mod privileges;
 mod progress;
+mod realtime;
 mod refresh;
 mod relation;
 mod scheduler;

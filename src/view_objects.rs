@@ -237,11 +237,9 @@ pub fn install_user_view(view: &ViewRecord) -> EvResult<()> {
 
 /// CREATE OR REPLACE VIEW of the user relation, as the catalog says the view reads.
 fn replace_user_view(view: &ViewRecord, sql: &ViewSql) -> EvResult<()> {
-    let (realtime, width) = catalog::view_reads(view.view_id)?;
+    let (realtime, _) = catalog::view_reads(view.view_id)?;
     let reads = if realtime {
-        Reads::Realtime {
-            bucket_width: width.as_deref(),
-        }
+        Reads::Realtime
     } else {
         Reads::Stored
     };

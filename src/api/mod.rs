@@ -16,6 +16,7 @@ mod group_deltas;
 pub mod ingest;
 mod jsonpath;
 mod observer;
+mod realtime;
 mod refresh;
 mod sketch;
 pub mod views;

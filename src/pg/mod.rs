@@ -15,6 +15,7 @@ pub mod partition_removal;
 pub mod plan_cache;
 pub mod relcache;
 pub mod roles;
+pub mod set_returning;
 pub mod snapshot;
 pub mod spi;
 pub mod stored_jsonb;

@@ -191,6 +191,21 @@ SELECT EXISTS (SELECT 1 FROM {log} c WHERE {in_batch}) AS pending,
     )
 }
 
+/// Whether a realtime read of a consumer of `log` has anything to fold in, as a query of one
+/// boolean: the reader's batch (under the statement's snapshot) is not empty. It names only the
+/// extension's own tables, whose names never change, so a statement kept by its text stays
+/// valid for the consumer's life (the read checks the owner's SELECT on the event table itself).
+pub fn log_realtime_pending_check(log: &str, applied_sql: &str) -> String {
+    let in_batch = in_batch();
+    format!(
+        "WITH {SNAP_CTE},
+applied AS MATERIALIZED (
+    {applied_sql}
+)
+SELECT EXISTS (SELECT 1 FROM {log} c WHERE {in_batch})"
+    )
+}
+
 /// Whether the consumer has anything to apply: one row, `(pending boolean, applied_xmax
 /// bigint, <also>)`, the xmax of its applied snapshot (for the extension's
 /// `position_from_elsewhere`)

@@ -263,9 +263,7 @@ mod tests {
 
     /// Every statement generated for a view that holds text from its definition.
     fn view_statements(view: &ViewSql) -> Vec<String> {
-        let realtime = Reads::Realtime {
-            bucket_width: Some("1 hour"),
-        };
+        let realtime = Reads::Realtime;
         let mut out = view.create_storage();
         out.push(view.create_user_view("\"v\"", Reads::Stored));
         out.push(view.create_user_view("\"v\"", realtime));

@@ -273,12 +273,11 @@ const WIDTH_PARAM: &str = "$1::interval";
 const SHARED_PASS_PARAM: &str = "$4";
 
 /// How the user relation reads the view.
-pub enum Reads<'b> {
+pub enum Reads {
     /// The stored groups, as of the last refresh.
     Stored,
-    /// The stored groups with the pending changes folded in; the view's bucket width as the
-    /// text of an interval.
-    Realtime { bucket_width: Option<&'b str> },
+    /// The stored groups with the pending changes folded in (`realtime_groups`).
+    Realtime,
     /// On the coordinator, for a view over an event table distributed by Citus: the merged
     /// groups with the groups the shards' pending changes touch merged anew
     /// (`realtime_across_shards`).
@@ -846,7 +845,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
                 }
                 AggKind::Min | AggKind::Max | AggKind::CountDistinct => format!("m{n}_val"),
                 AggKind::Percentile | AggKind::ApproxPercentile => match reads {
-                    Reads::Realtime { .. } => format!("m{n}_val"),
+                    Reads::Realtime => format!("m{n}_val"),
                     Reads::Stored => self.stored_percentile(n, m, &self.data()),
                     // An exact percentile comes computed (`realtime_across_shards`).
                     Reads::RealtimeAcrossShards if m.kind == AggKind::Percentile => {
@@ -862,7 +861,7 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
             cols.push("__count AS events".into());
         }
         let realtime = match reads {
-            Reads::Realtime { bucket_width } => Some(self.realtime_groups(bucket_width)),
+            Reads::Realtime => Some(self.realtime_groups()),
             Reads::RealtimeAcrossShards => Some(self.realtime_across_shards()),
             Reads::Stored => None,
         };
@@ -881,34 +880,129 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         }
     }
 
-    /// Realtime read: `WITH ... merged`, the stored groups with the changes not yet applied
-    /// folded in, in the storage's columns. It computes what the next refresh would store:
-    /// the same batch (snapshot batching over the reader's snapshot, read only), the same
-    /// values and type checks (events with a type error are left out, as a refresh leaves
-    /// them out of the aggregate), and for min/max of a group that lost values and for
-    /// count_distinct, the group's multiset plus the pending values. Its cost grows with the
-    /// pending changes, as a refresh's does; with none pending it is a read of the storage.
+    /// Realtime read: `WITH t ..., merged ...`, the stored groups with the changes not yet
+    /// applied folded in, in the storage's columns. The groups the pending changes touch come
+    /// from `eventview._realtime_pending(<id>)`, a C function that runs
+    /// `realtime_pending_groups` only when `realtime_pending_check` finds changes pending;
+    /// every other group is read from the storage as it is, through its indexes. Behind the
+    /// function boundary, a read with nothing pending neither plans nor starts the pending
+    /// part's executor nodes (hundreds of them), which would cost more than the read itself.
+    ///
+    /// ```sql
+    /// WITH t AS MATERIALIZED (
+    ///     SELECT * FROM eventview._realtime_pending(<id>) AS t(__k boolean, bucket timestamptz, ...)
+    /// ),
+    /// merged AS (
+    ///     SELECT __k, bucket, g1, g1_null, __count, m1_n, ...
+    ///     FROM eventview._v<id>_data s
+    ///     WHERE s.__k AND NOT EXISTS (SELECT 1 FROM t WHERE t.__k = s.__k AND ...)
+    ///     UNION ALL
+    ///     SELECT __k, bucket, g1, g1_null, __count, m1_n, ... FROM t
+    /// )
+    /// ```
+    fn realtime_groups(&self) -> String {
+        let record: Vec<String> = self
+            .merged_column_types()
+            .into_iter()
+            .map(|(name, type_name)| format!("{name} {type_name}"))
+            .collect();
+        let names: Vec<String> = self
+            .merged_column_types()
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        format!(
+            "WITH t AS MATERIALIZED (\n    SELECT * FROM eventview._realtime_pending({}) AS t({})\n),\nmerged AS (\n    SELECT {}\n    FROM {} s\n    WHERE s.__k AND NOT EXISTS (SELECT 1 FROM t WHERE {})\n    UNION ALL\n    SELECT {}\n    FROM t\n)",
+            self.view_id,
+            record.join(", "),
+            self.stored_group_columns().join(", "),
+            self.data(),
+            self.keys_equal("t", "s"),
+            names.join(", ")
+        )
+    }
+
+    /// The groups the changes pending for the reader touch, each as the next refresh would
+    /// store it, in the columns of `merged_column_types`: what `eventview._realtime_pending`
+    /// returns. It computes what the next refresh would store: the same batch (snapshot
+    /// batching over the reader's snapshot, read only), the same values and type checks
+    /// (events with a type error are left out, as a refresh leaves them out of the aggregate),
+    /// and for min/max of a group that lost values and for count_distinct, the group's
+    /// multiset plus the pending values. Its cost grows with the pending changes, as a
+    /// refresh's does.
     ///
     /// ```sql
     /// WITH snap ..., f ..., c ..., good ...,          -- delta_input (rows fetched by id)
     /// d0 AS (SELECT <keys>, <signed sums>, <pending values> FROM good GROUP BY <keys>),
-    /// lg<n> AS MATERIALIZED (SELECT * FROM eventview._v<id>_m<n>_log),   -- each min/max
-    /// merged AS (<untouched stored groups> UNION ALL <pending groups merged with storage>)
+    /// lg<n> AS MATERIALIZED (SELECT * FROM eventview._v<id>_m<n>_log)    -- each min/max
+    /// SELECT coalesce(s.__k, d0.__k) AS __k, ...,
+    ///        coalesce(s.__count, 0) + d0.__count AS __count, ...
+    /// FROM d0 LEFT JOIN eventview._v<id>_data s USING (__k, bucket, g1, g1_null)
     /// ```
-    fn realtime_groups(&self, bucket_width: Option<&str>) -> String {
-        let width = match bucket_width {
-            Some(w) => quote::typed_literal(w, "interval"),
-            None => "NULL::interval".to_string(),
-        };
-        let mut ctes = self.pending_group_deltas(&width);
+    pub fn realtime_pending_groups(&self) -> String {
+        let mut ctes = self.pending_group_deltas(&self.width_sql());
         ctes.extend(self.minmax_measures().map(|(n, _)| self.value_log_read(n)));
-        ctes.push(self.merged());
         let ctes = ctes.join(",\n").replacen(
             batch::SNAP_CTE,
             &batch::snap_cte_naming(&self.source_scan),
             1,
         );
-        format!("WITH {ctes}")
+        format!(
+            "WITH {ctes}\nSELECT {}\nFROM d0 LEFT JOIN {} s USING ({})",
+            self.pending_group_columns().join(",\n       "),
+            self.data(),
+            self.key_list()
+        )
+    }
+
+    /// Whether a realtime read may have pending changes to fold in, one row of one boolean
+    /// (`pending`): the reader's batch of the view's changelog is not empty, or for a rollup,
+    /// that of its own log or of any view below it. When it says false,
+    /// `realtime_pending_groups` would return no row, so `eventview._realtime_pending` skips
+    /// it. (Whether the view is realtime does not matter: a reader whose snapshot predates
+    /// `alter_view(realtime => true)` reads the realtime relation, and its pending changes.)
+    pub fn realtime_pending_check(&self) -> String {
+        format!(
+            "SELECT {} AS pending",
+            self.realtime_pending_terms().join("\n    OR ")
+        )
+    }
+
+    /// One `(WITH snap ..., applied ... SELECT EXISTS (...))` per log a realtime read of this
+    /// view consumes: its own, and those of the views below a rollup.
+    fn realtime_pending_terms(&self) -> Vec<String> {
+        let check = batch::log_realtime_pending_check(&self.consumed_log(), &self.applied_state());
+        let mut terms = vec![format!("({check})")];
+        if let Some(source) = &self.rollup_source {
+            terms.extend(source.realtime_pending_terms());
+        }
+        terms
+    }
+
+    /// The columns of `merged` (a realtime read's groups) with their SQL types, in order: the
+    /// keys, `__count`, each measure's stored columns, a percentile's value (`m<n>_val`).
+    pub fn merged_column_types(&self) -> Vec<(String, String)> {
+        let mut columns = self.key_column_types();
+        columns.push(("__count".into(), "bigint".into()));
+        for (n, m) in self.numbered_measures() {
+            let value = m.value_type().name().to_string();
+            match m.kind {
+                AggKind::CountStar => {}
+                AggKind::Count => columns.push((format!("m{n}_n"), "bigint".into())),
+                AggKind::Sum | AggKind::Avg => {
+                    columns.push((format!("m{n}_n"), "bigint".into()));
+                    columns.push((format!("m{n}_sum"), "numeric".into()));
+                }
+                AggKind::Min | AggKind::Max | AggKind::Percentile => {
+                    columns.push((format!("m{n}_val"), value))
+                }
+                AggKind::CountDistinct => columns.push((format!("m{n}_val"), "bigint".into())),
+                AggKind::ApproxPercentile => {
+                    columns.push((format!("m{n}_val"), "double precision".into()))
+                }
+            }
+        }
+        columns
     }
 
     /// The CTEs of a realtime read up to `d0`: the pending changes per group, with the pending
@@ -957,55 +1051,47 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
         )
     }
 
-    /// The groups a realtime read shows, in the storage's columns, in two branches: stored
-    /// groups the pending changes do not touch, as they are (with nothing pending that is the
-    /// whole read, at the cost of an anti-join with an empty set); and the groups of the
-    /// pending changes, merged with what is stored.
-    ///
-    /// ```sql
-    /// merged AS (
-    ///     SELECT __k, bucket, g1, g1_null, __count, m1_n, ...
-    ///     FROM eventview._v<id>_data s
-    ///     WHERE s.__k AND NOT EXISTS (SELECT 1 FROM d0 WHERE d0.__k = s.__k AND ...)
-    ///     UNION ALL
-    ///     SELECT coalesce(s.__k, d0.__k) AS __k, ...,
-    ///            coalesce(s.__count, 0) + d0.__count AS __count, ...
-    ///     FROM d0 LEFT JOIN eventview._v<id>_data s USING (__k, bucket, g1, g1_null)
-    /// )
-    /// ```
-    fn merged(&self) -> String {
-        let keys = self.key_columns();
-        // In the order of the pending branch's columns: keys, count, each measure's columns.
-        let mut stored_cols = keys.clone();
-        stored_cols.push("__count".into());
+    /// The columns of `merged` for a stored group no pending change touches, read from the
+    /// storage (`s`): a percentile computed from its multiset or sketch.
+    fn stored_group_columns(&self) -> Vec<String> {
+        let mut columns: Vec<String> = self
+            .key_columns()
+            .iter()
+            .map(|k| format!("s.{k}"))
+            .collect();
+        columns.push("s.__count".into());
         for (n, m) in self.numbered_measures() {
             if m.kind.takes_fraction() {
-                stored_cols.push(format!("{} AS m{n}_val", self.stored_percentile(n, m, "s")));
+                columns.push(format!("{} AS m{n}_val", self.stored_percentile(n, m, "s")));
             } else {
-                stored_cols.extend(Self::stored_columns(n, m));
+                columns.extend(
+                    Self::stored_columns(n, m)
+                        .into_iter()
+                        .map(|c| format!("s.{c}")),
+                );
             }
         }
-        // A pending group's keys as stored, as a refresh keeps them (its upsert never rewrites
-        // keys): equal keys may be spelled differently (numeric 1 and 1.0).
-        let mut merged: Vec<String> = keys
+        columns
+    }
+
+    /// The columns of `merged` for a group pending changes touch: stored (`s`, when the group
+    /// is stored) plus pending (`d0`). A pending group's keys are taken as stored, as a refresh
+    /// keeps them (its upsert never rewrites keys): equal keys may be spelled differently
+    /// (numeric 1 and 1.0).
+    fn pending_group_columns(&self) -> Vec<String> {
+        let mut columns: Vec<String> = self
+            .key_columns()
             .iter()
             .map(|k| format!("coalesce(s.{k}, d0.{k}) AS {k}"))
             .collect();
-        merged.push("coalesce(s.__count, 0) + d0.__count AS __count".into());
+        columns.push("coalesce(s.__count, 0) + d0.__count AS __count".into());
         for (n, m) in self.numbered_measures() {
-            merged.extend(self.merged_measure(n, m));
+            columns.extend(self.merged_measure(n, m));
         }
-        format!(
-            "merged AS (\n    SELECT {}\n    FROM {data} s\n    WHERE s.__k AND NOT EXISTS (SELECT 1 FROM d0 WHERE {})\n    UNION ALL\n    SELECT {}\n    FROM d0 LEFT JOIN {data} s USING ({})\n)",
-            stored_cols.join(", "),
-            self.keys_equal("d0", "s"),
-            merged.join(",\n           "),
-            keys.join(", "),
-            data = self.data()
-        )
+        columns
     }
 
-    /// The columns of measure `n` in `merged`'s pending branch: stored (`s`) plus pending
+    /// The columns of measure `n` of a group pending changes touch: stored (`s`) plus pending
     /// (`d0`).
     ///
     /// ```sql
@@ -2690,13 +2776,10 @@ mod tests {
         let apply = sql(&d).apply(Mode::Delta);
         assert!(apply.contains("INSERT INTO eventview._v3_m1_log"));
         assert!(apply.contains("INSERT INTO eventview._v3_m2 AS t"));
-        let realtime = sql(&d).create_user_view(
-            "\"v\"",
-            Reads::Realtime {
-                bucket_width: Some("1 hour"),
-            },
-        );
-        assert!(realtime.contains("unnest(d0.m2_vs, d0.m2_signs)"));
+        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime);
+        assert!(sql(&d)
+            .realtime_pending_groups()
+            .contains("unnest(d0.m2_vs, d0.m2_signs)"));
         assert!(realtime.contains("m2_val AS \"p90\""));
         // A realtime read's two branches list the measures in one order, a percentile first.
         let d = def(
@@ -2705,13 +2788,21 @@ mod tests {
             None,
             false,
         );
-        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime { bucket_width: None });
+        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime);
         assert!(
-            realtime.contains("SELECT __k, g1, g1_null, __count, (SELECT o.v FROM"),
+            realtime.contains("SELECT s.__k, s.g1, s.g1_null, s.__count, (SELECT o.v FROM"),
             "{realtime}"
         );
         assert!(
-            realtime.contains("LIMIT 1) AS m1_val, m2_val\n    FROM eventview._v3_data s"),
+            realtime.contains("LIMIT 1) AS m1_val, s.m2_val\n    FROM eventview._v3_data s"),
+            "{realtime}"
+        );
+        assert!(
+            realtime.contains("m1_val numeric, m2_val numeric)"),
+            "{realtime}"
+        );
+        assert!(
+            realtime.contains("SELECT __k, g1, g1_null, __count, m1_val, m2_val\n    FROM t"),
             "{realtime}"
         );
     }
@@ -2738,9 +2829,17 @@ mod tests {
             stored.contains("_data.m1_sk, 0.99::float8) AS \"p99\""),
             "{stored}"
         );
-        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime { bucket_width: None });
+        let pending = sql(&d).realtime_pending_groups();
         assert!(
-            realtime.contains("eventview._sketch_merge(s.m1_sk, d0.m1_sk)"),
+            pending.contains("eventview._sketch_merge(s.m1_sk, d0.m1_sk)"),
+            "{pending}"
+        );
+        // The relation reads the percentile of an untouched group from its sketch, and that of
+        // a touched group as the function computed it, both as double precision.
+        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime);
+        assert!(realtime.contains("m1_val double precision"), "{realtime}");
+        assert!(
+            realtime.contains("eventview._sketch_quantile(s.m1_sk, 0.99::float8) AS m1_val"),
             "{realtime}"
         );
     }
@@ -2801,16 +2900,24 @@ mod tests {
     #[test]
     fn a_realtime_read_names_the_event_table_before_its_changelog() {
         let d = def(r#"{"sku": "$.sku"}"#, r#"{"n": "count(*)"}"#, None, false);
-        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime { bucket_width: None });
-        let table = realtime
+        let pending = sql(&d).realtime_pending_groups();
+        let table = pending
             .find("NOT EXISTS (SELECT FROM ONLY \"shop\".\"events\" WHERE false)")
             .expect("snap names the event table");
-        let snap = realtime.find("snap AS MATERIALIZED").unwrap();
-        let changelog = realtime.find("eventview._changes_2").unwrap();
+        let snap = pending.find("snap AS MATERIALIZED").unwrap();
+        let changelog = pending.find("eventview._changes_2").unwrap();
         assert!(snap < table && table < changelog);
-        assert_eq!(realtime.matches("snap AS MATERIALIZED").count(), 1);
-        // Only the realtime read: an apply is checked before it runs (`privileges`).
+        assert_eq!(pending.matches("snap AS MATERIALIZED").count(), 1);
+        // Only the realtime read: an apply is checked before it runs (`privileges`), and so is
+        // the check before the read, which names the extension's tables only.
         assert!(!sql(&d).apply(Mode::Delta).contains("WHERE false"));
+        let check = sql(&d).realtime_pending_check();
+        assert!(!check.contains("shop"), "{check}");
+        assert!(check.contains("FROM eventview._changes_2 c"), "{check}");
+        // The relation reads the function, and the storage by its keys.
+        let realtime = sql(&d).create_user_view("\"v\"", Reads::Realtime);
+        assert!(realtime.contains("eventview._realtime_pending(3) AS t(__k boolean, g1 text, g1_null boolean, __count bigint)"), "{realtime}");
+        assert!(!realtime.contains("_changes_"), "{realtime}");
     }
 
     #[test]
@@ -2921,12 +3028,7 @@ mod tests {
             values_in_row: ValuesInRow::Columns,
             ..sql(&d)
         }
-        .create_user_view(
-            "\"v\"",
-            Reads::Realtime {
-                bucket_width: Some("1 day"),
-            },
-        );
+        .realtime_pending_groups();
         assert!(realtime_read.contains("lg1 AS MATERIALIZED (SELECT * FROM eventview._v3_m1_log)"));
         assert!(realtime_read.contains("SELECT l.v, l.n FROM lg1 l WHERE l.__k = d0.__k"));
         let merge = stored.merge_logs().join(";\n");
@@ -3043,12 +3145,7 @@ mod tests {
         );
         for statement in [
             sql(&d).apply(Mode::Delta),
-            sql(&d).create_user_view(
-                "\"v\"",
-                Reads::Realtime {
-                    bucket_width: Some("1 day"),
-                },
-            ),
+            sql(&d).realtime_pending_groups(),
         ] {
             assert!(statement.contains("ft AS (\n    SELECT f.*, jsonb_typeof(j1) AS t1, jsonb_typeof(j2) AS t2\n    FROM f\n    OFFSET 0\n)"));
             assert_eq!(

@@ -80,7 +80,7 @@ fn view(def: &ViewDefinition, log_extremes: bool) -> ViewSql<'_> {
         source_scan: SOURCE_SCAN.into(),
         log_extremes,
         feeds_rollups: false,
-        bucket_width: None,
+        bucket_width: Some(BUCKET_WIDTH.into()),
         rollup_source: None,
         data_table: None,
         values_in_row: if log_extremes {
@@ -118,9 +118,6 @@ fn statement_kinds() -> Kinds {
     let def = representative();
     let stored = view(&def, true);
     let realtime = view(&def, false);
-    let realtime_reads = Reads::Realtime {
-        bucket_width: Some(BUCKET_WIDTH),
-    };
     let mut k = Kinds::default();
 
     // Views: storage, the relation users read, the refresh and its follow-ups, rebuilds.
@@ -140,7 +137,15 @@ fn statement_kinds() -> Kinds {
     );
     k.add(
         "user_view_realtime",
-        [realtime.create_user_view(USER_VIEW, realtime_reads)],
+        [realtime.create_user_view(USER_VIEW, Reads::Realtime)],
+    );
+    k.add(
+        "realtime_pending_check",
+        [realtime.realtime_pending_check()],
+    );
+    k.add(
+        "realtime_pending_groups",
+        [realtime.realtime_pending_groups()],
     );
     k.add(
         "user_view_replace",

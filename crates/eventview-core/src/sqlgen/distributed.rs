@@ -945,7 +945,7 @@ merged AS (
     }
 
     /// The key columns with their types: `__k`, `bucket`, `g<i>` and `g<i>_null`.
-    fn key_column_types(&self) -> Vec<(String, String)> {
+    pub(super) fn key_column_types(&self) -> Vec<(String, String)> {
         let mut columns = vec![("__k".to_string(), "boolean".to_string())];
         if self.def.bucketed {
             columns.push(("bucket".into(), "timestamptz".into()));

@@ -34,7 +34,7 @@ use crate::definition::{Envelope, RollupOf, SqlType};
 
 impl<'a> ViewSql<'a> {
     /// The bucket width as SQL: a literal of `bucket_width` (statements without parameters).
-    fn width_sql(&self) -> String {
+    pub(super) fn width_sql(&self) -> String {
         match &self.bucket_width {
             Some(w) => quote::typed_literal(w, "interval"),
             None => "NULL::interval".to_string(),
@@ -637,12 +637,7 @@ mod tests {
             println!(
                 "{}\n\n{}",
                 r.apply(Mode::Full),
-                r.create_user_view(
-                    "public.r",
-                    Reads::Realtime {
-                        bucket_width: Some("1 day")
-                    }
-                )
+                r.create_user_view("public.r", Reads::Realtime)
             );
         }
         assert!(delta.contains("FROM eventview._v7_changes c"), "{delta}");
