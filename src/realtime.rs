@@ -69,18 +69,22 @@ fn view_facts(view_id: i32) -> EvResult<Rc<ViewFacts>> {
     if let Some(facts) = FACTS.with(|f| f.borrow().get(&key).cloned()) {
         return Ok(facts);
     }
-    if catalog::view_relid_if_any(view_id)?.is_none() {
-        return Err(EvError::new(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            format!("no view has id {view_id}"),
-        ));
-    }
-    let view = catalog::load_view(view_id)?;
-    let facts = Rc::new(ViewFacts {
-        relid: view.relid,
-        source_relid: view.source.relid,
-        pending_check: sql_of(&view).realtime_pending_check(),
-    });
+    // The reader's own rights, with search_path pinned as for every statement the extension
+    // runs: on the reader's path, the catalog reads could resolve an operator of theirs.
+    let facts = roles::as_role(roles::current_user(), || {
+        if catalog::view_relid_if_any(view_id)?.is_none() {
+            return Err(EvError::new(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                format!("no view has id {view_id}"),
+            ));
+        }
+        let view = catalog::load_view(view_id)?;
+        Ok(Rc::new(ViewFacts {
+            relid: view.relid,
+            source_relid: view.source.relid,
+            pending_check: sql_of(&view).realtime_pending_check(),
+        }))
+    })?;
     FACTS.with(|f| {
         let mut f = f.borrow_mut();
         if f.len() >= KEPT_VIEWS {
@@ -101,26 +105,22 @@ pub fn pending_groups(call: &SetCall, rows: &mut Rows) -> EvResult<()> {
             "argument \"view_id\" must not be NULL",
         )
     })?;
-    // The reader's own rights, with search_path pinned as for every statement the extension
-    // runs: the catalog reads below would otherwise resolve operators on the reader's path.
-    roles::as_role(roles::current_user(), || {
-        let view = view_facts(view_id)?;
-        require_reader(call, &view, view_id)?;
-        let owner = relcache::owner_of_locked(view.relid).ok_or_else(|| not_read(view_id))?;
+    let view = view_facts(view_id)?;
+    require_reader(call, &view, view_id)?;
+    let owner = relcache::owner_of_locked(view.relid).ok_or_else(|| not_read(view_id))?;
+    roles::as_role(owner, || {
         privileges::require_owner_reads(view.relid, owner, view.source_relid)?;
-        roles::as_role(owner, || {
-            if set_returning::read_only_bool(&view.pending_check)? != Some(true) {
-                return Ok(());
-            }
-            PENDING_STATEMENTS.with(|n| n.set(n.get() + 1));
-            let record = catalog::load_view(view_id)?;
-            let sizes = record.source.plan_sizes();
-            rows.add_rows_of(&sql_of(&record).realtime_pending_groups(), sizes, || {
-                format!(
-                    "the pending groups of realtime view {}",
-                    relation::regclass_text(view.relid).unwrap_or_default()
-                )
-            })
+        if set_returning::read_only_bool(&view.pending_check)? != Some(true) {
+            return Ok(());
+        }
+        PENDING_STATEMENTS.with(|n| n.set(n.get() + 1));
+        let record = catalog::load_view(view_id)?;
+        let sizes = record.source.plan_sizes();
+        rows.add_rows_of(&sql_of(&record).realtime_pending_groups(), sizes, || {
+            format!(
+                "the pending groups of realtime view {}",
+                relation::regclass_text(view.relid).unwrap_or_default()
+            )
         })
     })
 }

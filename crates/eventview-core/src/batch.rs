@@ -53,18 +53,37 @@ fn in_batch() -> String {
 
 /// `in_batch` for the consumer whose state the CTE `applied` selects.
 fn in_batch_of(applied: &str) -> String {
+    in_batch_over(
+        &Position {
+            s: &format!("(SELECT s FROM {applied})"),
+            own: &format!("(SELECT own FROM {applied})"),
+            own_seq: &format!("(SELECT own_seq FROM {applied})"),
+        },
+        "(SELECT s FROM snap)",
+        "(SELECT own FROM snap)",
+    )
+}
+
+/// A consumer's position as SQL expressions: its applied snapshot, own xid and own seq.
+struct Position<'a> {
+    s: &'a str,
+    own: &'a str,
+    own_seq: &'a str,
+}
+
+/// `in_batch` over the consumer position `applied` and the statement's snapshot `snap` and own
+/// xid `own`, each an SQL expression.
+fn in_batch_over(applied: &Position, snap: &str, own: &str) -> String {
     format!(
-        "((c.xid >= pg_catalog.pg_snapshot_xmin((SELECT s FROM {applied}))
-            AND c.xid < pg_catalog.pg_snapshot_xmax((SELECT s FROM snap)))
-           OR c.xid = (SELECT own FROM snap) OR c.xid = (SELECT own FROM {applied}))
-      AND (pg_catalog.pg_visible_in_snapshot(c.xid, (SELECT s FROM snap))
-           OR coalesce(c.xid = (SELECT own FROM snap), false))
+        "((c.xid >= pg_catalog.pg_snapshot_xmin({a_s})
+            AND c.xid < pg_catalog.pg_snapshot_xmax({snap}))
+           OR c.xid = {own} OR c.xid = {a_own})
+      AND (pg_catalog.pg_visible_in_snapshot(c.xid, {snap})
+           OR coalesce(c.xid = {own}, false))
       AND NOT {}",
-        applied_by(
-            &format!("(SELECT s FROM {applied})"),
-            &format!("(SELECT own FROM {applied})"),
-            &format!("(SELECT own_seq FROM {applied})")
-        )
+        applied_by(applied.s, applied.own, applied.own_seq),
+        a_s = applied.s,
+        a_own = applied.own,
     )
 }
 
@@ -192,17 +211,32 @@ SELECT EXISTS (SELECT 1 FROM {log} c WHERE {in_batch}) AS pending,
 }
 
 /// Whether a realtime read of a consumer of `log` has anything to fold in, as a query of one
-/// boolean: the reader's batch (under the statement's snapshot) is not empty. It names only the
+/// boolean (NULL when the consumer's row is gone): the reader's batch (under the statement's
+/// snapshot) is not empty. One join of the consumer's row and the snapshot, where the batch
+/// statements read both from CTEs: a read with nothing pending runs only this, and a plan of
+/// a few nodes starts faster than one with a subplan per reference. It names only the
 /// extension's own tables, whose names never change, so a statement kept by its text stays
 /// valid for the consumer's life (the read checks the owner's SELECT on the event table itself).
+///
+/// ```sql
+/// SELECT EXISTS (SELECT 1 FROM <log> c WHERE <in batch of a, under n>)
+/// FROM (<applied_sql>) a,
+///      (SELECT eventview._snapshot_without_own() AS s, ... AS own OFFSET 0) n
+/// ```
 pub fn log_realtime_pending_check(log: &str, applied_sql: &str) -> String {
-    let in_batch = in_batch();
+    let in_batch = in_batch_over(
+        &Position {
+            s: "a.s",
+            own: "a.own",
+            own_seq: "a.own_seq",
+        },
+        "n.s",
+        "n.own",
+    );
     format!(
-        "WITH {SNAP_CTE},
-applied AS MATERIALIZED (
-    {applied_sql}
-)
-SELECT EXISTS (SELECT 1 FROM {log} c WHERE {in_batch})"
+        "SELECT EXISTS (SELECT 1 FROM {log} c WHERE {in_batch})
+FROM ({applied_sql}) a,
+     (SELECT eventview._snapshot_without_own() AS s, pg_catalog.pg_current_xact_id_if_assigned() AS own OFFSET 0) n"
     )
 }
 

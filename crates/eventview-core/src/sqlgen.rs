@@ -962,17 +962,22 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     /// it. (Whether the view is realtime does not matter: a reader whose snapshot predates
     /// `alter_view(realtime => true)` reads the realtime relation, and its pending changes.)
     pub fn realtime_pending_check(&self) -> String {
-        format!(
-            "SELECT {} AS pending",
-            self.realtime_pending_terms().join("\n    OR ")
-        )
+        match self.realtime_pending_terms().as_slice() {
+            [only] => only.clone(),
+            terms => {
+                let terms: Vec<String> = terms.iter().map(|t| format!("({t})")).collect();
+                format!("SELECT {} AS pending", terms.join("\n    OR "))
+            }
+        }
     }
 
-    /// One `(WITH snap ..., applied ... SELECT EXISTS (...))` per log a realtime read of this
-    /// view consumes: its own, and those of the views below a rollup.
+    /// One query of one boolean (`batch::log_realtime_pending_check`) per log a realtime read
+    /// of this view consumes: its own, and those of the views below a rollup.
     fn realtime_pending_terms(&self) -> Vec<String> {
-        let check = batch::log_realtime_pending_check(&self.consumed_log(), &self.applied_state());
-        let mut terms = vec![format!("({check})")];
+        let mut terms = vec![batch::log_realtime_pending_check(
+            &self.consumed_log(),
+            &self.applied_state(),
+        )];
         if let Some(source) = &self.rollup_source {
             terms.extend(source.realtime_pending_terms());
         }

@@ -664,6 +664,14 @@ mod tests {
         let full = r.apply(Mode::Full);
         assert!(full.contains("FROM eventview._v7_data c"), "{full}");
         assert!(full.contains("FROM eventview._v7_m4 c"), "{full}");
+        // A realtime read of the rollup has changes pending when its source's group changelog
+        // or the source's event changelog holds a batch for it, each at its own position.
+        let check = r.realtime_pending_check();
+        assert!(check.contains("FROM eventview._v7_changes c"), "{check}");
+        assert!(check.contains("FROM eventview._changes_"), "{check}");
+        assert!(check.contains("WHERE view_id = 8) a"), "{check}");
+        assert!(check.contains("WHERE view_id = 7) a"), "{check}");
+        assert!(check.starts_with("SELECT (SELECT EXISTS"), "{check}");
     }
 
     #[test]
