@@ -5,22 +5,22 @@
 //! The function first asks a short statement whether the reader's batch of the view's
 //! changelog holds anything (`realtime_pending_check`); only then does it run the pending
 //! groups' statement (`realtime_pending_groups`, hundreds of lines). A read with nothing
-//! pending thus costs a read of the storage and that check: the pending part is neither
-//! planned nor set up by the executor at each read, which a view holding it in its own query
-//! cannot avoid.
+//! pending costs a read of the storage and that check: the pending part's plan is neither made
+//! nor set up by the executor, which PostgreSQL does for every node of a query at each read.
 //!
-//! Who may call it: only a query that reads the view, for a role that may read all of it, as
-//! PostgreSQL decides for the view itself: the executor has checked SELECT on the view for
-//! the role of the view's entry in the query's range table (the querying role, or the owner
-//! of a view that reads this one), and the function checks that role's SELECT on the whole
-//! view (column privileges do not do). Then it reads as the view's owner, as a view does
-//! (security-restricted, like REFRESH MATERIALIZED VIEW): the owner must still read the event
-//! table, or the read is refused naming it, as a refresh is. Its statements run read-only,
-//! under the calling query's snapshot, so that the groups it returns and the stored groups the
-//! query reads are of one moment.
+//! Who may call it: a role with SELECT on the whole view, on whose behalf the executor runs
+//! the call (`SetCall::acting_role`). Inside the view's own query that is the view's owner (the
+//! executor has checked the reader's SELECT on the view itself, column privileges included);
+//! anywhere else, the role that wrote the call (the querying role, or the owner of another
+//! view holding it), who could read the view there just as well. Then it reads as the view's
+//! owner, as a view does (security-restricted, like REFRESH MATERIALIZED VIEW): the owner must
+//! still read the event table, or the read is refused naming it, as a refresh is. Its
+//! statements run read-only, under the calling query's snapshot, so that the groups it returns
+//! and the stored groups the query reads are of one moment.
 
 use crate::catalog;
 use crate::errors::{EvError, EvResult};
+use crate::pg::locks;
 use crate::pg::relcache;
 use crate::pg::roles;
 use crate::pg::set_returning::{self, Rows, SetCall};
@@ -107,7 +107,15 @@ pub fn pending_groups(call: &SetCall, rows: &mut Rows) -> EvResult<()> {
     })?;
     let view = view_facts(view_id)?;
     require_reader(call, &view, view_id)?;
-    let owner = relcache::owner_of_locked(view.relid).ok_or_else(|| not_read(view_id))?;
+    // As the view's relation is locked by a query reading it (the owner's rights are read as
+    // of that lock).
+    locks::lock_for_reading(view.relid);
+    let owner = relcache::owner_of_locked(view.relid).ok_or_else(|| {
+        EvError::new(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            format!("the relation of view {view_id} was dropped"),
+        )
+    })?;
     roles::as_role(owner, || {
         privileges::require_owner_reads(view.relid, owner, view.source_relid)?;
         if set_returning::read_only_bool(&view.pending_check)? != Some(true) {
@@ -125,10 +133,13 @@ pub fn pending_groups(call: &SetCall, rows: &mut Rows) -> EvResult<()> {
     })
 }
 
-/// The query calling the function reads the view, with table-level SELECT on it for the role
-/// the executor checked (see the module's doc); 42501 otherwise.
+/// The role the call is made on behalf of (`SetCall::acting_role`: the owner of the view whose
+/// query holds the call, or the querying role for a call of its own) has SELECT on the whole
+/// view; 42501 otherwise. A read of the view itself qualifies as its owner, once the executor
+/// has checked the reader's SELECT on the view; a call anywhere else qualifies as whoever wrote
+/// it, as a read of the view there would.
 fn require_reader(call: &SetCall, view: &ViewFacts, view_id: i32) -> EvResult<()> {
-    match call.role_reading(view.relid) {
+    match call.acting_role() {
         Some(role) if relcache::role_may_select(role, view.relid) => Ok(()),
         _ => Err(not_read(view_id)),
     }
@@ -138,7 +149,7 @@ fn not_read(view_id: i32) -> EvError {
     EvError::new(
         PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
         format!(
-            "eventview._realtime_pending({view_id}) serves only the reads of its realtime view by a role that may read all of the view"
+            "permission denied for the pending groups of view {view_id}: eventview._realtime_pending serves a role with SELECT on the whole view"
         ),
     )
     .with_hint("Read the view itself; its owner can GRANT SELECT on it.")

@@ -224,8 +224,9 @@ pub fn merge_logs(view: &ViewRecord) -> EvResult<()> {
 /// (Re)creates the relation users read as the catalog says the view reads: the stored groups,
 /// or realtime (stored groups with the pending changes folded in). CREATE OR REPLACE keeps its
 /// oid, grants and dependents. Called when the view is created, when `realtime` changes and
-/// when a logical field it reads is redeclared (a realtime read evaluates the pending changes
-/// with the declarations of the moment, as a refresh would).
+/// when a logical field it reads is redeclared (the relation's columns take the field's type;
+/// the pending groups of a realtime read are computed with the declarations of the moment, as
+/// a refresh's are).
 pub fn install_user_view(view: &ViewRecord) -> EvResult<()> {
     let sql = sql_of(view);
     // A realtime read reads the value logs.

@@ -901,16 +901,12 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
     /// )
     /// ```
     fn realtime_groups(&self) -> String {
-        let record: Vec<String> = self
-            .merged_column_types()
-            .into_iter()
+        let columns = self.merged_column_types();
+        let record: Vec<String> = columns
+            .iter()
             .map(|(name, type_name)| format!("{name} {type_name}"))
             .collect();
-        let names: Vec<String> = self
-            .merged_column_types()
-            .into_iter()
-            .map(|(name, _)| name)
-            .collect();
+        let names: Vec<&str> = columns.iter().map(|(name, _)| name.as_str()).collect();
         format!(
             "WITH t AS MATERIALIZED (\n    SELECT * FROM eventview._realtime_pending({}) AS t({})\n),\nmerged AS (\n    SELECT {}\n    FROM {} s\n    WHERE s.__k AND NOT EXISTS (SELECT 1 FROM t WHERE {})\n    UNION ALL\n    SELECT {}\n    FROM t\n)",
             self.view_id,
