@@ -907,14 +907,43 @@ ON CONFLICT ({keys}, v) DO UPDATE SET n = t.n + EXCLUDED.n",
             .map(|(name, type_name)| format!("{name} {type_name}"))
             .collect();
         let names: Vec<&str> = columns.iter().map(|(name, _)| name.as_str()).collect();
+        self.stored_groups_with(
+            &format!("eventview._realtime_pending({})", self.view_id),
+            &record.join(", "),
+            &self.stored_group_columns().join(", "),
+            &format!(
+                "NOT EXISTS (SELECT 1 FROM t WHERE {})",
+                self.keys_equal("t", "s")
+            ),
+            &names.join(", "),
+        )
+    }
+
+    /// A realtime relation's groups, `WITH t ..., merged ...`: the rows `t` of the set-returning
+    /// call `rows` (of the columns `record`), the groups that replace stored ones, and every
+    /// stored group for which `untouched` holds (a condition on the storage row `s`) in the
+    /// columns `stored`, then `t`'s in the columns `touched`.
+    pub(super) fn stored_groups_with(
+        &self,
+        rows: &str,
+        record: &str,
+        stored: &str,
+        untouched: &str,
+        touched: &str,
+    ) -> String {
         format!(
-            "WITH t AS MATERIALIZED (\n    SELECT * FROM eventview._realtime_pending({}) AS t({})\n),\nmerged AS (\n    SELECT {}\n    FROM {} s\n    WHERE s.__k AND NOT EXISTS (SELECT 1 FROM t WHERE {})\n    UNION ALL\n    SELECT {}\n    FROM t\n)",
-            self.view_id,
-            record.join(", "),
-            self.stored_group_columns().join(", "),
-            self.data(),
-            self.keys_equal("t", "s"),
-            names.join(", ")
+            "WITH t AS MATERIALIZED (
+    SELECT * FROM {rows} AS t({record})
+),
+merged AS (
+    SELECT {stored}
+    FROM {} s
+    WHERE s.__k AND {untouched}
+    UNION ALL
+    SELECT {touched}
+    FROM t
+)",
+            self.data()
         )
     }
 

@@ -923,24 +923,19 @@ SELECT pg_catalog.json_build_object(
             }
             touched.push(name);
         }
-        format!(
-            "WITH t AS MATERIALIZED (
-    SELECT * FROM pg_catalog.json_to_recordset(eventview._distributed_realtime({})::json) AS t({})
-),
-merged AS (
-    SELECT {}
-    FROM {} s
-    WHERE s.__k AND ({}) NOT IN (SELECT {} FROM t)
-    UNION ALL
-    SELECT {} FROM t
-)",
-            self.view_id,
-            record.join(", "),
-            stored.join(", "),
-            self.data(),
-            self.key_list_of("s"),
-            self.key_list(),
-            touched.join(", ")
+        self.stored_groups_with(
+            &format!(
+                "pg_catalog.json_to_recordset(eventview._distributed_realtime({})::json)",
+                self.view_id
+            ),
+            &record.join(", "),
+            &stored.join(", "),
+            &format!(
+                "({}) NOT IN (SELECT {} FROM t)",
+                self.key_list_of("s"),
+                self.key_list()
+            ),
+            &touched.join(", "),
         )
     }
 
